@@ -1,0 +1,17 @@
+// Batch-invariant CUDA ops on CUDA tensors (host dispatch: shape checks, then the launchers in
+// the .cu files, which know nothing of torch). Same signatures and semantics as cpu_ops.h.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <optional>
+
+namespace detfuzz::cuda_ops {
+
+at::Tensor mm(const at::Tensor &a, const at::Tensor &b);
+at::Tensor addmm(const at::Tensor &bias, const at::Tensor &a, const at::Tensor &b, double beta, double alpha);
+at::Tensor bmm(const at::Tensor &a, const at::Tensor &b);
+at::Tensor log_softmax(const at::Tensor &x, int64_t dim, bool half_to_float);
+at::Tensor mean(const at::Tensor &x, at::IntArrayRef dims, bool keepdim, std::optional<at::ScalarType> dtype);
+
+}  // namespace detfuzz::cuda_ops

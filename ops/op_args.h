@@ -1,0 +1,41 @@
+// One call of an op: its tensors in the op's documented order, plus the attributes it reads.
+//
+//   op           tensors            attributes read
+//   mm           {a[M,K], b[K,N]}   -
+//   addmm        {bias, a, b}       alpha, beta  (bias is [N] or [M,N])
+//   bmm          {a[B,M,K], b[B,K,N]}
+//   log_softmax  {x}                dim, half_to_float
+//   mean         {x}                dims (empty = all), keepdim, out_dtype
+//
+// Tensors may be any strided view (transposed, sliced, offset); impls must honour strides.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace detfuzz {
+
+struct OpArgs {
+  std::vector<at::Tensor> tensors;
+  int64_t dim = -1;
+  std::vector<int64_t> dims;
+  bool keepdim = false;
+  bool half_to_float = false;
+  double alpha = 1.0;
+  double beta = 1.0;
+  std::optional<at::ScalarType> out_dtype;
+};
+
+using OpFn = std::function<at::Tensor(const OpArgs &)>;
+
+// The row ops every backend implements, in catalogue order.
+inline const std::vector<std::string> &row_ops() {
+  static const std::vector<std::string> ops = {"mm", "addmm", "bmm", "log_softmax", "mean"};
+  return ops;
+}
+
+}  // namespace detfuzz

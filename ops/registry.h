@@ -1,0 +1,52 @@
+// The impl registry: every implementation of every op on every backend, with the expectation
+// the harness holds it to. Backends contribute their lists through the *_impls() functions
+// below; nothing registers itself at static-initialisation time.
+#pragma once
+
+#include "ops/op_args.h"
+
+#include <string>
+#include <vector>
+
+namespace detfuzz {
+
+enum class Backend { cpu, cuda };
+enum class Expectation { must_hold, observed };
+
+const char *to_string(Backend b);
+const char *to_string(Expectation e);
+Backend backend_from_string(const std::string &s);  // throws std::invalid_argument
+
+struct ImplInfo {
+  std::string impl;   // "invariant", "torch", "cublas", "mutant-splitk", ...
+  std::string op;     // "mm", "addmm", ...
+  Backend backend;
+  std::vector<at::ScalarType> dtypes;  // input dtypes it accepts
+  Expectation expectation;
+  std::string description;  // one line, shown by `detfuzz list`
+  OpFn run;
+
+  bool supports(at::ScalarType t) const;
+};
+
+// All impls, built on first use; CUDA impls are present only in CUDA builds.
+const std::vector<ImplInfo> &all_impls();
+// nullptr when no such (op, impl, backend).
+const ImplInfo *find_impl(const std::string &op, const std::string &impl, Backend backend);
+
+// Contributions, one per source of impls.
+std::vector<ImplInfo> cpu_invariant_impls();   // ops/cpu
+std::vector<ImplInfo> cpu_mutant_impls();      // ops/cpu/mutants
+std::vector<ImplInfo> torch_default_impls(Backend backend);  // ops/baseline/torch_default
+#ifdef DETFUZZ_WITH_CUDA
+std::vector<ImplInfo> cuda_invariant_impls();  // ops/cuda
+std::vector<ImplInfo> cublas_impls();          // ops/baseline/cublas
+#endif
+
+// Shorthands for the dtype lists impls declare.
+std::vector<at::ScalarType> float_dtypes();            // float32, float16, bfloat16
+std::vector<at::ScalarType> float_and_int_dtypes();    // the above plus int32, int64 (mean)
+at::ScalarType dtype_from_string(const std::string &s);  // throws std::invalid_argument
+std::string dtype_name(at::ScalarType t);                // "float32", "bfloat16", ...
+
+}  // namespace detfuzz
