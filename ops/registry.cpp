@@ -27,10 +27,12 @@ const std::vector<ImplInfo> &all_impls() {
     add(cpu_invariant_impls());
     add(torch_default_impls(Backend::cpu));
     add(cpu_mutant_impls());
+    add(attention_impls(Backend::cpu));
 #ifdef DETFUZZ_WITH_CUDA
     add(cuda_invariant_impls());
     add(torch_default_impls(Backend::cuda));
     add(cublas_impls());
+    add(attention_impls(Backend::cuda));
 #endif
     return all;
   }();

@@ -38,6 +38,7 @@ const ImplInfo *find_impl(const std::string &op, const std::string &impl, Backen
 std::vector<ImplInfo> cpu_invariant_impls();   // ops/cpu
 std::vector<ImplInfo> cpu_mutant_impls();      // ops/cpu/mutants
 std::vector<ImplInfo> torch_default_impls(Backend backend);  // ops/baseline/torch_default
+std::vector<ImplInfo> attention_impls(Backend backend);      // ops/attention (paged_attention)
 #ifdef DETFUZZ_WITH_CUDA
 std::vector<ImplInfo> cuda_invariant_impls();  // ops/cuda
 std::vector<ImplInfo> cublas_impls();          // ops/baseline/cublas
