@@ -85,6 +85,7 @@ DiffStats bitwise_diff(const at::Tensor &expected, const at::Tensor &actual) {
     return s;
   }
   const auto dtype = expected.scalar_type();
+  s.dtype = dtype;
   const int w = bit_width(dtype);
   const at::Tensor e = expected.cpu().contiguous(), a = actual.cpu().contiguous();
   s.numel = e.numel();
@@ -116,7 +117,7 @@ std::string DiffStats::summary() const {
   if (differing == 0) return "bitwise equal (" + std::to_string(numel) + " elements)";
   std::ostringstream os;
   os << differing << "/" << numel << " elements differ; first at " << first_coords << " (expected "
-     << expected_bits << ", got " << actual_bits << "); max |diff| " << max_abs_diff << ", max ULP ";
+     << hex_bits(expected_bits, dtype) << ", got " << hex_bits(actual_bits, dtype) << "); max |diff| " << max_abs_diff << ", max ULP ";
   if (max_ulp == std::numeric_limits<uint64_t>::max()) os << "inf(NaN)"; else os << max_ulp;
   return os.str();
 }

@@ -11,6 +11,7 @@
 namespace detfuzz {
 
 struct DiffStats {
+  at::ScalarType dtype = at::kFloat;  // of the compared tensors: the width of the bit patterns
   int64_t numel = 0;
   int64_t differing = 0;       // elements whose bit patterns differ
   int64_t first_index = -1;    // linear row-major index of the first differing element, -1 if none

@@ -1,1 +1,246 @@
-int main() { return 0; }
+// detfuzz: bitwise determinism fuzzing of inference kernels.
+//   detfuzz fuzz     replay the corpus, then generate, check and shrink cases; write a report
+//   detfuzz replay   re-run saved records (failures.csv, corpora/, or one --case line)
+//   detfuzz list     ops, impls (with expectations), properties
+// Exit codes: 0 every must-hold property held, 1 one failed, 2 usage or environment error.
+#include "harness/campaign.h"
+#include "harness/cli_common.h"
+#include "properties/properties.h"
+
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <iomanip>
+#include <iostream>
+#include <random>
+
+namespace detfuzz {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string first_line(const std::string &s) { return s.substr(0, s.find('\n')); }
+
+struct FuzzOptions {
+  Selection sel;
+  std::string seed, budget = "60s", shrink_budget = "30s", out;
+  int64_t cases = 0;
+  std::vector<std::string> corpora;
+  bool no_corpus = false, no_shrink = false, quiet = false;
+};
+
+void print_target_table(const CampaignResult &r, std::ostream &os) {
+  os << std::left << std::setw(44) << "target" << std::setw(11) << "expect" << std::right << std::setw(8) << "cases" << std::setw(9)
+     << "failed" << std::setw(8) << "rate" << std::setw(12) << "max_ulp" << "\n";
+  for (const auto &s : r.targets) {
+    if (s.cases == 0) continue;
+    const double rate = 100.0 * (s.failures + s.errors) / s.cases;
+    char pct[16];
+    std::snprintf(pct, sizeof pct, "%.1f%%", rate);
+    os << std::left << std::setw(44) << s.target.name() << std::setw(11) << to_string(s.target.expectation) << std::right << std::setw(8)
+       << s.cases << std::setw(9) << (s.failures + s.errors) << std::setw(8) << pct << std::setw(12)
+       << (s.max_ulp == UINT64_MAX ? std::string("inf") : std::to_string(s.max_ulp)) << "\n";
+  }
+}
+
+int run_fuzz(const FuzzOptions &o, const std::string &program, const std::string &command_line) {
+  const Backend backend = resolve_backend(o.sel.backend);
+  CampaignConfig cfg;
+  cfg.targets = select_targets(o.sel, backend);
+  cfg.seed = o.seed.empty() ? std::random_device{}() : std::stoull(o.seed, nullptr, 0);
+  cfg.budget_s = parse_duration(o.budget);
+  cfg.max_cases = o.cases;
+  if (cfg.budget_s == 0 && cfg.max_cases == 0) throw UsageError("a campaign needs a budget: --budget > 0 or --cases > 0");
+  cfg.shrink = !o.no_shrink;
+  cfg.shrink_budget_s = parse_duration(o.shrink_budget);
+  cfg.program = program;
+  cfg.progress = !o.quiet;
+  if (!o.no_corpus) {
+    if (o.corpora.empty()) {
+      const fs::path dflt = fs::path(DETFUZZ_SOURCE_DIR) / "corpora";
+      if (fs::exists(dflt)) cfg.corpora.push_back(dflt);
+    }
+    for (const auto &c : o.corpora) cfg.corpora.push_back(c);
+    for (const auto &c : cfg.corpora) record_files(c);  // fail early on a missing corpus
+  }
+  const fs::path out = o.out.empty() ? default_report_dir(to_string(backend), cfg.seed) : fs::path(o.out);
+  ReportWriter report(out);
+
+  std::cout << "Using configuration: seed=" << cfg.seed << " backend=" << to_string(backend) << " budget=" << cfg.budget_s << "s"
+            << (cfg.max_cases ? " cases=" + std::to_string(cfg.max_cases) : "") << " targets=" << cfg.targets.size() << std::endl;
+  const std::string started = utc_now();
+  const CampaignResult result = run_campaign(cfg, report, std::cout);
+  const int exit_code = result.must_hold_failed() ? kExitMustHoldFailed : kExitOk;
+
+  nlohmann::json summary = {{"tool", "detfuzz"},
+                            {"version", DETFUZZ_VERSION},
+                            {"command", command_line},
+                            {"started", started},
+                            {"finished", utc_now()},
+                            {"seed", cfg.seed},
+                            {"backend", to_string(backend)},
+                            {"budget", {{"seconds", cfg.budget_s}, {"cases", cfg.max_cases}}},
+                            {"selection", selection_json(o.sel)},
+                            {"context", run_context()},
+                            {"results", result.to_json()},
+                            {"exit_code", exit_code}};
+  report.finish(summary);
+  std::cout << "\n";
+  print_target_table(result, std::cout);
+  std::cout << "\n" << result.cases << " cases in " << std::fixed << std::setprecision(1) << result.elapsed_s << "s; report: " << report.path().string()
+            << "\n"
+            << (exit_code == kExitOk ? "every must-hold property held" : "MUST-HOLD PROPERTY FAILED") << std::endl;
+  return exit_code;
+}
+
+struct ReplayOptions {
+  std::vector<std::string> paths, cases;
+  bool expect_reproduce = false;
+};
+
+int run_replay(const ReplayOptions &o, const std::string &program) {
+  std::vector<Record> records;
+  for (const auto &p : o.paths)
+    for (const auto &f : record_files(p))
+      for (auto &r : read_records(f)) records.push_back(std::move(r));
+  for (const auto &line : o.cases) records.push_back(parse_record_line(line));
+  if (records.empty()) throw UsageError("nothing to replay: give record files or folders, or --case");
+
+  int64_t pass = 0, fail = 0, must_fail = 0, skipped = 0, recorded_fail = 0, reproduced_fail = 0, not_reproduced = 0;
+  for (const Record &r : records) {
+    const ReplayResult rr = replay_record(r);
+    if (rr.skipped) {
+      ++skipped;
+      std::cout << "[skipped] " << r.spec.describe() << ": " << rr.skip_reason << "\n";
+      continue;
+    }
+    const bool passed = rr.verdict.passed();
+    (passed ? pass : fail)++;
+    if (!passed && rr.expectation == Expectation::must_hold) ++must_fail;
+    if (r.outcome != "pass") {
+      ++recorded_fail;
+      if (rr.reproduced) ++reproduced_fail;
+    }
+    if (!rr.reproduced) ++not_reproduced;
+    std::cout << "[" << to_string(rr.verdict.outcome) << "] " << r.spec.describe() << " (" << to_string(rr.expectation) << ")\n  "
+              << (rr.verdict.detail.empty() ? rr.verdict.diff.summary() : rr.verdict.detail) << "\n  "
+              << (rr.reproduced ? "matches the record bit for bit"
+                                : "differs from the record (recorded " + r.outcome + ": " + std::to_string(r.diff.differing) +
+                                      " differing, first at " + r.diff.first_coords + ")")
+              << "\n";
+    if (!passed && rr.expectation == Expectation::must_hold) std::cout << "  repro: " << repro_command(make_record(r.spec, rr.verdict), program) << "\n";
+  }
+  std::cout << "\nreplayed " << records.size() << " records: " << pass << " pass, " << fail << " fail (" << must_fail << " must-hold), "
+            << skipped << " skipped; " << reproduced_fail << " of " << recorded_fail << " recorded failures reproduced bit for bit"
+            << std::endl;
+  if (must_fail > 0) return kExitMustHoldFailed;
+  if (o.expect_reproduce && not_reproduced > 0) return kExitMustHoldFailed;
+  return kExitOk;
+}
+
+std::string join(const std::vector<at::ScalarType> &v) {
+  std::string s;
+  for (auto d : v) s += (s.empty() ? "" : ",") + dtype_name(d);
+  return s;
+}
+
+int run_list(const std::string &what) {
+  if (what == "ops" || what == "all") {
+    std::cout << "ops and their properties:\n";
+    for (const auto &op : all_ops()) {
+      std::cout << "  " << std::left << std::setw(16) << op;
+      for (const auto &p : properties_for(op)) std::cout << ' ' << p;
+      std::cout << "\n";
+    }
+  }
+  if (what == "impls" || what == "all") {
+    std::cout << "impls (backend, expectation, dtypes):\n";
+    for (const auto &i : all_impls())
+      std::cout << "  " << std::left << std::setw(16) << i.op << std::setw(24) << i.impl << std::setw(6) << to_string(i.backend) << std::setw(11)
+                << to_string(i.expectation) << std::setw(40) << join(i.dtypes) << i.description << "\n";
+  }
+  if (what == "properties" || what == "all") {
+    std::cout << "properties (checked bitwise; accuracy against a float64 reference):\n"
+                 "  batch_slice           op(x[i:j]) == op(x)[i:j] for random i<j\n"
+                 "  batch_compose         rows keep their bits when other rows change or rows are added\n"
+                 "  permute               permuting rows permutes the result\n"
+                 "  repeat                two runs (on CUDA: two streams) give the same bits\n"
+                 "  variant_agree         another layout of the same values (and on CUDA a graph replay) gives the same bits\n"
+                 "  accuracy              within a per-dtype bound of a float64 reference\n"
+                 "  seq_alone_vs_batched  paged attention: a sequence alone == inside a mixed batch\n"
+                 "  block_placement       paged attention: permuted or shared physical pages change nothing\n"
+                 "  chunked_prefill       paged attention: a prefill in chunks == in one go\n"
+                 "  decode_vs_prefill     paged attention: a decode step == the last row of a prefill\n";
+  }
+  if (what != "ops" && what != "impls" && what != "properties" && what != "all")
+    throw UsageError("list what? '" + what + "' (expected ops, impls, properties or all)");
+  return kExitOk;
+}
+
+}  // namespace
+}  // namespace detfuzz
+
+int main(int argc, char **argv) {
+  using namespace detfuzz;
+  CLI::App app{"detfuzz: proves bit for bit that inference kernels give a row the same result alone as in a batch,\n"
+               "and shrinks the cases where they do not. Exit: 0 all must-hold properties held, 1 one failed, 2 usage error."};
+  app.require_subcommand(1);
+  std::string command_line;
+  for (int i = 0; i < argc; ++i) command_line += (i ? " " : "") + std::string(argv[i]);
+
+  FuzzOptions fo;
+  std::string ops, impls, props, dtypes;
+  auto *fuzz = app.add_subcommand("fuzz", "Replay the corpus, then fuzz the selected targets and write a report");
+  fuzz->add_option("--backend", fo.sel.backend, "cpu, cuda or auto (cuda when a GPU is usable)")->default_val("auto");
+  fuzz->add_option("--op", ops, "comma-separated ops (default: all)");
+  fuzz->add_option("--impl", impls, "comma-separated impls (default: every impl but the mutants)");
+  fuzz->add_option("--property", props, "comma-separated properties (default: all of each op's)");
+  fuzz->add_option("--dtype", dtypes, "comma-separated dtypes (default: float32,float16,bfloat16)");
+  fuzz->add_option("--seed", fo.seed, "campaign seed (default: random, printed at start)");
+  fuzz->add_option("--budget", fo.budget, "time budget: 30s, 5m, 1h; 0 for none")->default_val("60s");
+  fuzz->add_option("--cases", fo.cases, "stop after this many cases (0: no limit)");
+  fuzz->add_option("--out", fo.out, "report folder (default: reports/<time>-<backend>-seed<seed>); must not exist or be empty");
+  fuzz->add_option("--corpus", fo.corpora, "record files or folders to replay first (default: corpora/)");
+  fuzz->add_flag("--no-corpus", fo.no_corpus, "do not replay any corpus");
+  fuzz->add_flag("--no-shrink", fo.no_shrink, "record first failures as found, without shrinking");
+  fuzz->add_option("--shrink-budget", fo.shrink_budget, "time allowed to shrink one failure")->default_val("30s");
+  fuzz->add_flag("--quiet", fo.quiet, "no progress lines");
+
+  ReplayOptions ro;
+  auto *replay = app.add_subcommand("replay", "Re-run saved records and say whether each reproduces bit for bit");
+  replay->add_option("paths", ro.paths, "record files (failures.csv, corpora/*.csv) or folders of them");
+  replay->add_option("--case", ro.cases, "one record line, as printed in a repro command");
+  replay->add_flag("--expect-reproduce", ro.expect_reproduce, "exit 1 unless every record's outcome and diff come back bit for bit");
+
+  std::string list_what = "all";
+  auto *list = app.add_subcommand("list", "List ops, impls (with expectations) and properties");
+  list->add_option("what", list_what, "ops, impls, properties or all")->default_val("all");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError &e) {
+    const int code = app.exit(e);
+    return code == 0 ? kExitOk : kExitUsage;
+  }
+  try {
+    fo.sel.ops = split_list(ops);
+    fo.sel.impls = split_list(impls);
+    fo.sel.properties = split_list(props);
+    fo.sel.dtypes = split_list(dtypes);
+    if (*fuzz) return run_fuzz(fo, argv[0], command_line);
+    if (*replay) return run_replay(ro, argv[0]);
+    return run_list(list_what);
+  } catch (const UsageError &e) {
+    std::cerr << "detfuzz: error: " << e.what() << std::endl;
+  } catch (const CorpusError &e) {
+    std::cerr << "detfuzz: error: " << e.what() << std::endl;
+  } catch (const ReportError &e) {
+    std::cerr << "detfuzz: error: " << e.what() << std::endl;
+  } catch (const std::invalid_argument &e) {
+    std::cerr << "detfuzz: error: " << first_line(e.what()) << std::endl;
+  } catch (const std::exception &e) {
+    std::cerr << "detfuzz: error: " << first_line(e.what()) << std::endl;
+  }
+  return kExitUsage;
+}

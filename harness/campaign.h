@@ -1,0 +1,65 @@
+// The campaign runner. A campaign replays the corpus first (like libFuzzer and AFL++), then
+// fuzzes its targets round-robin, a RapidCheck run of a few cases per target per round, until its
+// time or case budget is spent. A target's first failure is shrunk by RapidCheck to a minimal
+// case, saved as one replayable record and printed with a copy-pastable repro command; later
+// failures of the same target are counted (how often, and by how much) but not shrunk again.
+#pragma once
+
+#include "harness/report.h"
+#include "properties/generators.h"
+
+#include <filesystem>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace detfuzz {
+
+struct CampaignConfig {
+  uint64_t seed = 1;
+  double budget_s = 60;      // 0: no time limit (then max_cases must be set)
+  int64_t max_cases = 0;     // 0: no case limit
+  std::vector<Target> targets;
+  std::vector<std::filesystem::path> corpora;  // replayed first; records not matching the targets' (backend, op, impl) are skipped
+  bool shrink = true;
+  double shrink_budget_s = 30;  // per failure
+  int cases_per_round = 10;
+  std::string program = "detfuzz";  // how repro commands name the binary
+  bool progress = true;
+};
+
+struct TargetStats {
+  Target target;
+  int64_t cases = 0, failures = 0, errors = 0, shrink_steps = 0;
+  uint64_t max_ulp = 0;
+  double max_abs_diff = 0;
+  bool has_minimal = false;
+  Record minimal;  // the shrunk first failure
+};
+
+struct CampaignResult {
+  std::vector<TargetStats> targets;
+  int64_t corpus_replayed = 0, corpus_skipped = 0, corpus_must_hold_failures = 0, corpus_observed_failures = 0;
+  int64_t cases = 0;
+  double elapsed_s = 0;
+  bool must_hold_failed() const;
+  nlohmann::json to_json() const;
+};
+
+// Runs the campaign, writing cases and failures into `report` and progress/results to `log`.
+CampaignResult run_campaign(const CampaignConfig &config, ReportWriter &report, std::ostream &log);
+
+// Replays one record: checks its case again and says how the outcome compares with the record.
+struct ReplayResult {
+  Verdict verdict;
+  Expectation expectation = Expectation::must_hold;
+  bool skipped = false;        // e.g. a CUDA record on a machine with no GPU
+  std::string skip_reason;
+  bool reproduced = false;     // the recorded outcome and diff came back bit for bit
+  double elapsed_us = 0;
+};
+bool backend_available(Backend b);
+// Throws std::invalid_argument when the record names an unknown op, impl or property.
+ReplayResult replay_record(const Record &r);
+
+}  // namespace detfuzz

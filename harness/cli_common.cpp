@@ -1,0 +1,114 @@
+#include "harness/cli_common.h"
+
+#include "harness/campaign.h"
+#include "properties/properties.h"
+
+#include <algorithm>
+#include <ctime>
+#include <set>
+#include <sstream>
+
+namespace detfuzz {
+
+std::vector<std::string> split_list(const std::string &s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string part;
+  while (std::getline(ss, part, ','))
+    if (!part.empty()) out.push_back(part);
+  return out;
+}
+
+double parse_duration(const std::string &s) {
+  size_t used = 0;
+  double v = -1;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception &) {
+    used = 0;
+  }
+  const std::string unit = s.substr(used);
+  const double scale = unit.empty() || unit == "s" ? 1 : unit == "m" ? 60 : unit == "h" ? 3600 : -1;
+  if (used == 0 || scale < 0 || v < 0) throw UsageError("duration '" + s + "' is not a number of seconds (e.g. 30s, 5m, 1h)");
+  return v * scale;
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return buf;
+}
+
+Backend resolve_backend(const std::string &name) {
+  if (name == "auto") return backend_available(Backend::cuda) ? Backend::cuda : Backend::cpu;
+  Backend b;
+  try {
+    b = backend_from_string(name);
+  } catch (const std::invalid_argument &e) {
+    throw UsageError(e.what());
+  }
+#ifndef DETFUZZ_WITH_CUDA
+  if (b == Backend::cuda) throw UsageError("backend cuda: this detfuzz was built without CUDA (configure with nvcc present)");
+#endif
+  if (!backend_available(b)) throw UsageError("backend cuda needs a CUDA GPU: none found");
+  return b;
+}
+
+std::vector<Target> select_targets(const Selection &sel, Backend backend) {
+  const auto ops = all_ops();
+  for (const auto &op : sel.ops)
+    if (std::find(ops.begin(), ops.end(), op) == ops.end()) {
+      std::string known;
+      for (const auto &o : ops) known += (known.empty() ? "" : ", ") + o;
+      throw UsageError("unknown op '" + op + "' (known: " + known + ")");
+    }
+  std::vector<at::ScalarType> dtypes;
+  for (const auto &d : sel.dtypes) {
+    try {
+      dtypes.push_back(dtype_from_string(d));
+    } catch (const std::invalid_argument &e) {
+      throw UsageError(e.what());
+    }
+  }
+  const bool all_dtypes = dtypes.empty();
+  if (all_dtypes) dtypes = float_dtypes();
+
+  std::set<std::string> impls_seen, props_seen;
+  std::set<at::ScalarType> dtypes_seen;
+  std::vector<Target> targets;
+  for (const auto &op : sel.ops.empty() ? ops : sel.ops) {
+    const auto props = properties_for(op);
+    for (const ImplInfo &impl : all_impls()) {
+      if (impl.op != op || impl.backend != backend) continue;
+      const bool wanted = sel.impls.empty() ? impl.impl.rfind("mutant-", 0) != 0
+                                            : std::find(sel.impls.begin(), sel.impls.end(), impl.impl) != sel.impls.end();
+      if (!wanted) continue;
+      impls_seen.insert(impl.impl);
+      for (const auto &p : props) {
+        if (!sel.properties.empty() && std::find(sel.properties.begin(), sel.properties.end(), p) == sel.properties.end()) continue;
+        props_seen.insert(p);
+        for (at::ScalarType d : dtypes) {
+          if (!impl.supports(d)) continue;
+          dtypes_seen.insert(d);
+          targets.push_back({op, impl.impl, p, backend, d, impl.expectation});
+        }
+      }
+    }
+  }
+  for (const auto &i : sel.impls)
+    if (!impls_seen.count(i)) throw UsageError("unknown impl '" + i + "' for the selected ops on backend " + to_string(backend) + " (see: detfuzz list impls)");
+  for (const auto &p : sel.properties)
+    if (!props_seen.count(p)) throw UsageError("unknown property '" + p + "' for the selected ops (see: detfuzz list properties)");
+  if (!all_dtypes)
+    for (at::ScalarType d : dtypes)
+      if (!dtypes_seen.count(d)) throw UsageError("dtype " + dtype_name(d) + " is not supported by any selected impl");
+  if (targets.empty()) throw UsageError("the selection names no target (op x impl x property x dtype) on backend " + std::string(to_string(backend)));
+  return targets;
+}
+
+nlohmann::json selection_json(const Selection &sel) {
+  return {{"backend", sel.backend}, {"ops", sel.ops}, {"impls", sel.impls}, {"properties", sel.properties}, {"dtypes", sel.dtypes}};
+}
+
+}  // namespace detfuzz

@@ -1,0 +1,33 @@
+// Test data that rebuilds the same bits on any machine. Element e of tensor t of a case with
+// data seed s is a pure function of (s, t, e) through a counter-based generator (splitmix64
+// finalisers), computed on the host in float64 and rounded once to the tensor's dtype. Layouts
+// are made by copying those values into a poisoned (NaN-filled) storage viewed with the
+// requested strides, so an impl that reads outside its view sees NaN.
+#pragma once
+
+#include "ops/registry.h"
+
+#include <string>
+#include <vector>
+
+namespace detfuzz {
+
+// The distributions of the catalogue.
+const std::vector<std::string> &distributions();  // normal uniform linspace wide special
+
+// A uniform 64-bit value keyed by (seed, tensor, index): the counter-based generator.
+uint64_t counter_bits(uint64_t seed, uint64_t tensor, uint64_t index);
+
+// Contiguous CPU tensor of `sizes` and `dtype` drawn from `dist` (integers: uniform in [-100, 100]).
+// Throws std::invalid_argument for an unknown distribution.
+at::Tensor make_values(uint64_t seed, uint64_t tensor, at::IntArrayRef sizes, at::ScalarType dtype,
+                       const std::string &dist);
+
+// The same values seen through a layout: 'c' contiguous, 't' transposed storage (last two dims),
+// 'p' padded rows plus a storage offset, 'g' every other element of a twice-as-wide buffer.
+// The result lives on `device`. Throws std::invalid_argument for an unknown code.
+at::Tensor with_layout(const at::Tensor &values, char layout, const at::Device &device);
+
+at::Device device_of(Backend b);
+
+}  // namespace detfuzz

@@ -1,0 +1,149 @@
+#include "properties/generators.h"
+
+#include "properties/row_properties.h"
+
+#include <algorithm>
+
+namespace detfuzz {
+namespace {
+
+// Sizes kernels get wrong: tiny, primes, powers of two and their neighbours (tile edges).
+const std::vector<int64_t> &edge_sizes() {
+  static const std::vector<int64_t> e = {1,  2,  3,  5,   7,   8,   13,  16,  17,  31,  32,  33,  63,  64,  65, 97,
+                                         127, 128, 129, 191, 255, 256, 257, 383, 511, 512, 513, 1023, 1024, 1025, 4095, 4096, 4097};
+  return e;
+}
+
+rc::Gen<std::string> gen_dist() {
+  return rc::gen::weightedElement<std::string>({{5, "normal"}, {2, "uniform"}, {1, "linspace"}, {1, "wide"}, {1, "special"}});
+}
+
+rc::Gen<char> gen_layout_code() { return rc::gen::weightedElement<char>({{6, 'c'}, {2, 't'}, {1, 'p'}, {1, 'g'}}); }
+
+rc::Gen<std::string> gen_layout(size_t n) {
+  return rc::gen::map(rc::gen::container<std::vector<char>>(n, gen_layout_code()),
+                      [](const std::vector<char> &v) { return std::string(v.begin(), v.end()); });
+}
+
+// Raw slice parameters; clamped into the batch when the case is built (see slice_params).
+struct SliceRaw {
+  int64_t i, len, offset, tail;
+  uint64_t perm;
+};
+
+rc::Gen<SliceRaw> gen_slice_raw() {
+  return rc::gen::apply([](int64_t i, int64_t len, int64_t o, int64_t tail, uint64_t perm) { return SliceRaw{i, len, o, tail, perm}; },
+                        rc::gen::inRange<int64_t>(0, 512), rc::gen::inRange<int64_t>(1, 512),
+                        rc::gen::inRange<int64_t>(0, 64), rc::gen::inRange<int64_t>(0, 64),
+                        rc::gen::inRange<uint64_t>(0, 1u << 30));
+}
+
+// Property parameters in terms of the case's actual batch size.
+void add_property_params(CaseSpec &c, const SliceRaw &r) {
+  if (c.property == "repeat" || c.property == "variant_agree" || c.property == "accuracy") return;
+  const int64_t batch = row_batch_axis(c).size;
+  const int64_t i = batch == 0 ? 0 : std::min(r.i, batch - 1);
+  const int64_t j = batch == 0 ? 0 : std::min(batch, i + r.len);
+  c.params["i"] = std::to_string(i);
+  c.params["j"] = std::to_string(j);
+  if (c.property == "batch_compose") {
+    c.params["o"] = std::to_string(r.offset);
+    c.params["tail"] = std::to_string(r.tail);
+  }
+  if (c.property == "permute") c.params["perm"] = std::to_string(r.perm);
+}
+
+CaseSpec base_case(const Target &t, std::vector<int64_t> shape, std::string layout, std::string dist, uint64_t seed) {
+  CaseSpec c;
+  c.op = t.op;
+  c.impl = t.impl;
+  c.property = t.property;
+  c.backend = t.backend;
+  c.dtype = t.dtype;
+  c.shape = std::move(shape);
+  c.layout = std::move(layout);
+  c.dist = std::move(dist);
+  c.seed = seed;
+  return c;
+}
+
+rc::Gen<CaseSpec> gen_matmul_case(const Target &t, const SizeLimits &lim) {
+  const bool batched = t.op == "bmm";
+  const size_t n_inputs = t.op == "addmm" ? 3 : 2;
+  return rc::gen::apply(
+      [t, batched](int64_t b, int64_t m, int64_t n, int64_t k, std::string layout, std::string dist, uint64_t seed,
+                   SliceRaw raw, int bias_rank, int scalars) {
+        CaseSpec c = base_case(t, batched ? std::vector<int64_t>{b, m, n, k} : std::vector<int64_t>{m, n, k}, layout, dist, seed);
+        if (t.op == "addmm") {
+          c.params["bias"] = std::to_string(bias_rank);
+          // alpha/beta: 1/1 most of the time, else values that are not powers of two, and beta 0.
+          static const double alphas[] = {1.0, 0.75, -1.5, 1.0};
+          static const double betas[] = {1.0, 0.5, 1.0, 0.0};
+          c.params["alpha"] = double_to_hex(alphas[scalars]);
+          c.params["beta"] = double_to_hex(betas[scalars]);
+        }
+        add_property_params(c, raw);
+        return c;
+      },
+      // bmm: each of the B products is half the size of an mm case.
+      gen_dim(1, lim.batch), gen_dim(1, batched ? lim.rows / 2 : lim.rows), gen_dim(0, batched ? lim.cols / 2 : lim.cols),
+      gen_dim(0, batched ? lim.reduce / 2 : lim.reduce), gen_layout(n_inputs), gen_dist(),
+      rc::gen::inRange<uint64_t>(0, 1ull << 48), gen_slice_raw(), rc::gen::element(1, 2), rc::gen::inRange(0, 4));
+}
+
+rc::Gen<CaseSpec> gen_reduction_case(const Target &t, const SizeLimits &lim) {
+  // rank 2 or 3: the reduced dim up to lim.reduce, the first up to lim.rows, the middle one small.
+  return rc::gen::apply(
+      [t](int rank, int64_t d0, int64_t d1, int64_t d2, int which, int multi, bool keepdim, bool negative,
+          bool h2f, std::string layout, std::string dist, uint64_t seed, SliceRaw raw) {
+        std::vector<int64_t> shape = rank == 3 ? std::vector<int64_t>{d0, d1, d2} : std::vector<int64_t>{d0, d2};
+        const int reduce_at = which % rank;
+        // The reduced dim gets the long extent.
+        std::swap(shape[reduce_at], shape[rank - 1]);
+        CaseSpec c = base_case(t, shape, layout, dist, seed);
+        const int64_t shown = negative ? reduce_at - rank : reduce_at;
+        if (t.op == "log_softmax") {
+          c.params["dim"] = std::to_string(shown);
+          if (h2f && t.dtype != at::kFloat) c.params["h2f"] = "1";
+        } else {
+          std::string dims = std::to_string(shown);
+          // A second reduced dim, when the rank leaves a batch dim beside it.
+          if (multi && rank == 3) dims += "." + std::to_string((reduce_at + 1) % 3);
+          c.params["dims"] = dims;
+          c.params["keepdim"] = keepdim ? "1" : "0";
+        }
+        add_property_params(c, raw);
+        return c;
+      },
+      rc::gen::element(2, 3), gen_dim(1, lim.rows), gen_dim(1, 17), gen_dim(0, lim.reduce), rc::gen::inRange(0, 3),
+      rc::gen::inRange(0, 2), rc::gen::arbitrary<bool>(), rc::gen::arbitrary<bool>(), rc::gen::arbitrary<bool>(), gen_layout(1),
+      gen_dist(), rc::gen::inRange<uint64_t>(0, 1ull << 48), gen_slice_raw());
+}
+
+}  // namespace
+
+std::string Target::name() const { return op + "/" + impl + "/" + property + "/" + dtype_name(dtype); }
+
+SizeLimits size_limits(Backend b) {
+  if (b == Backend::cpu) return {256, 256, 512, 6};
+  return {1100, 2100, 2100, 8};  // bounded by the host-side data generation and float64 reference
+}
+
+rc::Gen<int64_t> gen_dim(int64_t lo, int64_t hi) {
+  std::vector<int64_t> edges;
+  for (int64_t e : edge_sizes())
+    if (e >= lo && e <= hi) edges.push_back(e);
+  const auto any = rc::gen::inRange<int64_t>(lo, hi + 1);
+  if (edges.empty()) return any;
+  const auto edge = rc::gen::elementOf(edges);
+  if (lo > 0) return rc::gen::weightedOneOf<int64_t>({{1, any}, {1, edge}});
+  return rc::gen::weightedOneOf<int64_t>({{6, any}, {6, edge}, {1, rc::gen::just<int64_t>(0)}});
+}
+
+rc::Gen<CaseSpec> gen_row_case(const Target &t) {
+  const SizeLimits lim = size_limits(t.backend);
+  if (t.op == "mm" || t.op == "addmm" || t.op == "bmm") return gen_matmul_case(t, lim);
+  return gen_reduction_case(t, lim);
+}
+
+}  // namespace detfuzz

@@ -1,0 +1,34 @@
+// RapidCheck generators of cases. Sizes are biased toward where kernels break: 1, primes, tile
+// edges +-1, reductions that are not a multiple of a block, N smaller than a tile, empty dims;
+// layouts are contiguous, transposed, padded with an offset, or strided. Every generator shrinks
+// toward small, contiguous, normal-distributed cases.
+#pragma once
+
+#include "properties/case.h"
+
+#include <rapidcheck.h>
+
+namespace detfuzz {
+
+// What a campaign fuzzes: one (op, impl, property, dtype) on a backend.
+struct Target {
+  std::string op, impl, property;
+  Backend backend = Backend::cpu;
+  at::ScalarType dtype = at::kFloat;
+  Expectation expectation = Expectation::must_hold;
+
+  std::string name() const;  // "mm/invariant/batch_slice/float32"
+};
+
+// Size limits of generated row-op cases, per backend (CPU cases stay cheap).
+struct SizeLimits {
+  int64_t rows, cols, reduce, batch;
+};
+SizeLimits size_limits(Backend b);
+
+// A dimension in [lo, hi], mostly from the edge list, shrinking toward lo.
+rc::Gen<int64_t> gen_dim(int64_t lo, int64_t hi);
+
+rc::Gen<CaseSpec> gen_row_case(const Target &t);
+
+}  // namespace detfuzz

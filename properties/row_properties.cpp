@@ -1,0 +1,303 @@
+#include "properties/row_properties.h"
+
+#include "ops/reference.h"
+#include "properties/data.h"
+
+#include <algorithm>
+#include <numeric>
+#include <sstream>
+#include <stdexcept>
+
+#ifdef DETFUZZ_WITH_CUDA
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace detfuzz {
+namespace {
+
+// Tensor ids of fresh rows (batch_compose) are offset so they never collide with the inputs'.
+constexpr uint64_t kFreshRowsTensor = 1000;
+
+std::vector<int64_t> parse_dims(const std::string &s) {
+  std::vector<int64_t> dims;
+  std::stringstream ss(s);
+  std::string part;
+  while (std::getline(ss, part, '.')) {
+    if (part.empty()) continue;
+    try {
+      dims.push_back(std::stoll(part));
+    } catch (const std::exception &) {
+      throw std::invalid_argument("dims '" + s + "' is not integers joined by '.'");
+    }
+  }
+  return dims;
+}
+
+void need_rank(const CaseSpec &c, size_t lo, size_t hi) {
+  if (c.shape.size() < lo || c.shape.size() > hi)
+    throw std::invalid_argument(c.op + " needs a shape of " + std::to_string(lo) + (lo == hi ? "" : ".." + std::to_string(hi)) +
+                                " sizes, got '" + c.shape_string() + "'");
+}
+
+int64_t normalized_dim(int64_t d, int64_t rank, const std::string &what) {
+  if (d < -rank || d >= rank) throw std::invalid_argument(what + "=" + std::to_string(d) + " is out of range for rank " + std::to_string(rank));
+  return d < 0 ? d + rank : d;
+}
+
+std::vector<int64_t> reduced_dims(const CaseSpec &c) {
+  std::vector<int64_t> dims;
+  for (int64_t d : parse_dims(c.param("dims"))) dims.push_back(normalized_dim(d, c.shape.size(), "dims"));
+  return dims;
+}
+
+at::Tensor run_impl(const ImplInfo &impl, const OpArgs &args) { return impl.run(args); }
+
+// Values (contiguous CPU tensors) of every input, before layouts.
+std::vector<at::Tensor> input_values(const CaseSpec &c) {
+  const auto sizes = row_input_sizes(c);
+  std::vector<at::Tensor> v;
+  for (size_t t = 0; t < sizes.size(); ++t) v.push_back(make_values(c.seed, t, sizes[t], c.dtype, c.dist));
+  return v;
+}
+
+OpArgs args_from_values(const CaseSpec &c, const std::vector<at::Tensor> &values, bool force_contiguous) {
+  OpArgs a;
+  const auto device = device_of(c.backend);
+  for (size_t t = 0; t < values.size(); ++t) {
+    const char code = force_contiguous || t >= c.layout.size() ? 'c' : c.layout[t];
+    a.tensors.push_back(with_layout(values[t], code, device));
+  }
+  a.alpha = c.param_double("alpha", 1.0);
+  a.beta = c.param_double("beta", 1.0);
+  if (c.op == "log_softmax") {
+    a.dim = c.param_int("dim", -1);
+    a.half_to_float = c.param_int("h2f", 0) != 0;
+  }
+  if (c.op == "mean") {
+    a.dims = parse_dims(c.param("dims"));
+    a.keepdim = c.param_int("keepdim", 0) != 0;
+  }
+  return a;
+}
+
+const ImplInfo &impl_of(const CaseSpec &c) {
+  const ImplInfo *impl = find_impl(c.op, c.impl, c.backend);
+  if (!impl) throw std::invalid_argument("no impl '" + c.impl + "' of op '" + c.op + "' on backend " + to_string(c.backend));
+  if (!impl->supports(c.dtype))
+    throw std::invalid_argument("impl '" + c.impl + "' of " + c.op + " does not support dtype " + dtype_name(c.dtype));
+  return *impl;
+}
+
+// Slice range [i, j) of the batch from the case's parameters, clamped to the batch size.
+std::pair<int64_t, int64_t> slice_of(const CaseSpec &c, int64_t batch) {
+  if (batch == 0) return {0, 0};
+  const int64_t i = std::clamp<int64_t>(c.param_int("i", 0), 0, batch - 1);
+  const int64_t j = std::clamp<int64_t>(c.param_int("j", batch), i + 1, batch);
+  return {i, j};
+}
+
+std::string range_text(int64_t i, int64_t j) { return "[" + std::to_string(i) + ":" + std::to_string(j) + "]"; }
+
+Verdict batch_slice(const CaseSpec &c, const ImplInfo &impl) {
+  const OpArgs full = make_row_args(c);
+  const BatchAxis ax = row_batch_axis(c);
+  const auto [i, j] = slice_of(c, ax.size);
+  OpArgs part = full;
+  for (auto [t, d] : ax.inputs) part.tensors[t] = full.tensors[t].narrow(d, i, j - i);
+  const at::Tensor whole = run_impl(impl, full);
+  const at::Tensor sliced = run_impl(impl, part);
+  return Verdict::from_diff(whole.narrow(ax.out_dim, i, j - i), sliced, "op(x" + range_text(i, j) + ") vs op(x)" + range_text(i, j));
+}
+
+Verdict batch_compose(const CaseSpec &c, const ImplInfo &impl) {
+  const BatchAxis ax = row_batch_axis(c);
+  const auto [i, j] = slice_of(c, ax.size);
+  const int64_t len = j - i;
+  const int64_t offset = std::max<int64_t>(0, c.param_int("o", 0));
+  const int64_t tail = std::max<int64_t>(0, c.param_int("tail", 0));
+  const auto values = input_values(c);
+  auto composed = values;
+  for (auto [t, d] : ax.inputs) {
+    auto sizes = values[t].sizes().vec();
+    sizes[d] = offset + len + tail;
+    at::Tensor fresh = make_values(c.seed, kFreshRowsTensor + t, sizes, c.dtype, c.dist);
+    fresh.narrow(d, offset, len).copy_(values[t].narrow(d, i, len));
+    composed[t] = fresh;
+  }
+  const at::Tensor a = run_impl(impl, args_from_values(c, values, false));
+  const at::Tensor b = run_impl(impl, args_from_values(c, composed, false));
+  return Verdict::from_diff(a.narrow(ax.out_dim, i, len), b.narrow(ax.out_dim, offset, len),
+                            "rows" + range_text(i, j) + " alone vs at offset " + std::to_string(offset) + " of a batch of " +
+                                std::to_string(offset + len + tail));
+}
+
+Verdict permute(const CaseSpec &c, const ImplInfo &impl) {
+  const BatchAxis ax = row_batch_axis(c);
+  std::vector<int64_t> perm(ax.size);
+  std::iota(perm.begin(), perm.end(), 0);
+  const uint64_t key = static_cast<uint64_t>(c.param_int("perm", 0));
+  for (int64_t k = ax.size - 1; k > 0; --k) std::swap(perm[k], perm[counter_bits(key, 7, k) % (k + 1)]);
+  const at::Tensor index = at::tensor(perm, at::kLong);
+  const auto values = input_values(c);
+  auto permuted = values;
+  for (auto [t, d] : ax.inputs) permuted[t] = values[t].index_select(d, index);
+  const at::Tensor a = run_impl(impl, args_from_values(c, values, false));
+  const at::Tensor b = run_impl(impl, args_from_values(c, permuted, false));
+  return Verdict::from_diff(a.index_select(ax.out_dim, index.to(a.device())), b, "op(x[perm]) vs op(x)[perm]");
+}
+
+Verdict repeat(const CaseSpec &c, const ImplInfo &impl) {
+  const OpArgs args = make_row_args(c);
+  const at::Tensor a = run_impl(impl, args);
+#ifdef DETFUZZ_WITH_CUDA
+  if (c.backend == Backend::cuda) {
+    c10::cuda::CUDAStream other = c10::cuda::getStreamFromPool();
+    other.wait(c10::cuda::getCurrentCUDAStream());
+    at::Tensor b;
+    {
+      c10::cuda::CUDAStreamGuard guard(other);
+      b = run_impl(impl, args);
+    }
+    c10::cuda::getCurrentCUDAStream().wait(other);
+    return Verdict::from_diff(a, b, "two runs on two streams");
+  }
+#endif
+  return Verdict::from_diff(a, run_impl(impl, args), "two runs");
+}
+
+Verdict variant_agree(const CaseSpec &c, const ImplInfo &impl) {
+  const auto values = input_values(c);
+  const OpArgs laid_out = args_from_values(c, values, false);
+  const at::Tensor a = run_impl(impl, laid_out);
+  const at::Tensor b = run_impl(impl, args_from_values(c, values, true));
+  Verdict v = Verdict::from_diff(a, b, "layout " + c.layout + " vs contiguous");
+#ifdef DETFUZZ_WITH_CUDA
+  if (v.passed() && c.backend == Backend::cuda) {
+    // Graph replay: capture the op on a side stream, replay, compare with the eager result.
+    c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+    side.wait(c10::cuda::getCurrentCUDAStream());
+    at::Tensor captured;
+    at::cuda::CUDAGraph graph;
+    {
+      c10::cuda::CUDAStreamGuard guard(side);
+      graph.capture_begin();
+      captured = run_impl(impl, laid_out);
+      graph.capture_end();
+      graph.replay();
+    }
+    c10::cuda::getCurrentCUDAStream().wait(side);
+    v = Verdict::from_diff(a, captured, "CUDA-graph replay vs eager");
+  }
+#endif
+  return v;
+}
+
+Verdict accuracy(const CaseSpec &c, const ImplInfo &impl) {
+  const OpArgs args = make_row_args(c);
+  const at::Tensor out = run_impl(impl, args);
+  const AccuracyResult r = check_accuracy(c.op, args, out);
+  if (r.ok) return Verdict::pass({}, "within tolerance of the float64 reference");
+  DiffStats d;
+  d.numel = out.numel();
+  d.first_index = r.worst_index;
+  d.max_abs_diff = r.worst_error;
+  return Verdict::fail(d, r.detail);
+}
+
+}  // namespace
+
+const std::vector<std::string> &row_properties() {
+  static const std::vector<std::string> p = {"batch_slice", "batch_compose", "permute", "repeat", "variant_agree", "accuracy"};
+  return p;
+}
+
+bool is_row_op(const std::string &op) {
+  const auto &ops = row_ops();
+  return std::find(ops.begin(), ops.end(), op) != ops.end();
+}
+
+std::vector<std::vector<int64_t>> row_input_sizes(const CaseSpec &c) {
+  const auto &s = c.shape;
+  if (c.op == "mm") {
+    need_rank(c, 3, 3);  // M N K
+    return {{s[0], s[2]}, {s[2], s[1]}};
+  }
+  if (c.op == "addmm") {
+    need_rank(c, 3, 3);
+    const int64_t bias = c.param_int("bias", 1);
+    if (bias != 1 && bias != 2) throw std::invalid_argument("addmm bias=" + std::to_string(bias) + " (expected 1 or 2: the bias rank)");
+    return {bias == 1 ? std::vector<int64_t>{s[1]} : std::vector<int64_t>{s[0], s[1]}, {s[0], s[2]}, {s[2], s[1]}};
+  }
+  if (c.op == "bmm") {
+    need_rank(c, 4, 4);  // B M N K
+    return {{s[0], s[1], s[3]}, {s[0], s[3], s[2]}};
+  }
+  if (c.op == "log_softmax" || c.op == "mean") {
+    need_rank(c, 1, 4);
+    return {s};
+  }
+  throw std::invalid_argument("unknown row op '" + c.op + "'");
+}
+
+BatchAxis row_batch_axis(const CaseSpec &c) {
+  row_input_sizes(c);  // validates the shape
+  BatchAxis ax;
+  if (c.op == "mm") {
+    ax.inputs = {{0, 0}};
+    ax.size = c.shape[0];
+  } else if (c.op == "addmm") {
+    ax.inputs = {{1, 0}};
+    if (c.param_int("bias", 1) == 2) ax.inputs.push_back({0, 0});
+    ax.size = c.shape[0];
+  } else if (c.op == "bmm") {  // rows of each matrix: the tokens
+    ax.inputs = {{0, 1}};
+    ax.out_dim = 1;
+    ax.size = c.shape[1];
+  } else {
+    const int64_t rank = c.shape.size();
+    std::vector<int64_t> reduced;
+    if (c.op == "log_softmax") reduced = {normalized_dim(c.param_int("dim", -1), rank, "dim")};
+    else reduced = reduced_dims(c);
+    if (c.op == "mean" && reduced.empty()) for (int64_t d = 0; d < rank; ++d) reduced.push_back(d);
+    int64_t batch_dim = -1;
+    for (int64_t d = 0; d < rank && batch_dim < 0; ++d)
+      if (std::find(reduced.begin(), reduced.end(), d) == reduced.end()) batch_dim = d;
+    if (batch_dim < 0) throw std::invalid_argument(c.op + " case reduces every dim: it has no batch dim to slice");
+    ax.inputs = {{0, static_cast<int>(batch_dim)}};
+    ax.size = c.shape[batch_dim];
+    int64_t out_dim = batch_dim;
+    if (c.op == "mean" && c.param_int("keepdim", 0) == 0)
+      out_dim -= std::count_if(reduced.begin(), reduced.end(), [&](int64_t d) { return d < batch_dim; });
+    ax.out_dim = static_cast<int>(out_dim);
+  }
+  return ax;
+}
+
+OpArgs make_row_args(const CaseSpec &c) { return args_from_values(c, input_values(c), false); }
+
+Verdict check_row_case(const CaseSpec &c) {
+  const ImplInfo &impl = impl_of(c);
+  row_input_sizes(c);
+  const auto &props = row_properties();
+  if (std::find(props.begin(), props.end(), c.property) == props.end())
+    throw std::invalid_argument("unknown property '" + c.property + "' for row op " + c.op);
+  if (c.property != "repeat" && c.property != "variant_agree" && c.property != "accuracy") row_batch_axis(c);
+  try {
+    if (c.property == "batch_slice") return batch_slice(c, impl);
+    if (c.property == "batch_compose") return batch_compose(c, impl);
+    if (c.property == "permute") return permute(c, impl);
+    if (c.property == "repeat") return repeat(c, impl);
+    if (c.property == "variant_agree") return variant_agree(c, impl);
+    return accuracy(c, impl);
+  } catch (const std::invalid_argument &) {
+    throw;
+  } catch (const std::exception &e) {
+    std::string what = e.what();
+    what = what.substr(0, what.find('\n'));
+    return Verdict::error(what);
+  }
+}
+
+}  // namespace detfuzz
