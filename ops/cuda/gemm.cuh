@@ -1,0 +1,59 @@
+// Raw-pointer launchers of the batch-invariant persistent matmul (no torch here; host C++ may
+// include this header). C[b] = alpha * A[b] @ B[b] (+ beta * bias), for b in [0, batch).
+//
+// Layouts the kernels read directly (cuda_ops.cpp makes copies for anything else):
+//   A: row-major, element (m, k) at a[m * lda + k]
+//   B: b_kn == true : element (k, n) at b[k * ldb + n]   (row-major [K, N])
+//      b_kn == false: element (k, n) at b[n * ldb + k]   (a transposed [N, K] row-major weight)
+//   C: element (m, n) at c[m * ldc + n]
+//   bias (optional): element (m, n) at bias[m * bias_stride_m + n * bias_stride_n] (strides may be 0)
+// Alignment (gemm_check() says which is unmet): every pointer 16-byte aligned; for 16-bit types
+// K, lda, ldb and the batch strides of A and B multiples of 8 (fp32: of 4). With b_kn, N too, or
+// else every row of B must be readable up to N rounded up (a zero-padded copy): the kernels load
+// 16-byte chunks and drop the columns past N.
+//
+// The bits of C[b, m, n] depend only on the dtype, K and the values of row m of A[b], column n of
+// B[b] (and the bias): never on M, the batch, the CTA count, the stream or the B layout.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+namespace detfuzz::cuda_kernels {
+
+enum class DType { f32, f16, bf16, i32, i64 };
+const char *dtype_name(DType t);
+int dtype_size(DType t);
+
+struct GemmParams {
+  DType dtype = DType::f32;  // A, B, C and bias all have this dtype
+  const void *a = nullptr;
+  int64_t lda = 0, batch_stride_a = 0;
+  const void *b = nullptr;
+  int64_t ldb = 0, batch_stride_b = 0;
+  bool b_kn = true;
+  void *c = nullptr;
+  int64_t ldc = 0, batch_stride_c = 0;
+  const void *bias = nullptr;  // nullptr: no bias (beta is then ignored)
+  int64_t bias_stride_m = 0, bias_stride_n = 0, batch_stride_bias = 0;
+  float alpha = 1.f, beta = 1.f;
+  int64_t M = 0, N = 0, K = 0, batch = 1;
+  int num_ctas = 0;  // persistent CTAs; cuda_ops passes the device's SM count. Must be >= 1.
+};
+
+// Empty string when the kernels can run these params as given, else why not.
+std::string gemm_check(const GemmParams &p);
+// Element alignment the kernels need for K / ld / N (8 for 16-bit types, 4 for fp32).
+int gemm_alignment(DType t);
+
+// Launches on `stream`; throws std::runtime_error (with the call site) on a bad configuration or
+// a CUDA error. Does not synchronise.
+void launch_gemm(const GemmParams &p, cudaStream_t stream);
+
+// Internal: one per kernel file.
+void launch_gemm_tc(const GemmParams &p, cudaStream_t stream);   // f16, bf16 (gemm_tc.cu)
+void launch_gemm_f32(const GemmParams &p, cudaStream_t stream);  // f32 (gemm_f32.cu)
+
+}  // namespace detfuzz::cuda_kernels

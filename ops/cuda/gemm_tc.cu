@@ -1,0 +1,293 @@
+// Batch-invariant persistent matmul for bfloat16 and float16 on tensor cores (sm_80+ mma.sync).
+//
+// Design. One CTA per SM (the launcher gets the count) walks the output tiles of all batches in
+// a fixed grouped order (GROUP_M = 8 tile rows per group, batch outermost): tile t goes to CTA
+// t mod gridDim. A tile is 128 x 128 outputs, computed whole by one CTA of 8 warps (2 x 4, each
+// warp 64 x 32) over the entire K loop: BK = 64 per step, 4 cp.async stages (128 KiB of shared
+// memory, rows swizzled in 16-byte chunks by chunk ^ (row & 7) so ldmatrix is conflict-free),
+// ldmatrix(.trans) fragments and mma.sync.m16n8k16 with float32 accumulators. No split-K, no
+// atomics, no reduction across CTAs. The arithmetic of one output element is therefore: for
+// k-step 0, 1, ..., ceil(K/16)-1 in order, D = mma(A[m, k16], B[k16, n], D), starting from +0;
+// the order inside one mma is fixed by the hardware. Nothing of this depends on M, the batch,
+// the number of CTAs or which layout B has (both B layouts feed identical fragments), so a row's
+// bits are the same alone or in any batch. Out-of-range rows, columns and K are zero-filled by
+// cp.async's src-size operand, and an m16 sub-tile whose rows all lie past M skips its mma
+// (other rows never enter a row's result), which keeps small-M tiles streaming B at low cost.
+// Epilogue: v = alpha * acc, then v = v + beta * bias (when a bias is given), rounded once to
+// the output type; stores are masked. Offsets are 64-bit throughout.
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/gemm.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <stdexcept>
+
+namespace detfuzz::cuda_kernels {
+namespace {
+
+constexpr int BM = 128, BN = 128, BK = 64, STAGES = 4, THREADS = 256, GROUP_M = 8;
+constexpr int A_STAGE = BM * BK;  // elements
+constexpr int B_STAGE = BK * BN;
+constexpr int SMEM_BYTES = STAGES * (A_STAGE + B_STAGE) * 2;
+
+struct TcArgs {
+  const uint16_t *a, *b, *bias;
+  uint16_t *c;
+  int64_t lda, ldb, ldc, sa, sb, sc, sbias, bsm, bsn;
+  int64_t M, N, K, batch;
+  float alpha, beta;
+};
+
+template <typename T> __device__ __forceinline__ float to_f(uint16_t v);
+template <> __device__ __forceinline__ float to_f<__nv_bfloat16>(uint16_t v) {
+  return __bfloat162float(__ushort_as_bfloat16(v));
+}
+template <> __device__ __forceinline__ float to_f<__half>(uint16_t v) { return __half2float(__ushort_as_half(v)); }
+template <typename T> __device__ __forceinline__ uint16_t from_f(float v);
+template <> __device__ __forceinline__ uint16_t from_f<__nv_bfloat16>(float v) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+template <> __device__ __forceinline__ uint16_t from_f<__half>(float v) { return __half_as_ushort(__float2half_rn(v)); }
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid) {
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+template <typename T> __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
+template <>
+__device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+template <>
+__device__ __forceinline__ void mma16816<__half>(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+template <typename T, bool B_KN>
+__global__ void __launch_bounds__(THREADS, 1) gemm_tc_kernel(const TcArgs p) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  const uint32_t sA = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t sB = sA + STAGES * A_STAGE * 2;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp >> 2, wn = warp & 3;  // warp tile: rows wm*64.., cols wn*32..
+
+  const int64_t tiles_m = (p.M + BM - 1) / BM, tiles_n = (p.N + BN - 1) / BN;
+  const int64_t tiles_per_batch = tiles_m * tiles_n;
+  const int64_t total = tiles_per_batch * p.batch;
+  const int ktiles = static_cast<int>((p.K + BK - 1) / BK);
+
+  for (int64_t tile = blockIdx.x; tile < total; tile += gridDim.x) {
+    const int64_t bidx = tile / tiles_per_batch;
+    const int64_t t = tile - bidx * tiles_per_batch;
+    const int64_t in_group = GROUP_M * tiles_n;
+    const int64_t first_m = (t / in_group) * GROUP_M;
+    const int64_t gsize = min(tiles_m - first_m, static_cast<int64_t>(GROUP_M));
+    const int64_t pid_m = first_m + (t % in_group) % gsize;
+    const int64_t pid_n = (t % in_group) / gsize;
+    const int64_t m0 = pid_m * BM, n0 = pid_n * BN;
+    const int valid_m = static_cast<int>(min(static_cast<int64_t>(BM), p.M - m0));
+
+    const uint16_t *A = p.a + bidx * p.sa;
+    const uint16_t *B = p.b + bidx * p.sb;
+
+    auto load_stage = [&](int stage, int kt) {
+      const int64_t k0 = static_cast<int64_t>(kt) * BK;
+      const uint32_t dA = sA + stage * A_STAGE * 2;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int id = tid + i * THREADS;
+        const int row = id >> 3, ch = id & 7;
+        const int64_t gm = m0 + row, gk = k0 + ch * 8;
+        const bool ok = row < valid_m && gk < p.K;
+        const uint16_t *src = ok ? A + gm * p.lda + gk : A;
+        cp_async16(dA + (row * BK + ((ch ^ (row & 7)) << 3)) * 2, src, ok);
+      }
+      const uint32_t dB = sB + stage * B_STAGE * 2;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int id = tid + i * THREADS;
+        if (B_KN) {  // smem [BK][BN], 16 chunks per row
+          const int kr = id >> 4, ch = id & 15;
+          const int64_t gk = k0 + kr, gn = n0 + ch * 8;
+          const bool ok = gk < p.K && gn < p.N;
+          const uint16_t *src = ok ? B + gk * p.ldb + gn : B;
+          cp_async16(dB + (kr * BN + ((ch ^ (kr & 7)) << 3)) * 2, src, ok);
+        } else {  // smem [BN][BK], 8 chunks per row
+          const int nr = id >> 3, ch = id & 7;
+          const int64_t gn = n0 + nr, gk = k0 + ch * 8;
+          const bool ok = gn < p.N && gk < p.K;
+          const uint16_t *src = ok ? B + gn * p.ldb + gk : B;
+          cp_async16(dB + (nr * BK + ((ch ^ (nr & 7)) << 3)) * 2, src, ok);
+        }
+      }
+    };
+
+    float acc[4][4][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+
+    const int warp_row0 = wm * 64;
+    const bool warp_active = warp_row0 < valid_m;
+
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+      if (s < ktiles) load_stage(s, s);
+      cp_async_commit();
+    }
+
+    for (int kt = 0; kt < ktiles; ++kt) {
+      cp_async_wait<STAGES - 2>();
+      __syncthreads();
+      {
+        const int nk = kt + STAGES - 1;
+        if (nk < ktiles) load_stage(nk % STAGES, nk);
+        cp_async_commit();
+      }
+      const int stage = kt % STAGES;
+      const uint32_t aS = sA + stage * A_STAGE * 2;
+      const uint32_t bS = sB + stage * B_STAGE * 2;
+      if (warp_active) {
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; ++kk) {
+          uint32_t bf[4][2];
+#pragma unroll
+          for (int np = 0; np < 2; ++np) {
+            uint32_t r[4];
+            const int mi = lane >> 3;
+            if (B_KN) {
+              const int kr = kk * 16 + (mi & 1) * 8 + (lane & 7);
+              const int nch = ((wn * 32 + np * 16) >> 3) + (mi >> 1);
+              ldmatrix_x4_trans(r, bS + (kr * BN + ((nch ^ (kr & 7)) << 3)) * 2);
+            } else {
+              const int nr = wn * 32 + np * 16 + (mi >> 1) * 8 + (lane & 7);
+              const int kch = kk * 2 + (mi & 1);
+              ldmatrix_x4(r, bS + (nr * BK + ((kch ^ (nr & 7)) << 3)) * 2);
+            }
+            bf[2 * np][0] = r[0];
+            bf[2 * np][1] = r[1];
+            bf[2 * np + 1][0] = r[2];
+            bf[2 * np + 1][1] = r[3];
+          }
+#pragma unroll
+          for (int mt = 0; mt < 4; ++mt) {
+            if (warp_row0 + mt * 16 < valid_m) {  // warp-uniform
+              uint32_t af[4];
+              const int row = warp_row0 + mt * 16 + (lane & 15);
+              const int kch = kk * 2 + (lane >> 4);
+              ldmatrix_x4(af, aS + (row * BK + ((kch ^ (row & 7)) << 3)) * 2);
+#pragma unroll
+              for (int nt = 0; nt < 4; ++nt) mma16816<T>(acc[mt][nt], af, bf[nt]);
+            }
+          }
+        }
+      }
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // every warp is done with the stages before the next tile's prologue
+
+    // Epilogue.
+    uint16_t *C = p.c + bidx * p.sc;
+    const uint16_t *bias = p.bias ? p.bias + bidx * p.sbias : nullptr;
+    const bool vec2 = ((p.ldc & 1) == 0) && ((reinterpret_cast<uintptr_t>(C) & 3) == 0);
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int lr = warp_row0 + mt * 16 + (lane >> 2) + h * 8;
+        if (lr >= valid_m) continue;
+        const int64_t gm = m0 + lr;
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+          const int64_t gn = n0 + wn * 32 + nt * 8 + (lane & 3) * 2;
+          float v[2];
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            v[e] = p.alpha * acc[mt][nt][h * 2 + e];
+            if (bias && gn + e < p.N) v[e] = v[e] + p.beta * to_f<T>(bias[gm * p.bsm + (gn + e) * p.bsn]);
+          }
+          uint16_t *dst = C + gm * p.ldc + gn;
+          if (vec2 && gn + 1 < p.N) {
+            const uint32_t packed = static_cast<uint32_t>(from_f<T>(v[0])) | (static_cast<uint32_t>(from_f<T>(v[1])) << 16);
+            *reinterpret_cast<uint32_t *>(dst) = packed;
+          } else {
+            if (gn < p.N) dst[0] = from_f<T>(v[0]);
+            if (gn + 1 < p.N) dst[1] = from_f<T>(v[1]);
+          }
+        }
+      }
+    }
+  }
+}
+
+template <typename T, bool B_KN>
+void launch_one(const TcArgs &args, int ctas, cudaStream_t stream) {
+  auto kernel = gemm_tc_kernel<T, B_KN>;
+  DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
+  kernel<<<ctas, THREADS, SMEM_BYTES, stream>>>(args);
+  DETFUZZ_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+void launch_gemm_tc(const GemmParams &p, cudaStream_t stream) {
+  TcArgs args{};
+  args.a = static_cast<const uint16_t *>(p.a);
+  args.b = static_cast<const uint16_t *>(p.b);
+  args.bias = static_cast<const uint16_t *>(p.bias);
+  args.c = static_cast<uint16_t *>(p.c);
+  args.lda = p.lda;
+  args.ldb = p.ldb;
+  args.ldc = p.ldc;
+  args.sa = p.batch_stride_a;
+  args.sb = p.batch_stride_b;
+  args.sc = p.batch_stride_c;
+  args.sbias = p.batch_stride_bias;
+  args.bsm = p.bias_stride_m;
+  args.bsn = p.bias_stride_n;
+  args.M = p.M;
+  args.N = p.N;
+  args.K = p.K;
+  args.batch = p.batch;
+  args.alpha = p.alpha;
+  args.beta = p.beta;
+  if (p.dtype == DType::bf16) {
+    if (p.b_kn) launch_one<__nv_bfloat16, true>(args, p.num_ctas, stream);
+    else launch_one<__nv_bfloat16, false>(args, p.num_ctas, stream);
+  } else if (p.dtype == DType::f16) {
+    if (p.b_kn) launch_one<__half, true>(args, p.num_ctas, stream);
+    else launch_one<__half, false>(args, p.num_ctas, stream);
+  } else {
+    throw std::invalid_argument("launch_gemm_tc: dtype must be f16 or bf16");
+  }
+}
+
+}  // namespace detfuzz::cuda_kernels
