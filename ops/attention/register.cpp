@@ -1,7 +1,136 @@
+// Impls of op "paged_attention". OpArgs::tensors = {q [T_q, H_q, D], k_pool [NB, BS, H_kv, D],
+// v_pool, cu_seqlens_q [S+1], seq_lens_kv [S], block_table [S, max_blocks]} (int32 metadata);
+// OpArgs::alpha = softmax scale, 0 = 1/sqrt(D). Output [T_q, H_q, D] in q's dtype.
+#include "ops/attention/paged_attention.h"
 #include "ops/registry.h"
 
-namespace detfuzz {
+#include <c10/util/Exception.h>
 
-std::vector<ImplInfo> attention_impls(Backend) { return {}; }
+namespace detfuzz {
+namespace {
+
+using namespace attention;
+
+void check_arity(const OpArgs &a) {
+  TORCH_CHECK(a.tensors.size() == 6,
+              "paged_attention takes 6 tensors {q, k_pool, v_pool, cu_seqlens_q, seq_lens_kv, block_table}, got ",
+              a.tensors.size());
+}
+
+at::Tensor run_reference(const OpArgs &a) {
+  check_arity(a);
+  const auto &t = a.tensors;
+  return paged_attention_reference(t[0], t[1], t[2], t[3], t[4], t[5], a.alpha);
+}
+
+OpFn split_cpu(PlanFn plan) {
+  return [plan](const OpArgs &a) {
+    check_arity(a);
+    const auto &t = a.tensors;
+    return paged_attention_split_cpu(t[0], t[1], t[2], t[3], t[4], t[5], a.alpha, plan);
+  };
+}
+
+// Baseline: libtorch's scaled_dot_product_attention per sequence over the gathered contiguous K,
+// V (GQA by repeat_interleave) with an explicit bottom-right causal mask.
+at::Tensor run_torch_sdpa(const OpArgs &a) {
+  check_arity(a);
+  const auto &t = a.tensors;
+  const MetadataHost m = validate_paged_inputs(t[0], t[1], t[2], t[3], t[4], t[5]);
+  const int64_t D = m.head_dim, group = m.h_q / m.h_kv;
+  const double scale = softmax_scale(a.alpha, D);
+  std::vector<at::Tensor> outs;
+  for (int64_t s = 0; s < m.num_seqs; ++s) {
+    const int64_t ql = m.q_len(s), kl = m.kv_len[s];
+    if (ql == 0) continue;
+    const int64_t used = (kl + m.block_size - 1) / m.block_size;
+    auto ids = at::empty({used}, at::kLong);
+    for (int64_t j = 0; j < used; ++j) ids.data_ptr<int64_t>()[j] = m.block(s, j);
+    ids = ids.to(t[1].device());
+    auto ks = t[1].index_select(0, ids).reshape({-1, m.h_kv, D}).slice(0, 0, kl);
+    auto vs = t[2].index_select(0, ids).reshape({-1, m.h_kv, D}).slice(0, 0, kl);
+    if (group > 1) {
+      ks = ks.repeat_interleave(group, 1);
+      vs = vs.repeat_interleave(group, 1);
+    }
+    const auto qs = t[0].slice(0, m.cu_q[s], m.cu_q[s + 1]).transpose(0, 1).unsqueeze(0);
+    auto rows = at::arange(ql, at::TensorOptions().dtype(at::kLong).device(t[0].device())).unsqueeze(1);
+    auto cols = at::arange(kl, at::TensorOptions().dtype(at::kLong).device(t[0].device())).unsqueeze(0);
+    const auto mask = cols <= rows + (kl - ql);
+    auto o = at::scaled_dot_product_attention(qs, ks.transpose(0, 1).unsqueeze(0), vs.transpose(0, 1).unsqueeze(0),
+                                              mask, 0.0, false, scale);
+    outs.push_back(o.squeeze(0).transpose(0, 1));
+  }
+  if (outs.empty()) return at::empty({0, m.h_q, D}, t[0].options());
+  return at::cat(outs, 0).contiguous();
+}
+
+}  // namespace
+
+std::vector<ImplInfo> attention_impls(Backend backend) {
+  const std::string op = "paged_attention";
+  const auto must = Expectation::must_hold;
+  std::vector<ImplInfo> out;
+  if (backend == Backend::cpu) {
+    const std::vector<at::ScalarType> dt = {at::kHalf, at::kBFloat16, at::kFloat};
+    out.push_back({"invariant", op, backend, dt, must,
+                   "fixed-split paged attention (256-token splits, 64-token tiles, fixed merge order), float32 on the CPU",
+                   split_cpu({})});
+    out.push_back({"reference", op, backend, dt, must,
+                   "Path A: per-sequence gather, two-pass float32 softmax attention", run_reference});
+    // Imitates FlashAttention-2's split-KV heuristic: the partition of every sequence's KV is
+    // computed from max_seqlen_k of the whole batch, so a longer neighbour moves the merge points.
+    out.push_back({"mutant-splits-from-maxlen", op, backend, dt, must,
+                   "planted bug: KV split size from the batch's max_seqlen_k (FlashAttention-2 num_splits)",
+                   split_cpu(mutant_plan(Mutant::splits_from_maxlen))});
+    // Imitates FlashInfer's plan choosing CTA_TILE_Q (and with it the KV step) from the batch's
+    // average query length: other sequences' query lengths move the online-softmax merge points.
+    out.push_back({"mutant-qtile-from-avg", op, backend, dt, must,
+                   "planted bug: query tile (and KV step) from the batch's average query length (FlashInfer plan)",
+                   split_cpu(mutant_plan(Mutant::qtile_from_avg))});
+    // Imitates a CUDA-graph replay padded to a bucket whose padded seq_lens tail is never written:
+    // the scheduler reads stale values past the real sequences and takes a shared max over them.
+    out.push_back({"mutant-padded-grid", op, backend, dt, must,
+                   "planted bug: grid padded to a graph bucket, max_seqlen_k read over the uninitialised tail",
+                   split_cpu(mutant_plan(Mutant::padded_grid))});
+    out.push_back({"torch-sdpa", op, backend, dt, Expectation::observed,
+                   "at::scaled_dot_product_attention per sequence over gathered KV (libtorch CPU)", run_torch_sdpa});
+  }
+#ifdef DETFUZZ_WITH_CUDA
+  if (backend == Backend::cuda) {
+    const std::vector<at::ScalarType> dt = {at::kHalf, at::kBFloat16};
+    out.push_back({"invariant", op, backend, dt, must,
+                   "fused paged attention kernel: one launch over the mixed batch, 256-token splits, fixed-order merge",
+                   [](const OpArgs &a) {
+                     check_arity(a);
+                     const auto &t = a.tensors;
+                     return paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], a.alpha);
+                   }});
+    // The CUDA mutants: the fused kernel with its split size from the batch (same bugs as the CPU ones).
+    auto cuda_mutant = [](Mutant mu) -> OpFn {
+      return [mu](const OpArgs &a) {
+        check_arity(a);
+        const auto &t = a.tensors;
+        const MetadataHost m = validate_paged_inputs(t[0], t[1], t[2], t[3], t[4], t[5]);
+        const int64_t split = m.num_seqs ? mutant_plan(mu)(m, 0).split : kKvSplit;
+        return paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], a.alpha, split);
+      };
+    };
+    // FlashAttention-2's split-KV partition from the batch's max_seqlen_k.
+    out.push_back({"mutant-splits-from-maxlen", op, backend, dt, must,
+                   "planted bug: the fused kernel with its KV split size from the batch's max_seqlen_k",
+                   cuda_mutant(Mutant::splits_from_maxlen)});
+    // A graph-padded grid reading the uninitialised seq_lens tail into a shared max_seqlen_k.
+    out.push_back({"mutant-padded-grid", op, backend, dt, must,
+                   "planted bug: the fused kernel, split size from max_seqlen_k over a padded bucket's stale tail",
+                   cuda_mutant(Mutant::padded_grid)});
+    out.push_back({"reference", op, backend, dt, must,
+                   "Path A on the host: per-sequence gather, two-pass float32 softmax attention", run_reference});
+    out.push_back({"torch-sdpa", op, backend, dt, Expectation::observed,
+                   "at::scaled_dot_product_attention per sequence over gathered KV (libtorch CUDA)", run_torch_sdpa});
+  }
+#endif
+  return out;
+}
 
 }  // namespace detfuzz

@@ -1,0 +1,166 @@
+// The fixed-split algorithm on the CPU (see paged_attention.h for the algorithm), and the plans
+// of the planted bugs. Each query row is computed on its own, so the only way batch composition
+// can reach a row's bits is through the plan: the invariant plan ignores the batch.
+#include "ops/attention/paged_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace detfuzz::attention {
+
+at::Tensor paged_attention_split_cpu(const at::Tensor &q, const at::Tensor &k_pool, const at::Tensor &v_pool,
+                                     const at::Tensor &cu_seqlens_q, const at::Tensor &seq_lens_kv,
+                                     const at::Tensor &block_table, double alpha, const PlanFn &plan) {
+  const MetadataHost m = validate_paged_inputs(q, k_pool, v_pool, cu_seqlens_q, seq_lens_kv, block_table);
+  const float scale = softmax_scale(alpha, m.head_dim);
+  const int64_t D = m.head_dim, group = m.h_q / m.h_kv, BS = m.block_size;
+  const auto qf = q.to(at::kCPU).to(at::kFloat).contiguous();
+  const auto kf = k_pool.to(at::kCPU).to(at::kFloat).contiguous();
+  const auto vf = v_pool.to(at::kCPU).to(at::kFloat).contiguous();
+  const float *qd = qf.data_ptr<float>(), *kd = kf.data_ptr<float>(), *vd = vf.data_ptr<float>();
+  auto out = at::empty({m.num_q, m.h_q, D}, at::kFloat);
+  float *od = out.data_ptr<float>();
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  // p is rounded to the input dtype before P@V, as a tensor-core kernel feeds its MMA; l sums
+  // the unrounded p.
+  const at::ScalarType in_dtype = q.scalar_type();
+  auto round_p = [in_dtype](float x) {
+    if (in_dtype == at::kBFloat16) return static_cast<float>(c10::BFloat16(x));
+    if (in_dtype == at::kHalf) return static_cast<float>(c10::Half(x));
+    return x;
+  };
+
+  std::vector<float> s_tile, pv(D), split_m, split_l, split_acc, o(D);
+  std::vector<const float *> krow, vrow;
+  for (int64_t s = 0; s < m.num_seqs; ++s) {
+    const int64_t ql = m.q_len(s), kl = m.kv_len[s];
+    if (ql == 0) continue;
+    const SplitPlan p = plan ? plan(m, s) : SplitPlan{};
+    TORCH_CHECK(p.tile > 0 && p.split > 0 && p.split % p.tile == 0, "paged_attention: bad split plan (tile ", p.tile,
+                ", split ", p.split, ") for sequence ", s);
+    // Page walk: the address of every key of the sequence, through the block table.
+    krow.resize(kl);
+    vrow.resize(kl);
+    for (int64_t k = 0; k < kl; ++k) {
+      const int64_t slot = static_cast<int64_t>(m.block(s, k / BS)) * BS + k % BS;
+      krow[k] = kd + slot * m.h_kv * D;
+      vrow[k] = vd + slot * m.h_kv * D;
+    }
+    s_tile.resize(p.tile);
+    for (int64_t qi = 0; qi < ql; ++qi) {
+      const int64_t row = m.cu_q[s] + qi, visible = kl - ql + qi + 1;
+      const int64_t nsplit = (visible + p.split - 1) / p.split;
+      split_m.assign(nsplit, neg_inf);
+      split_l.assign(nsplit, 0.f);
+      split_acc.assign(nsplit * D, 0.f);
+      for (int64_t h = 0; h < m.h_q; ++h) {
+        const int64_t off = (h / group) * D;  // KV head of query head h, times D
+        const float *qv = qd + (row * m.h_q + h) * D;
+        for (int64_t j = 0; j < nsplit; ++j) {
+          const int64_t start = j * p.split, end = std::min(start + p.split, visible);
+          float mrun = neg_inf, lrun = 0.f;
+          float *acc = split_acc.data() + j * D;
+          std::fill(acc, acc + D, 0.f);
+          for (int64_t t0 = start; t0 < end; t0 += p.tile) {
+            const int64_t t1 = std::min(t0 + p.tile, end);
+            float tmax = neg_inf;
+            for (int64_t k = t0; k < t1; ++k) {
+              const float *kv = krow[k] + off;
+              float dot = 0.f;
+              for (int64_t d = 0; d < D; ++d) dot += qv[d] * kv[d];
+              s_tile[k - t0] = dot * scale;
+              tmax = std::max(tmax, s_tile[k - t0]);
+            }
+            const float mnew = std::max(mrun, tmax);
+            const float a = std::exp(mrun - mnew);  // exp(-inf) = 0 on the first tile
+            float lt = 0.f;
+            std::fill(pv.begin(), pv.end(), 0.f);
+            for (int64_t k = t0; k < t1; ++k) {
+              const float pk = std::exp(s_tile[k - t0] - mnew);
+              lt += pk;
+              const float pr = round_p(pk);
+              const float *vv = vrow[k] + off;
+              for (int64_t d = 0; d < D; ++d) pv[d] += pr * vv[d];
+            }
+            lrun = lrun * a + lt;
+            for (int64_t d = 0; d < D; ++d) acc[d] = acc[d] * a + pv[d];
+            mrun = mnew;
+          }
+          split_m[j] = mrun;
+          split_l[j] = lrun;
+        }
+        // Merge in split order.
+        float mx = neg_inf;
+        for (int64_t j = 0; j < nsplit; ++j) mx = std::max(mx, split_m[j]);
+        float L = 0.f;
+        std::fill(o.begin(), o.end(), 0.f);
+        for (int64_t j = 0; j < nsplit; ++j) {
+          const float w = std::exp(split_m[j] - mx);
+          L += w * split_l[j];
+          const float *acc = split_acc.data() + j * D;
+          for (int64_t d = 0; d < D; ++d) o[d] += w * acc[d];
+        }
+        float *dst = od + (row * m.h_q + h) * D;
+        for (int64_t d = 0; d < D; ++d) dst[d] = o[d] / L;
+      }
+    }
+  }
+  return out.to(q.scalar_type()).to(q.device());
+}
+
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// FlashAttention-2's split-KV partition: n_blocks_per_split = ceil(ceil(max_seqlen_k / kBlockN)
+// / num_splits), applied to every sequence of the batch.
+SplitPlan split_from_max(int64_t max_seqlen_k, int64_t num_splits) {
+  const int64_t tiles = std::max<int64_t>(1, ceil_div(max_seqlen_k, kKvTile));
+  return {kKvTile, ceil_div(tiles, num_splits) * kKvTile};
+}
+
+}  // namespace
+
+PlanFn mutant_plan(Mutant mutant) {
+  switch (mutant) {
+    case Mutant::splits_from_maxlen:
+      return [](const MetadataHost &m, int64_t) {
+        const int64_t maxlen = *std::max_element(m.kv_len.begin(), m.kv_len.end());
+        return split_from_max(maxlen, 4);
+      };
+    case Mutant::qtile_from_avg:
+      return [](const MetadataHost &m, int64_t) {
+        // FlashInfer's plan: CTA_TILE_Q from the batch's average packed query length, and with it
+        // the number of KV columns per step (the online-softmax merge points).
+        const int64_t avg = m.num_seqs ? m.num_q / m.num_seqs : 0;
+        const int64_t q_tile = avg > 64 ? 128 : avg > 16 ? 64 : 16;
+        const int64_t kv_tile = q_tile == 128 ? 32 : q_tile == 64 ? 64 : 128;
+        return SplitPlan{kv_tile, kKvSplit};
+      };
+    case Mutant::padded_grid:
+      return [](const MetadataHost &m, int64_t) {
+        // The launch is padded to the CUDA-graph bucket B (next power of two >= S). seq_lens_kv
+        // lives in one packed int32 metadata buffer [seq_lens_kv | block_table]; its padded tail
+        // is never written, so the grid's scheduler reads B - S entries past the end (the head of
+        // the block table: page ids) as sequence lengths and reduces max_seqlen_k over the bucket,
+        // then partitions every sequence's KV as FlashAttention-2 does (4 splits of that max).
+        int64_t bucket = 1;
+        while (bucket < m.num_seqs) bucket *= 2;
+        int64_t maxlen = 0;
+        for (int64_t i = 0; i < bucket; ++i) {
+          int64_t v = 0;
+          if (i < m.num_seqs)
+            v = m.kv_len[i];
+          else if (i - m.num_seqs < static_cast<int64_t>(m.table.size()))
+            v = m.table[i - m.num_seqs];
+          maxlen = std::max(maxlen, v);
+        }
+        return split_from_max(maxlen, 4);
+      };
+  }
+  return {};
+}
+
+}  // namespace detfuzz::attention
