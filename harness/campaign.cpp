@@ -8,7 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <limits>
-#include <ostream>
+#include <iostream>
 
 namespace detfuzz {
 namespace fs = std::filesystem;
@@ -104,6 +104,23 @@ void replay_corpus(const CampaignConfig &cfg, ReportWriter &report, CampaignResu
         << result.corpus_observed_failures << " observed failures" << std::endl;
 }
 
+// RapidCheck reports through a listener; the campaign keeps its own log, so this one is silent
+// (the default global listener would print RapidCheck reproduce strings at exit, which our
+// records replace).
+struct SilentListener : rc::detail::TestListener {
+  void onTestCaseFinished(const rc::detail::CaseDescription &) override {}
+  void onShrinkTried(const rc::detail::CaseDescription &, bool) override {}
+  void onTestFinished(const rc::detail::TestMetadata &, const rc::detail::TestResult &) override {}
+};
+
+// RapidCheck prints its own (unused) random seed when it first loads its configuration; load it
+// once with stderr muted so that the only "Using configuration" line is the campaign's.
+void load_rapidcheck_config_quietly() {
+  std::streambuf *saved = std::cerr.rdbuf(nullptr);
+  rc::detail::configuration();
+  std::cerr.rdbuf(saved);
+}
+
 // The RapidCheck run of one round of one target.
 class Round {
  public:
@@ -144,7 +161,8 @@ class Round {
     params.maxDiscardRatio = 1;  // discards only happen once the budget is spent
     rc::detail::TestMetadata meta;
     meta.id = meta.description = t.name();
-    rc::detail::checkProperty(rc::detail::toProperty(property), meta, params);
+    SilentListener listener;
+    rc::detail::checkProperty(rc::detail::toProperty(property), meta, params, listener);
     if (!shrinking_) return false;
     keep_minimal(last_failure_);
     return true;
@@ -249,6 +267,7 @@ ReplayResult replay_record(const Record &r) {
 }
 
 CampaignResult run_campaign(const CampaignConfig &cfg, ReportWriter &report, std::ostream &log) {
+  load_rapidcheck_config_quietly();
   CampaignResult result;
   const auto start = Clock::now();
   int64_t index = 0;
@@ -256,8 +275,9 @@ CampaignResult run_campaign(const CampaignConfig &cfg, ReportWriter &report, std
 
   for (const auto &t : cfg.targets) result.targets.push_back({t});
   Progress progress(log, cfg.progress, cfg.budget_s);
+  bool stop = false;
   const std::function<bool()> out_of_budget = [&] {
-    return (cfg.budget_s > 0 && seconds_since(start) >= cfg.budget_s) || (cfg.max_cases > 0 && result.cases >= cfg.max_cases);
+    return stop || (cfg.budget_s > 0 && seconds_since(start) >= cfg.budget_s) || (cfg.max_cases > 0 && result.cases >= cfg.max_cases);
   };
   for (uint64_t round = 0; !result.targets.empty() && !out_of_budget(); ++round) {
     for (size_t k = 0; k < result.targets.size() && !out_of_budget(); ++k) {
@@ -268,6 +288,7 @@ CampaignResult run_campaign(const CampaignConfig &cfg, ReportWriter &report, std
         log << (must ? "FAILURE (must-hold) " : "failure (observed) ") << stats.target.name() << ", shrunk in " << stats.shrink_steps
             << " steps to: " << stats.minimal.spec.describe() << "\n  " << stats.minimal.detail << "\n  repro: "
             << repro_command(stats.minimal, cfg.program) << std::endl;
+        stop = cfg.stop_on_failure;
       }
       progress.tick(result, start);
     }

@@ -26,6 +26,7 @@ struct CampaignConfig {
   int cases_per_round = 10;
   std::string program = "detfuzz";  // how repro commands name the binary
   bool progress = true;
+  bool stop_on_failure = false;  // end the campaign once a failure has been found (and shrunk)
 };
 
 struct TargetStats {

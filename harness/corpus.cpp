@@ -66,6 +66,9 @@ Record record_from_fields(const std::vector<std::string> &f) {
   r.diff.first_coords = f[13];
   r.diff.expected_bits = f[14].empty() ? 0 : parse_hex(f[14], "expected_bits");
   r.diff.actual_bits = f[15].empty() ? 0 : parse_hex(f[15], "actual_bits");
+  // The patterns' width is the compared (output) dtype's: 4, 8 or 16 hex digits.
+  const size_t digits = f[14].size() > 2 ? f[14].size() - 2 : 8;
+  r.diff.dtype = digits == 4 ? (at::elementSize(c.dtype) == 2 ? c.dtype : at::kHalf) : digits == 16 ? at::kDouble : at::kFloat;
   try {
     r.diff.max_abs_diff = f[16].empty() ? 0 : std::stod(f[16]);
   } catch (const std::exception &) {

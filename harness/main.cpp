@@ -27,7 +27,7 @@ struct FuzzOptions {
   std::string seed, budget = "60s", shrink_budget = "30s", out;
   int64_t cases = 0;
   std::vector<std::string> corpora;
-  bool no_corpus = false, no_shrink = false, quiet = false;
+  bool no_corpus = false, no_shrink = false, quiet = false, stop_on_failure = false;
 };
 
 void print_target_table(const CampaignResult &r, std::ostream &os) {
@@ -56,6 +56,7 @@ int run_fuzz(const FuzzOptions &o, const std::string &program, const std::string
   cfg.shrink_budget_s = parse_duration(o.shrink_budget);
   cfg.program = program;
   cfg.progress = !o.quiet;
+  cfg.stop_on_failure = o.stop_on_failure;
   if (!o.no_corpus) {
     if (o.corpora.empty()) {
       const fs::path dflt = fs::path(DETFUZZ_SOURCE_DIR) / "corpora";
@@ -206,6 +207,7 @@ int main(int argc, char **argv) {
   fuzz->add_flag("--no-shrink", fo.no_shrink, "record first failures as found, without shrinking");
   fuzz->add_option("--shrink-budget", fo.shrink_budget, "time allowed to shrink one failure")->default_val("30s");
   fuzz->add_flag("--quiet", fo.quiet, "no progress lines");
+  fuzz->add_flag("--stop-on-failure", fo.stop_on_failure, "end the campaign at the first failure, once it is shrunk");
 
   ReplayOptions ro;
   auto *replay = app.add_subcommand("replay", "Re-run saved records and say whether each reproduces bit for bit");

@@ -99,6 +99,10 @@ at::Tensor with_layout(const at::Tensor &values, char layout, const at::Device &
       if (rank == 0) { view = poison(values.sizes()); break; }
       auto padded = values.sizes().vec();
       padded[rank - 1] += 3;
+      if (rank == 1) {
+        view = poison(padded).narrow(0, 2, values.size(0));
+        break;
+      }
       padded[0] += 1;
       view = poison(padded).narrow(0, 1, values.size(0)).narrow(rank - 1, 2, values.size(rank - 1));
       break;

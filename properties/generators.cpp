@@ -15,10 +15,10 @@ const std::vector<int64_t> &edge_sizes() {
 }
 
 rc::Gen<std::string> gen_dist() {
-  return rc::gen::weightedElement<std::string>({{5, "normal"}, {2, "uniform"}, {1, "linspace"}, {1, "wide"}, {1, "special"}});
+  return shrinking_choice<std::string>({{5, "normal"}, {2, "uniform"}, {1, "linspace"}, {1, "wide"}, {1, "special"}});
 }
 
-rc::Gen<char> gen_layout_code() { return rc::gen::weightedElement<char>({{6, 'c'}, {2, 't'}, {1, 'p'}, {1, 'g'}}); }
+rc::Gen<char> gen_layout_code() { return shrinking_choice<char>({{6, 'c'}, {2, 't'}, {1, 'p'}, {1, 'g'}}); }
 
 rc::Gen<std::string> gen_layout(size_t n) {
   return rc::gen::map(rc::gen::container<std::vector<char>>(n, gen_layout_code()),
@@ -88,7 +88,7 @@ rc::Gen<CaseSpec> gen_matmul_case(const Target &t, const SizeLimits &lim) {
       // bmm: each of the B products is half the size of an mm case.
       gen_dim(1, lim.batch), gen_dim(1, batched ? lim.rows / 2 : lim.rows), gen_dim(0, batched ? lim.cols / 2 : lim.cols),
       gen_dim(0, batched ? lim.reduce / 2 : lim.reduce), gen_layout(n_inputs), gen_dist(),
-      rc::gen::inRange<uint64_t>(0, 1ull << 48), gen_slice_raw(), rc::gen::element(1, 2), rc::gen::inRange(0, 4));
+      rc::gen::inRange<uint64_t>(0, 1ull << 48), gen_slice_raw(), rc::gen::inRange(1, 3), rc::gen::inRange(0, 4));
 }
 
 rc::Gen<CaseSpec> gen_reduction_case(const Target &t, const SizeLimits &lim) {
@@ -115,7 +115,7 @@ rc::Gen<CaseSpec> gen_reduction_case(const Target &t, const SizeLimits &lim) {
         add_property_params(c, raw);
         return c;
       },
-      rc::gen::element(2, 3), gen_dim(1, lim.rows), gen_dim(1, 17), gen_dim(0, lim.reduce), rc::gen::inRange(0, 3),
+      rc::gen::inRange(2, 4), gen_dim(1, lim.rows), gen_dim(1, 17), gen_dim(0, lim.reduce), rc::gen::inRange(0, 3),
       rc::gen::inRange(0, 2), rc::gen::arbitrary<bool>(), rc::gen::arbitrary<bool>(), rc::gen::arbitrary<bool>(), gen_layout(1),
       gen_dist(), rc::gen::inRange<uint64_t>(0, 1ull << 48), gen_slice_raw());
 }
@@ -131,13 +131,14 @@ SizeLimits size_limits(Backend b) {
 
 rc::Gen<int64_t> gen_dim(int64_t lo, int64_t hi) {
   std::vector<int64_t> edges;
+  if (lo == 0) edges.push_back(0);  // empty dimensions
   for (int64_t e : edge_sizes())
     if (e >= lo && e <= hi) edges.push_back(e);
-  const auto any = rc::gen::inRange<int64_t>(lo, hi + 1);
-  if (edges.empty()) return any;
-  const auto edge = rc::gen::elementOf(edges);
-  if (lo > 0) return rc::gen::weightedOneOf<int64_t>({{1, any}, {1, edge}});
-  return rc::gen::weightedOneOf<int64_t>({{6, any}, {6, edge}, {1, rc::gen::just<int64_t>(0)}});
+  // kind 0: any size in range; kind 1: an edge size (ascending, so it shrinks toward small ones).
+  const int kinds = edges.empty() ? 1 : 2;
+  return rc::gen::apply(
+      [edges](int kind, int64_t any, size_t edge) { return kind == 0 ? any : edges[edge]; }, rc::gen::inRange(0, kinds),
+      rc::gen::inRange<int64_t>(lo, hi + 1), rc::gen::inRange<size_t>(0, std::max<size_t>(edges.size(), 1)));
 }
 
 rc::Gen<CaseSpec> gen_row_case(const Target &t) {

@@ -26,8 +26,23 @@ struct SizeLimits {
 };
 SizeLimits size_limits(Backend b);
 
-// A dimension in [lo, hi], mostly from the edge list, shrinking toward lo.
+// A dimension in [lo, hi], half the time from the edge list, shrinking toward lo.
 rc::Gen<int64_t> gen_dim(int64_t lo, int64_t hi);
+
+// RapidCheck's element/elementOf/weightedElement/oneOf do not shrink. These do: they draw an index
+// with inRange, which shrinks toward 0, so a failing case shrinks toward the first choice.
+template <typename T>
+rc::Gen<T> shrinking_choice(std::vector<std::pair<int, T>> weighted) {
+  int total = 0;
+  for (const auto &w : weighted) total += w.first;
+  return rc::gen::map(rc::gen::inRange(0, total), [weighted](int k) {
+    for (const auto &w : weighted) {
+      if (k < w.first) return w.second;
+      k -= w.first;
+    }
+    return weighted.back().second;
+  });
+}
 
 rc::Gen<CaseSpec> gen_row_case(const Target &t);
 

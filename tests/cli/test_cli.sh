@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The detfuzz CLI as a user meets it: exit codes, one-line errors, nothing half-written,
+# a libtorch CPU mm failure found, shrunk, saved and replayed bit for bit.
+set -u
+bin=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+pass=0 fail=0
+check() {  # check NAME EXPECTED_EXIT COMMAND...
+  local name=$1 want=$2; shift 2
+  "$@" >"$work/out" 2>"$work/err"; local got=$?
+  if [ "$got" -eq "$want" ]; then pass=$((pass + 1)); else
+    fail=$((fail + 1)); echo "FAIL $name: exit $got, wanted $want"; tail -5 "$work/out" "$work/err"; fi
+}
+one_line_error() {  # the last command's stderr is exactly one 'detfuzz: error:' line naming $1
+  if [ "$(wc -l <"$work/err")" -eq 1 ] && grep -q "^detfuzz: error: .*$1" "$work/err"; then pass=$((pass + 1)); else
+    fail=$((fail + 1)); echo "FAIL error message should name '$1':"; cat "$work/err"; fi
+}
+
+check "list" 0 "$bin" list
+grep -q "mutant-splitk" "$work/out" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL list shows no mutants"; }
+check "help" 0 "$bin" --help
+check "no subcommand" 2 "$bin"
+check "unknown flag" 2 "$bin" fuzz --frobnicate
+
+check "unknown op" 2 "$bin" fuzz --backend cpu --op conv9d --out "$work/r1"
+one_line_error "unknown op 'conv9d'"
+check "unknown impl" 2 "$bin" fuzz --backend cpu --op mm --impl cudnn-magic --out "$work/r1"
+one_line_error "unknown impl 'cudnn-magic'"
+check "unknown property" 2 "$bin" fuzz --backend cpu --property telepathy --out "$work/r1"
+one_line_error "unknown property 'telepathy'"
+check "unsupported dtype" 2 "$bin" fuzz --backend cpu --op mm --dtype int32 --out "$work/r1"
+one_line_error "dtype int32 is not supported"
+check "bad duration" 2 "$bin" fuzz --backend cpu --op mm --budget soon --out "$work/r1"
+one_line_error "duration 'soon'"
+check "unwritable out" 2 "$bin" fuzz --backend cpu --op mm --budget 1s --out /proc/detfuzz-report
+one_line_error "cannot write the output folder"
+printf 'op,impl\nmm\n' >"$work/bad.csv"
+check "malformed corpus" 2 "$bin" fuzz --backend cpu --op mm --budget 1s --corpus "$work/bad.csv" --out "$work/r1"
+one_line_error "bad.csv"
+[ ! -e "$work/r1" ] && ! ls "$work" | grep -q partial && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL a refused run left files"; ls "$work"; }
+check "replay malformed" 2 "$bin" replay "$work/bad.csv"
+check "replay --case malformed" 2 "$bin" replay --case 'mm,invariant,batch_slice,cpu,float33,2x2x2,cc,normal,0x1,,pass,0,0,,,,0,0,'
+one_line_error "unknown dtype 'float33'"
+
+# libtorch's CPU mm: found, shrunk, saved; exit 0 because torch is observed.
+check "torch mm fuzz" 0 "$bin" fuzz --backend cpu --impl torch --op mm --dtype float32 --property batch_slice --budget 30s --seed 1 --stop-on-failure --out "$work/torch"
+grep -q "failure (observed) mm/torch/batch_slice/float32, shrunk" "$work/out" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL no shrunk torch failure"; cat "$work/out"; }
+[ "$(wc -l <"$work/torch/failures.csv")" -ge 2 ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL failures.csv empty"; }
+check "replay torch record" 0 "$bin" replay "$work/torch/failures.csv" --expect-reproduce
+grep -q "1 of 1 recorded failures reproduced bit for bit" "$work/out" && pass=$((pass + 1)) || { fail=$((fail + 1)); cat "$work/out"; }
+# The printed repro command works as printed.
+repro=$(grep -m1 "repro: " "$work/torch/../out" 2>/dev/null || true)
+check "torch mm fuzz again for its repro line" 0 "$bin" fuzz --backend cpu --impl torch --op mm --dtype float32 --property batch_slice --budget 30s --seed 1 --stop-on-failure --no-corpus --out "$work/torch2"
+repro=$(grep -m1 "  repro: " "$work/out" | sed 's/^  repro: //')
+check "repro command" 0 bash -c "$repro --expect-reproduce"
+
+# A planted mutant fails the run (exit 1) and the invariant impl holds (exit 0).
+check "mutant exits 1" 1 "$bin" fuzz --backend cpu --impl mutant-splitk --op mm --budget 20s --seed 2 --stop-on-failure --no-corpus --out "$work/mutant"
+check "invariant exits 0" 0 "$bin" fuzz --backend cpu --impl invariant --op mm,log_softmax --budget 10s --seed 3 --out "$work/inv"
+for f in cases.csv failures.csv summary.json; do [ -s "$work/inv/$f" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL missing $f"; }; done
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
