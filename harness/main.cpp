@@ -2,7 +2,10 @@
 //   detfuzz fuzz     replay the corpus, then generate, check and shrink cases; write a report
 //   detfuzz replay   re-run saved records (failures.csv, corpora/, or one --case line)
 //   detfuzz list     ops, impls (with expectations), properties
+//   detfuzz bench    CUDA kernels vs cuBLAS / torch: bench.csv of medians and speedups
+//   detfuzz scan     every M where a baseline's rows change bits: scan.csv
 // Exit codes: 0 every must-hold property held, 1 one failed, 2 usage or environment error.
+#include "harness/bench.h"
 #include "harness/campaign.h"
 #include "harness/cli_common.h"
 #include "properties/properties.h"
@@ -21,6 +24,13 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string first_line(const std::string &s) { return s.substr(0, s.find('\n')); }
+
+// The head of every summary.json: what ran, when, and on what (the context block).
+nlohmann::json tool_summary(const std::string &command_line, const std::string &started) {
+  return {{"tool", "detfuzz"}, {"version", DETFUZZ_VERSION}, {"command", command_line}, {"started", started},
+          {"finished", utc_now()}, {"context", run_context()}};
+}
+
 
 struct FuzzOptions {
   Selection sel;
@@ -74,18 +84,13 @@ int run_fuzz(const FuzzOptions &o, const std::string &program, const std::string
   const CampaignResult result = run_campaign(cfg, report, std::cout);
   const int exit_code = result.must_hold_failed() ? kExitMustHoldFailed : kExitOk;
 
-  nlohmann::json summary = {{"tool", "detfuzz"},
-                            {"version", DETFUZZ_VERSION},
-                            {"command", command_line},
-                            {"started", started},
-                            {"finished", utc_now()},
-                            {"seed", cfg.seed},
+  nlohmann::json summary = tool_summary(command_line, started);
+  summary.update({{"seed", cfg.seed},
                             {"backend", to_string(backend)},
                             {"budget", {{"seconds", cfg.budget_s}, {"cases", cfg.max_cases}}},
                             {"selection", selection_json(o.sel)},
-                            {"context", run_context()},
                             {"results", result.to_json()},
-                            {"exit_code", exit_code}};
+                            {"exit_code", exit_code}});
   report.finish(summary);
   std::cout << "\n";
   print_target_table(result, std::cout);
@@ -137,6 +142,66 @@ int run_replay(const ReplayOptions &o, const std::string &program) {
             << std::endl;
   if (must_fail > 0) return kExitMustHoldFailed;
   if (o.expect_reproduce && not_reproduced > 0) return kExitMustHoldFailed;
+  return kExitOk;
+}
+
+std::vector<at::ScalarType> parse_dtypes(const std::string &list) {
+  std::vector<at::ScalarType> out;
+  for (const auto &d : split_list(list)) {
+    try {
+      out.push_back(dtype_from_string(d));
+    } catch (const std::invalid_argument &e) {
+      throw UsageError(e.what());
+    }
+  }
+  return out;
+}
+
+struct BenchOptions {
+  std::string ops = "mm,log_softmax,mean", impls = "invariant", dtypes = "bfloat16,float16,float32", shapes, out;
+  int repetitions = 5;
+};
+
+int run_bench_command(const BenchOptions &o, const std::string &command_line) {
+  BenchConfig cfg;
+  cfg.ops = split_list(o.ops);
+  cfg.impls = split_list(o.impls);
+  cfg.dtypes = parse_dtypes(o.dtypes);
+  cfg.repetitions = o.repetitions;
+  if (!o.shapes.empty()) cfg.shapes = read_bench_shapes(o.shapes);
+  if (!backend_available(Backend::cuda)) throw UsageError("bench needs a CUDA GPU: none found");
+  ReportWriter report(o.out.empty() ? default_report_dir("bench", 0) : fs::path(o.out), false);
+  const std::string started = utc_now();
+  report.add_file("bench.csv", run_bench(cfg, std::cout));
+  nlohmann::json summary = tool_summary(command_line, started);
+  summary["bench"] = {{"ops", cfg.ops}, {"impls", cfg.impls}, {"dtypes", split_list(o.dtypes)}, {"repetitions", cfg.repetitions},
+                      {"shapes", o.shapes.empty() ? "default" : o.shapes}};
+  report.finish(summary);
+  std::cout << "report: " << report.path().string() << std::endl;
+  return kExitOk;
+}
+
+struct ScanOptions {
+  int64_t n = 4096, k = 4096, max_m = 1024;
+  std::string dtypes = "bfloat16", impls = "cublas,cublaslt-noworkspace,torch,invariant", out;
+};
+
+int run_scan_command(const ScanOptions &o, const std::string &command_line) {
+  ScanConfig cfg;
+  cfg.n = o.n;
+  cfg.k = o.k;
+  cfg.max_m = o.max_m;
+  cfg.dtypes = parse_dtypes(o.dtypes);
+  cfg.impls = split_list(o.impls);
+  if (cfg.n <= 0 || cfg.k <= 0 || cfg.max_m <= 0) throw UsageError("scan needs positive --n, --k and --max-m");
+  if (!backend_available(Backend::cuda)) throw UsageError("scan needs a CUDA GPU: none found");
+  ReportWriter report(o.out.empty() ? default_report_dir("scan", 0) : fs::path(o.out), false);
+  const std::string started = utc_now();
+  report.add_file("scan.csv", run_scan(cfg, std::cout));
+  nlohmann::json summary = tool_summary(command_line, started);
+  summary["scan"] = {{"n", cfg.n}, {"k", cfg.k}, {"max_m", cfg.max_m}, {"dtypes", split_list(o.dtypes)}, {"impls", cfg.impls}};
+  report.finish(summary);
+  std::cout << "report: " << report.path().string() << std::endl;
   return kExitOk;
 }
 
@@ -219,6 +284,24 @@ int main(int argc, char **argv) {
   auto *list = app.add_subcommand("list", "List ops, impls (with expectations) and properties");
   list->add_option("what", list_what, "ops, impls, properties or all")->default_val("all");
 
+  BenchOptions bo;
+  auto *bench = app.add_subcommand("bench", "Time our CUDA kernels against cuBLAS (mm) and torch (reductions); write bench.csv");
+  bench->add_option("--op", bo.ops, "comma-separated ops: mm, log_softmax, mean")->default_val(bo.ops);
+  bench->add_option("--impl", bo.impls, "comma-separated impls timed beside the baseline")->default_val(bo.impls);
+  bench->add_option("--dtype", bo.dtypes, "comma-separated dtypes")->default_val(bo.dtypes);
+  bench->add_option("--shapes", bo.shapes, "CSV with header op,M,N,K replacing the default shape set");
+  bench->add_option("--repetitions", bo.repetitions, "repetitions per benchmark (the median is kept)")->default_val(5);
+  bench->add_option("--out", bo.out, "report folder (default: reports/<time>-bench-seed0)");
+
+  ScanOptions so;
+  auto *scan = app.add_subcommand("scan", "For one (N, K, dtype), list every M where an impl's rows differ from the smaller product");
+  scan->add_option("--n", so.n, "N")->default_val(4096);
+  scan->add_option("--k", so.k, "K")->default_val(4096);
+  scan->add_option("--max-m", so.max_m, "sweep M from 1 to this")->default_val(1024);
+  scan->add_option("--dtype", so.dtypes, "comma-separated dtypes")->default_val(so.dtypes);
+  scan->add_option("--impl", so.impls, "comma-separated mm impls")->default_val(so.impls);
+  scan->add_option("--out", so.out, "report folder (default: reports/<time>-scan-seed0)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError &e) {
@@ -232,6 +315,8 @@ int main(int argc, char **argv) {
     fo.sel.dtypes = split_list(dtypes);
     if (*fuzz) return run_fuzz(fo, argv[0], command_line);
     if (*replay) return run_replay(ro, argv[0]);
+    if (*bench) return run_bench_command(bo, command_line);
+    if (*scan) return run_scan_command(so, command_line);
     return run_list(list_what);
   } catch (const UsageError &e) {
     std::cerr << "detfuzz: error: " << e.what() << std::endl;

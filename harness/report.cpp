@@ -40,7 +40,7 @@ std::string cpu_model() {
 
 }  // namespace
 
-ReportWriter::ReportWriter(fs::path out) : out_(std::move(out)) {
+ReportWriter::ReportWriter(fs::path out, bool with_cases) : out_(std::move(out)) {
   std::error_code ec;
   if (fs::exists(out_, ec) && !(fs::is_directory(out_, ec) && fs::is_empty(out_, ec)))
     throw ReportError("output folder " + out_.string() + " exists and is not empty");
@@ -49,6 +49,7 @@ ReportWriter::ReportWriter(fs::path out) : out_(std::move(out)) {
   partial_ = parent / (out_.filename().string() + ".partial-" + std::to_string(getpid()));
   if (ec || !fs::create_directory(partial_, ec) || ec)
     throw ReportError("cannot write the output folder " + out_.string() + (ec ? ": " + ec.message() : ""));
+  if (!with_cases) return;
   cases_.open(partial_ / "cases.csv");
   failures_.open(partial_ / "failures.csv");
   if (!cases_ || !failures_) throw ReportError("cannot write files in " + partial_.string());
@@ -58,8 +59,8 @@ ReportWriter::ReportWriter(fs::path out) : out_(std::move(out)) {
 
 ReportWriter::~ReportWriter() {
   if (finished_) return;
-  cases_.close();
-  failures_.close();
+  if (cases_.is_open()) cases_.close();
+  if (failures_.is_open()) failures_.close();
   std::error_code ec;
   fs::remove_all(partial_, ec);
 }
@@ -90,8 +91,8 @@ void ReportWriter::finish(const nlohmann::json &summary) {
   }
   std::ofstream s(partial_ / "summary.json");
   s << summary.dump(2) << '\n';
-  cases_.close();
-  failures_.close();
+  if (cases_.is_open()) cases_.close();
+  if (failures_.is_open()) failures_.close();
   s.close();
   if (!s || cases_.fail() || failures_.fail()) throw ReportError("cannot finish the report in " + partial_.string());
   std::error_code ec;

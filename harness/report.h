@@ -31,7 +31,8 @@ struct CaseRow {
 class ReportWriter {
  public:
   // Throws ReportError when `out` exists and is not empty, or its parent cannot be written.
-  explicit ReportWriter(std::filesystem::path out);
+  // Without `with_cases` (bench, scan) there is no cases.csv or failures.csv.
+  explicit ReportWriter(std::filesystem::path out, bool with_cases = true);
   ~ReportWriter();  // an unfinished report's partial folder is removed
   ReportWriter(const ReportWriter &) = delete;
   ReportWriter &operator=(const ReportWriter &) = delete;

@@ -1,0 +1,279 @@
+#include "harness/bench.h"
+
+#include "harness/diff.h"
+#include "ops/registry.h"
+
+#define CSV_IO_NO_THREAD
+#include <libfccp/csv.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <ostream>
+#include <sstream>
+#include <stdexcept>
+
+#ifdef DETFUZZ_WITH_CUDA
+#include "ops/cuda/cuda_check.h"
+
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAGeneratorImpl.h>
+#include <benchmark/benchmark.h>
+#endif
+
+namespace detfuzz {
+
+std::vector<BenchShape> default_bench_shapes() {
+  std::vector<BenchShape> s;
+  const std::pair<int64_t, int64_t> nk[] = {{4096, 4096}, {14336, 4096}, {4096, 14336}, {1024, 8192}, {6144, 4096}, {128256, 4096}};
+  for (auto [n, k] : nk)
+    for (int64_t m : {1, 8, 32, 128, 512, 2048, 8192}) s.push_back({"mm", m, n, k});
+  for (const char *op : {"log_softmax", "mean"})
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1024, 32768}, {4096, 32768}, {1024, 131072}}) s.push_back({op, rows, cols, 0});
+  return s;
+}
+
+std::vector<BenchShape> read_bench_shapes(const std::string &path) {
+  std::vector<BenchShape> out;
+  try {
+    io::CSVReader<4, io::trim_chars<' ', '\t'>> in(path);
+    in.read_header(io::ignore_missing_column, "op", "M", "N", "K");
+    std::string op;
+    int64_t m = 0, n = 0, k = 0;
+    while (in.read_row(op, m, n, k)) {
+      if (op != "mm" && op != "log_softmax" && op != "mean")
+        throw std::invalid_argument(path + ":" + std::to_string(in.get_file_line()) + ": op '" + op + "' cannot be benchmarked (mm, log_softmax, mean)");
+      if (m <= 0 || n <= 0 || (op == "mm" && k <= 0))
+        throw std::invalid_argument(path + ":" + std::to_string(in.get_file_line()) + ": sizes must be positive");
+      out.push_back({op, m, n, op == "mm" ? k : 0});
+      k = 0;
+    }
+  } catch (const io::error::base &e) {
+    std::string what = e.what();
+    std::replace(what.begin(), what.end(), '\n', ' ');
+    throw std::invalid_argument(path + ": malformed shape file: " + what);
+  }
+  if (out.empty()) throw std::invalid_argument(path + ": no shapes");
+  return out;
+}
+
+#ifndef DETFUZZ_WITH_CUDA
+std::string run_bench(const BenchConfig &, std::ostream &) {
+  throw std::invalid_argument("bench needs CUDA: this detfuzz was built without it");
+}
+std::string run_scan(const ScanConfig &, std::ostream &) {
+  throw std::invalid_argument("scan needs CUDA: this detfuzz was built without it");
+}
+#else
+namespace {
+
+void need_gpu(const char *what) {
+  if (!at::hasCUDA()) throw std::invalid_argument(std::string(what) + " needs a CUDA GPU: none found");
+}
+
+const ImplInfo &cuda_impl(const std::string &op, const std::string &impl) {
+  const ImplInfo *i = find_impl(op, impl, Backend::cuda);
+  if (!i) throw std::invalid_argument("no CUDA impl '" + impl + "' of " + op);
+  return *i;
+}
+
+// Bitwise equality on the device: compares the integer views of the two tensors.
+bool same_bits(const at::Tensor &a, const at::Tensor &b) {
+  if (!a.sizes().equals(b.sizes()) || a.scalar_type() != b.scalar_type()) return false;
+  const auto as_int = [](const at::Tensor &t) {
+    const auto width = t.element_size();
+    return t.contiguous().view(width == 2 ? at::kShort : width == 4 ? at::kInt : at::kLong);
+  };
+  return at::equal(as_int(a), as_int(b));
+}
+
+OpArgs bench_args(const BenchShape &s, at::ScalarType dtype, at::Generator &gen) {
+  const auto opts = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
+  OpArgs a;
+  if (s.op == "mm") {
+    a.tensors = {at::randn({s.m, s.k}, gen, opts).to(dtype), at::randn({s.k, s.n}, gen, opts).to(dtype)};
+  } else {
+    a.tensors = {at::randn({s.m, s.n}, gen, opts).to(dtype)};
+    a.dim = 1;
+    a.dims = {1};
+  }
+  return a;
+}
+
+// batch_slice on the benchmark's own inputs: a few row ranges, compared bitwise.
+bool batch_slice_holds(const ImplInfo &impl, const OpArgs &args, int64_t rows) {
+  const at::Tensor full = impl.run(args);
+  const std::pair<int64_t, int64_t> ranges[] = {{0, 1}, {rows / 2, rows / 2 + 1}, {rows - 1, rows}, {0, (rows + 1) / 2}};
+  for (auto [i, j] : ranges) {
+    OpArgs part = args;
+    part.tensors[0] = args.tensors[0].narrow(0, i, j - i);
+    if (!same_bits(full.narrow(0, i, j - i), impl.run(part))) return false;
+  }
+  return true;
+}
+
+// Captures the median of each benchmark's repetitions, in microseconds.
+class MedianReporter : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context &) override { return true; }
+  void ReportRuns(const std::vector<Run> &runs) override {
+    for (const auto &r : runs)
+      if (r.aggregate_name == "median") medians[r.run_name.function_name] = r.GetAdjustedRealTime();
+  }
+  std::map<std::string, double> medians;
+};
+
+double time_one_call_us(const ImplInfo &impl, const OpArgs &args, cudaEvent_t start, cudaEvent_t stop, cudaStream_t stream) {
+  DETFUZZ_CUDA_CHECK(cudaEventRecord(start, stream));
+  impl.run(args);
+  DETFUZZ_CUDA_CHECK(cudaEventRecord(stop, stream));
+  DETFUZZ_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  DETFUZZ_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  return ms * 1e3;
+}
+
+std::string fmt(double v, const char *f = "%.3f") {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+}  // namespace
+
+std::string run_bench(const BenchConfig &cfg, std::ostream &log) {
+  need_gpu("bench");
+  static bool initialised = false;
+  if (!initialised) {
+    int argc = 1;
+    char name[] = "detfuzz";
+    char *argv[] = {name, nullptr};
+    benchmark::Initialize(&argc, argv);
+    initialised = true;
+  }
+  const auto shapes = cfg.shapes.empty() ? default_bench_shapes() : cfg.shapes;
+  cudaEvent_t start, stop;
+  DETFUZZ_CUDA_CHECK(cudaEventCreate(&start));
+  DETFUZZ_CUDA_CHECK(cudaEventCreate(&stop));
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  at::Generator gen = at::cuda::detail::createCUDAGenerator();
+  gen.set_current_seed(20261121);
+
+  std::ostringstream csv;
+  csv << "op,impl,dtype,M,N,K,median_us,tflops,gbps,baseline_impl,cublas_median_us,speedup_vs_cublas,invariant_verified\n";
+  std::map<std::string, std::vector<double>> speedups;  // "op/impl/dtype" -> speedups
+  size_t done = 0, total = 0;
+  for (const auto &s : shapes)
+    if (std::find(cfg.ops.begin(), cfg.ops.end(), s.op) != cfg.ops.end()) total += cfg.dtypes.size();
+
+  for (const auto &s : shapes) {
+    if (std::find(cfg.ops.begin(), cfg.ops.end(), s.op) == cfg.ops.end()) continue;
+    const std::string baseline = s.op == "mm" ? "cublas" : "torch";
+    for (at::ScalarType dtype : cfg.dtypes) {
+      ++done;
+      std::vector<std::string> impls = cfg.impls;
+      impls.push_back(baseline);
+      // Input sets rotated so that together they exceed the L2 cache.
+      const double elem = static_cast<double>(c10::elementSize(dtype));
+      const double set_bytes = s.op == "mm" ? elem * (s.m * s.k + s.k * s.n) : elem * s.m * s.n;
+      const int sets = static_cast<int>(std::clamp(std::ceil(cfg.rotate_bytes / set_bytes), 1.0, 16.0));
+      std::vector<OpArgs> args;
+      for (int i = 0; i < sets; ++i) args.push_back(bench_args(s, dtype, gen));
+
+      MedianReporter reporter;
+      std::map<std::string, bool> verified;
+      for (const auto &name : impls) {
+        const ImplInfo &impl = cuda_impl(s.op, name);
+        if (!impl.supports(dtype)) continue;
+        verified[name] = batch_slice_holds(impl, args[0], s.m);
+        for (int w = 0; w < 3; ++w) impl.run(args[w % sets]);  // warm-up: module load, handles, autotune caches
+        const double once_us = time_one_call_us(impl, args[0], start, stop, stream);
+        const int64_t iters = static_cast<int64_t>(std::clamp(cfg.seconds_per_repetition * 1e6 / std::max(once_us, 1.0), 3.0, 2000.0));
+        benchmark::RegisterBenchmark(name.c_str(), [&, impl_ptr = &impl](benchmark::State &st) {
+          int k = 0;
+          for (auto _ : st) st.SetIterationTime(time_one_call_us(*impl_ptr, args[k++ % sets], start, stop, stream) * 1e-6);
+        })
+            ->UseManualTime()
+            ->Iterations(iters)
+            ->Repetitions(cfg.repetitions)
+            ->ReportAggregatesOnly(true)
+            ->Unit(benchmark::kMicrosecond);
+      }
+      benchmark::RunSpecifiedBenchmarks(&reporter);
+      benchmark::ClearRegisteredBenchmarks();
+
+      const double base_us = reporter.medians.count(baseline) ? reporter.medians[baseline] : NAN;
+      for (const auto &name : impls) {
+        if (!reporter.medians.count(name)) continue;
+        const double us = reporter.medians[name];
+        const double flops = s.op == "mm" ? 2.0 * s.m * s.n * s.k : 0;
+        const double out_elem = s.op == "mean" ? (dtype == at::kFloat ? 4 : elem) : elem;
+        const double bytes = s.op == "mm" ? 0 : elem * s.m * s.n + out_elem * (s.op == "mean" ? s.m : s.m * s.n);
+        const double speedup = base_us / us;
+        csv << s.op << ',' << name << ',' << dtype_name(dtype) << ',' << s.m << ',' << s.n << ',' << s.k << ',' << fmt(us) << ','
+            << (flops > 0 ? fmt(flops / us * 1e-6, "%.2f") : "") << ',' << (bytes > 0 ? fmt(bytes / us * 1e-3, "%.1f") : "") << ','
+            << baseline << ',' << fmt(base_us) << ',' << fmt(speedup, "%.4f") << ',' << (verified[name] ? "yes" : "no") << '\n';
+        if (name != baseline) speedups[s.op + "/" + name + "/" + dtype_name(dtype)].push_back(speedup);
+        log << "[" << done << "/" << total << "] " << s.op << " " << name << " " << dtype_name(dtype) << " M=" << s.m << " N=" << s.n
+            << " K=" << s.k << ": " << fmt(us, "%.1f") << " us, " << fmt(speedup, "%.2f") << "x " << baseline
+            << (verified[name] ? "" : "  (batch_slice FAILED)") << std::endl;
+      }
+    }
+  }
+  DETFUZZ_CUDA_CHECK(cudaEventDestroy(start));
+  DETFUZZ_CUDA_CHECK(cudaEventDestroy(stop));
+  log << "\ngeomean speedup vs baseline (cublas for mm, torch for reductions):\n";
+  for (const auto &[key, v] : speedups) {
+    double logsum = 0;
+    for (double x : v) logsum += std::log(x);
+    log << "  " << key << ": " << fmt(std::exp(logsum / v.size()), "%.3f") << "x over " << v.size() << " shapes\n";
+  }
+  return csv.str();
+}
+
+std::string run_scan(const ScanConfig &cfg, std::ostream &log) {
+  need_gpu("scan");
+  at::Generator gen = at::cuda::detail::createCUDAGenerator();
+  gen.set_current_seed(20261121);
+  std::ostringstream csv;
+  csv << "impl,dtype,N,K,M,row0_differs_vs_1row,row0_max_ulp,prefix_differs_vs_prev,prefix_differing\n";
+  const auto opts = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
+  for (at::ScalarType dtype : cfg.dtypes) {
+    const at::Tensor a = at::randn({cfg.max_m, cfg.k}, gen, opts).to(dtype);
+    const at::Tensor b = at::randn({cfg.k, cfg.n}, gen, opts).to(dtype);
+    for (const auto &name : cfg.impls) {
+      const ImplInfo &impl = cuda_impl("mm", name);
+      OpArgs args;
+      args.tensors = {a.narrow(0, 0, 1), b};
+      const at::Tensor one_row = impl.run(args);
+      at::Tensor prev = one_row;
+      std::vector<int64_t> row0_changes, prefix_changes;
+      for (int64_t m = 1; m <= cfg.max_m; ++m) {
+        args.tensors[0] = a.narrow(0, 0, m);
+        const at::Tensor out = impl.run(args);
+        const bool row0_same = same_bits(out.narrow(0, 0, 1), one_row);
+        const bool prefix_same = m == 1 || same_bits(out.narrow(0, 0, m - 1), prev);
+        uint64_t ulp = 0;
+        if (!row0_same) ulp = bitwise_diff(one_row.cpu(), out.narrow(0, 0, 1).cpu()).max_ulp;
+        int64_t prefix_differing = 0;
+        if (!prefix_same) prefix_differing = bitwise_diff(prev.cpu(), out.narrow(0, 0, m - 1).cpu()).differing;
+        if (!row0_same) row0_changes.push_back(m);
+        if (!prefix_same) prefix_changes.push_back(m);
+        csv << name << ',' << dtype_name(dtype) << ',' << cfg.n << ',' << cfg.k << ',' << m << ',' << (row0_same ? 0 : 1) << ',' << ulp << ','
+            << (prefix_same ? 0 : 1) << ',' << prefix_differing << '\n';
+        prev = out;
+      }
+      log << name << " " << dtype_name(dtype) << " N=" << cfg.n << " K=" << cfg.k << ": row 0 differs from the 1-row product at "
+          << row0_changes.size() << " of " << cfg.max_m << " M; the first M-1 rows change at M =";
+      for (size_t i = 0; i < prefix_changes.size() && i < 40; ++i) log << ' ' << prefix_changes[i];
+      if (prefix_changes.size() > 40) log << " ... (" << prefix_changes.size() << " in all)";
+      if (prefix_changes.empty()) log << " (never)";
+      log << std::endl;
+    }
+  }
+  return csv.str();
+}
+#endif
+
+}  // namespace detfuzz

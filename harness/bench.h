@@ -1,0 +1,57 @@
+// `detfuzz bench` and `detfuzz scan`: speed of our CUDA kernels against the baselines, and the
+// map of where a baseline's rows stop matching the smaller product.
+//
+// bench: Google Benchmark drives each (op, impl, dtype, shape) with manual timing from CUDA events
+// around every call, after a warm-up, over input sets rotated so that the L2 cache does not
+// flatter small shapes; the figure kept is the median of the repetitions. The same run checks
+// batch_slice bitwise on the same shapes for every impl timed. Baselines: cublas for mm,
+// torch's CUDA kernels for log_softmax and mean.
+//
+// scan: for one (N, K, dtype), for M = 1..max, compares row 0 of the M-row product with the
+// 1-row product, and the first M-1 rows with the (M-1)-row product: every M where a baseline's
+// kernel choice changes the bits.
+#pragma once
+
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+namespace detfuzz {
+
+struct BenchShape {
+  std::string op;  // mm | log_softmax | mean
+  int64_t m = 0, n = 0, k = 0;  // reductions: m rows of n columns
+};
+
+struct BenchConfig {
+  std::vector<std::string> ops = {"mm", "log_softmax", "mean"};
+  std::vector<std::string> impls = {"invariant"};  // timed beside their baseline
+  std::vector<at::ScalarType> dtypes = {at::kBFloat16, at::kHalf, at::kFloat};
+  std::vector<BenchShape> shapes;  // empty: the default shape set
+  int repetitions = 5;
+  double seconds_per_repetition = 0.05;
+  double rotate_bytes = 256e6;  // input sets rotated until they cover this many bytes
+};
+
+// The default shape set: (N, K) in {(4096,4096), (14336,4096), (4096,14336), (1024,8192),
+// (6144,4096), (128256,4096)} x M in {1, 8, 32, 128, 512, 2048, 8192}, plus log_softmax and mean
+// at 1024x32768, 4096x32768 and 1024x131072.
+std::vector<BenchShape> default_bench_shapes();
+// A user CSV with header op,M,N,K (reductions: M rows, N columns, K empty or 0).
+std::vector<BenchShape> read_bench_shapes(const std::string &path);  // throws std::invalid_argument
+
+// Runs the benchmark; returns bench.csv's content and prints progress and the geomeans to `log`.
+// Throws std::invalid_argument when CUDA is unavailable.
+std::string run_bench(const BenchConfig &cfg, std::ostream &log);
+
+struct ScanConfig {
+  int64_t n = 4096, k = 4096, max_m = 1024;
+  std::vector<at::ScalarType> dtypes = {at::kBFloat16};
+  std::vector<std::string> impls = {"cublas", "cublaslt-noworkspace", "torch", "invariant"};
+};
+// Returns scan.csv's content; prints, per impl and dtype, the M values where bits changed.
+std::string run_scan(const ScanConfig &cfg, std::ostream &log);
+
+}  // namespace detfuzz
