@@ -49,13 +49,12 @@ std::string join(const std::vector<int64_t> &v) {
 }
 
 float value(uint64_t seed, uint64_t tensor, uint64_t index) {
-  uint64_t h = splitmix64(splitmix64(splitmix64(seed) ^ tensor) ^ index);
-  double sum = 0;
-  for (int i = 0; i < 4; ++i) {
-    h = splitmix64(h);
-    sum += static_cast<double>(h >> 11) * 0x1.0p-53;
-  }
-  const float v = static_cast<float>((sum - 2.0) * 1.7320508075688772);  // variance 1
+  // One splitmix64 per element: its four 16-bit quarters are four uniforms whose centred sum
+  // (Irwin-Hall) is normal-ish with variance 1 and |v| < 3.47.
+  const uint64_t h = splitmix64(splitmix64(seed * 0x9e3779b97f4a7c15ull ^ tensor) + index);
+  const int64_t sum = static_cast<int64_t>(h & 0xffff) + static_cast<int64_t>((h >> 16) & 0xffff) +
+                      static_cast<int64_t>((h >> 32) & 0xffff) + static_cast<int64_t>(h >> 48) - 2 * 65535;
+  const float v = static_cast<float>(static_cast<double>(sum) * (1.7320508075688772 / 65536.0));
   return v == 0.f ? 0.5f : v;
 }
 
@@ -349,7 +348,7 @@ rc::Gen<CaseSpec> gen_attention_case(const std::string &impl, const std::string 
                                      at::ScalarType dtype) {
   return rc::gen::exec([=] {
     const bool cuda = backend == Backend::cuda;
-    const Limits lim = cuda ? Limits{2048, 512, 64, 1 << 21, 1 << 26} : Limits{600, 48, 64, 6000, 1 << 20};
+    const Limits lim = cuda ? Limits{2048, 512, 64, 1 << 21, 1 << 26} : Limits{600, 48, 64, 12000, 1 << 20};
     CaseSpec c;
     c.op = "paged_attention";
     c.impl = impl;
@@ -365,35 +364,45 @@ rc::Gen<CaseSpec> gen_attention_case(const std::string &impl, const std::string 
     const int64_t group = cuda ? *rc::gen::inRange<int64_t>(1, 9) : *rc::gen::element<int64_t>(1, 2, 4);
     c.shape = {h_kv * group, h_kv, d, page};
 
-    // The target first (its lengths matter most), then the others.
+    // A sequence is drawn as (kv, kind, q draw); the others come as a RapidCheck container, so
+    // shrinking removes sequences one by one (and shortens each) instead of only cutting the tail.
+    struct Draw {
+      int64_t kv, kind, q;  // kind: 0 decode, 1 prefill chunk, 2 full prefill
+    };
+    const auto seq_gen = rc::gen::exec([page, lim] {
+      const int64_t k = *length_gen(page, lim.max_kv);
+      return Draw{k, *rc::gen::inRange<int64_t>(0, 3), *rc::gen::inRange<int64_t>(1, lim.max_q + 1)};
+    });
+    const Draw target_draw = *seq_gen;
+    // seq_alone_vs_batched needs company; the other properties also run on a lone sequence.
+    const int min_others = property == "seq_alone_vs_batched" ? 1 : 0;
+    auto others_gen = [&](int most) {
+      auto g = rc::gen::resize(most, rc::gen::container<std::vector<Draw>>(seq_gen));
+      return min_others ? rc::gen::nonEmpty(g) : g;
+    };
+    const std::vector<Draw> others = *rc::gen::weightedOneOf<std::vector<Draw>>(
+        {{4, others_gen(7)}, {1, others_gen(static_cast<int>(lim.max_others))}});
+
+    // Query lengths from the draws, the target first; then keep a CPU case to milliseconds by
+    // capping q so that sum(q * kv) stays within the budget.
+    const bool needs_rows = property == "chunked_prefill" || property == "decode_vs_prefill";
     int64_t budget = lim.pair_budget;
     std::vector<int64_t> q, kv;
-    auto add_seq = [&](bool is_target) {
-      const int64_t k = *length_gen(page, lim.max_kv);
-      int64_t ql;
-      const int64_t kind = *rc::gen::inRange<int64_t>(0, 3);  // 0 decode, 1 chunk, 2 full prefill
-      if (kind == 0 && !(is_target && property == "chunked_prefill"))
-        ql = 1;
-      else if (kind == 2)
-        ql = k;
-      else
-        ql = *rc::gen::inRange<int64_t>(1, std::min(k, lim.max_q) + 1);
-      if (is_target && (property == "chunked_prefill" || property == "decode_vs_prefill") && k >= 2) ql = std::max<int64_t>(ql, 2);
-      // Keep a CPU case to milliseconds: cap q so that sum(q * kv) stays within the budget.
+    auto add_seq = [&](const Draw &dr, bool is_target) {
+      // Once the budget is spent, later sequences are cut short too (a decode costs kv pairs).
+      const int64_t k = is_target ? dr.kv : std::min(dr.kv, std::max<int64_t>(1, budget));
+      int64_t ql = dr.kind == 0 ? 1 : dr.kind == 2 ? k : std::min(dr.q, k);
       ql = std::max<int64_t>(1, std::min(ql, std::max<int64_t>(1, budget) / k));
-      if (is_target && (property == "chunked_prefill" || property == "decode_vs_prefill") && k >= 2) ql = std::max<int64_t>(ql, 2);
+      if (is_target && needs_rows && k >= 2) ql = std::max<int64_t>(ql, 2);
       budget -= ql * k;
       q.push_back(ql);
       kv.push_back(k);
     };
-    add_seq(true);
-    // seq_alone_vs_batched needs company; the other properties also run on a lone sequence.
-    const int64_t min_others = property == "seq_alone_vs_batched" ? 1 : 0;
-    const int64_t others = *rc::gen::weightedOneOf<int64_t>(
-        {{4, rc::gen::inRange<int64_t>(min_others, 8)}, {1, rc::gen::inRange<int64_t>(min_others, lim.max_others + 1)}});
-    for (int64_t i = 0; i < others; ++i) add_seq(false);
+    add_seq(target_draw, true);
+    for (const auto &dr : others) add_seq(dr, false);
+    const int64_t n_others = static_cast<int64_t>(others.size());
     // The target's place in the batch: rotate it to a random index.
-    const int64_t target = *rc::gen::inRange<int64_t>(0, others + 1);
+    const int64_t target = *rc::gen::inRange<int64_t>(0, n_others + 1);
     std::rotate(q.begin(), q.end() - target, q.end());
     std::rotate(kv.begin(), kv.end() - target, kv.end());
     c.params["q"] = attention_case::join(q);
