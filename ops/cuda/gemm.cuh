@@ -40,7 +40,8 @@ struct GemmParams {
   int64_t bias_stride_m = 0, bias_stride_n = 0, batch_stride_bias = 0;
   float alpha = 1.f, beta = 1.f;
   int64_t M = 0, N = 0, K = 0, batch = 1;
-  int num_ctas = 0;  // persistent CTAs; cuda_ops passes the device's SM count. Must be >= 1.
+  int num_ctas = 0;  // persistent CTA slots: cuda_ops passes the device's SM count (the 16-bit
+                     // kernel runs 2 co-resident CTAs per slot). Must be >= 1; never changes bits.
 };
 
 // Empty string when the kernels can run these params as given, else why not.

@@ -1,7 +1,7 @@
 // Batch-invariant row reductions: log_softmax (three passes, as the seed) and mean.
 //
 // Design. A row of `len` elements is cut into chunks of V = 16 bytes / sizeof(input) consecutive
-// elements. A group of TPR threads (a power of two, 32..512, picked from len and the dtype
+// elements. A group of TPR threads (a power of two, 32..1024, picked from len and the dtype
 // alone by row_reduce_threads, up to 512) owns the row; thread t takes chunks t, t + TPR, t + 2*TPR, ... in
 // that order and folds each chunk's elements in index order into one float32 partial. The TPR
 // partials are then combined in a fixed tree: a shfl_down tree (16, 8, 4, 2, 1) inside each warp,
@@ -94,14 +94,15 @@ __device__ __forceinline__ float group_reduce(float v, int tpr, float *red) {
 // memory; pass 1 writes each thread's chunks there and passes 2 and 3 read them back (the same
 // thread's own chunks, so no barrier is needed beyond the reductions').
 template <typename Tin, typename Tout, bool CACHE>
-__global__ void __launch_bounds__(512) log_softmax_kernel(const Tin *__restrict__ x, Tout *__restrict__ y, int64_t rows,
+__global__ void __launch_bounds__(1024) log_softmax_kernel(const Tin *__restrict__ x, Tout *__restrict__ y, int64_t rows,
                                                          int64_t len, int64_t xs, int64_t ys, int tpr, bool vec_in,
                                                          bool vec_out) {
   constexpr int V = Chunk<Tin>::V;
   constexpr int OUT_BYTES = V * static_cast<int>(sizeof(Tout));
   static_assert(OUT_BYTES % 16 == 0, "chunk output must be whole 16-byte vectors");
   __shared__ float red[32];
-  extern __shared__ __align__(16) float row_cache[];
+  extern __shared__ __align__(16) uint8_t row_cache_raw[];
+  Tin *row_cache = reinterpret_cast<Tin *>(row_cache_raw);  // the row's raw input values
   const int gpb = blockDim.x / tpr;
   const int g = threadIdx.x / tpr, lt = threadIdx.x % tpr;
   const int64_t chunks = (len + V - 1) / V;
@@ -113,14 +114,8 @@ __global__ void __launch_bounds__(512) log_softmax_kernel(const Tin *__restrict_
     // Chunk c as floats, padded past len with -inf (pass 1's identity; passes 2 and 3 skip pads).
     auto get = [&](int64_t c, float(&v)[V]) {
       if (CACHE) {
-#pragma unroll
-        for (int q = 0; q < V / 4; ++q) {
-          const float4 f = reinterpret_cast<const float4 *>(row_cache + c * V)[q];
-          v[4 * q] = f.x;
-          v[4 * q + 1] = f.y;
-          v[4 * q + 2] = f.z;
-          v[4 * q + 3] = f.w;
-        }
+        // Whole chunks are cached (pads included), so this re-creates pass 1's floats exactly.
+        load_chunk<Tin>(row_cache, c, chunks * V, true, -INFINITY, v);
       } else {
         load_chunk<Tin>(xr, c, len, vec_in, -INFINITY, v);
       }
@@ -131,11 +126,24 @@ __global__ void __launch_bounds__(512) log_softmax_kernel(const Tin *__restrict_
 #pragma unroll 4
       for (int64_t c = lt; c < chunks; c += tpr) {
         float v[V];
-        load_chunk<Tin>(xr, c, len, vec_in, -INFINITY, v);
         if (CACHE) {
+          // Keep the raw chunk (pads as -inf) so passes 2 and 3 convert the same values again.
+          Tin raw[V];
+          const int64_t base = c * V;
+          if (vec_in && base + V <= len) {
+            const uint4 u = *reinterpret_cast<const uint4 *>(xr + base);
+            memcpy(raw, &u, sizeof(u));
+          } else {
 #pragma unroll
-          for (int q = 0; q < V / 4; ++q)
-            reinterpret_cast<float4 *>(row_cache + c * V)[q] = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+            for (int e = 0; e < V; ++e) raw[e] = base + e < len ? xr[base + e] : from_f<Tin>(-INFINITY);
+          }
+          uint4 u;
+          memcpy(&u, raw, sizeof(u));
+          *reinterpret_cast<uint4 *>(row_cache + base) = u;
+#pragma unroll
+          for (int e = 0; e < V; ++e) v[e] = to_f(raw[e]);
+        } else {
+          load_chunk<Tin>(xr, c, len, vec_in, -INFINITY, v);
         }
 #pragma unroll
         for (int e = 0; e < V; ++e) m = nan_max(m, v[e]);
@@ -190,7 +198,7 @@ __global__ void __launch_bounds__(512) log_softmax_kernel(const Tin *__restrict_
 }
 
 template <typename Tin, typename Tout>
-__global__ void __launch_bounds__(512) mean_kernel(const Tin *__restrict__ x, Tout *__restrict__ y, int64_t rows,
+__global__ void __launch_bounds__(1024) mean_kernel(const Tin *__restrict__ x, Tout *__restrict__ y, int64_t rows,
                                                    int64_t len, int64_t xs, int tpr, bool vec_in) {
   constexpr int V = Chunk<Tin>::V;
   __shared__ float red[32];
@@ -241,7 +249,7 @@ void lsm_typed(const RowReduceParams &p, cudaStream_t stream) {
   const Launch l = plan(p);
   const int V = chunk_width(p.in_dtype);
   const int64_t chunks = (p.len + V - 1) / V;
-  const int64_t cache_bytes = chunks * V * static_cast<int64_t>(sizeof(float));
+  const int64_t cache_bytes = chunks * V * static_cast<int64_t>(sizeof(Tin));
   const bool cache = l.threads == l.tpr && cache_bytes <= kMaxCacheBytes;
   const bool vec_in = aligned16(p.x) && p.x_row_stride % V == 0;
   const bool vec_out = aligned16(p.y) && p.y_row_stride % V == 0;
@@ -283,11 +291,11 @@ void mean_out(const RowReduceParams &p, cudaStream_t stream) {
 
 int row_reduce_threads(DType in, int64_t len) {
   const int64_t V = chunk_width(in);
-  const int64_t maxc = 64 / V;  // aim at up to 64 elements per thread
+  const int64_t maxc = 32 / V;  // aim at up to 32 elements per thread
   const int64_t chunks = (len + V - 1) / V;
   const int64_t want = (chunks + maxc - 1) / maxc;
   int tpr = 32;
-  while (tpr < 512 && tpr < want) tpr <<= 1;
+  while (tpr < 1024 && tpr < want) tpr <<= 1;
   return tpr;
 }
 

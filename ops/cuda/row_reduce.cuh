@@ -28,7 +28,7 @@ struct RowReduceParams {
 void launch_log_softmax(const RowReduceParams &p, cudaStream_t stream);
 void launch_mean(const RowReduceParams &p, cudaStream_t stream);
 
-// The threads that cooperate on one row of `len` elements of `in` (a power of two, 32..512):
+// The threads that cooperate on one row of `len` elements of `in` (a power of two, 32..1024):
 // part of the fixed order, exposed for tests and reports.
 int row_reduce_threads(DType in, int64_t len);
 

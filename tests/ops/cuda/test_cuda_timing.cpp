@@ -92,3 +92,19 @@ TEST(CudaTiming, DISABLED_ReductionsVsTorch) {
 
 }  // namespace
 }  // namespace detfuzz
+
+namespace detfuzz {
+namespace {
+
+// One large bf16 product for a profiler to look at (ncu --kernel-name regex:gemm_tc --launch-skip 1).
+TEST(CudaTiming, DISABLED_ProfileTarget) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA GPU: none found";
+  at::manual_seed(3);
+  const auto opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
+  const at::Tensor a = at::randn({8192, 4096}, opts), w = at::randn({4096, 4096}, opts);
+  for (int i = 0; i < 2; ++i) cuda_ops::mm(a, w.t());
+  cudaDeviceSynchronize();
+}
+
+}  // namespace
+}  // namespace detfuzz
