@@ -77,19 +77,19 @@ inline float blocked_sum(int64_t n, Term term) {
 
 // Accumulates rows [row_begin, row_end) of a(MxK) @ b(KxN) into acc, row-major with leading
 // dimension n (row i of the product lands at acc + (i - row_begin) * n). Every acc element ends
-// as the blocked sum of its K products with block length k_block.
+// as the blocked sum of its K products with block length kMatmulKBlock.
 template <typename T>
 void matmul_accumulate_rows(StridedMatrix<T> a, StridedMatrix<T> b, int64_t n, int64_t k, int64_t row_begin,
-                            int64_t row_end, float *acc, int64_t k_block = kMatmulKBlock) {
+                            int64_t row_end, float *acc) {
   const int64_t rows = row_end - row_begin;
   std::fill(acc, acc + rows * n, 0.f);
-  std::vector<float> b_tile(static_cast<size_t>(k_block * kMatmulNTile));
-  std::vector<float> a_block(static_cast<size_t>(k_block));
+  std::vector<float> b_tile(static_cast<size_t>(kMatmulKBlock * kMatmulNTile));
+  std::vector<float> a_block(static_cast<size_t>(kMatmulKBlock));
   std::vector<float> partial(static_cast<size_t>(kMatmulNTile));
   for (int64_t n0 = 0; n0 < n; n0 += kMatmulNTile) {
     const int64_t nt = std::min(kMatmulNTile, n - n0);
-    for (int64_t k0 = 0; k0 < k; k0 += k_block) {
-      const int64_t kt = std::min(k_block, k - k0);
+    for (int64_t k0 = 0; k0 < k; k0 += kMatmulKBlock) {
+      const int64_t kt = std::min(kMatmulKBlock, k - k0);
       for (int64_t kk = 0; kk < kt; ++kk)
         load_row(b.data + (k0 + kk) * b.row_stride + n0 * b.col_stride, nt, b.col_stride, b_tile.data() + kk * nt);
       for (int64_t i = row_begin; i < row_end; ++i) {

@@ -167,7 +167,7 @@ TEST(CpuMatmul, BitsDoNotDependOnThreadCount) {
 // summed sequentially within K blocks of kMatmulKBlock from zero, block partials added in order.
 TEST(CpuMatmul, FollowsTheDocumentedOrder) {
   for (auto dtype : test::float_types()) {
-    const int64_t m = 3, k = 2 * fixed_order::kMatmulKBlock + 37, n = 5;
+    const int64_t m = 9, k = 2 * fixed_order::kMatmulKBlock + 37, n = 5;
     const at::Tensor a = test::randn({m, k}, dtype, 51), b = test::randn({k, n}, dtype, 52);
     const at::Tensor af = a.to(at::kFloat).contiguous(), bf = b.to(at::kFloat).contiguous();
     at::Tensor expected = at::empty({m, n});
