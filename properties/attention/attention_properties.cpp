@@ -348,7 +348,7 @@ rc::Gen<CaseSpec> gen_attention_case(const std::string &impl, const std::string 
                                      at::ScalarType dtype) {
   return rc::gen::exec([=] {
     const bool cuda = backend == Backend::cuda;
-    const Limits lim = cuda ? Limits{2048, 512, 64, 1 << 21, 1 << 26} : Limits{600, 48, 64, 12000, 1 << 20};
+    const Limits lim = cuda ? Limits{2048, 256, 64, 40000, 1 << 23} : Limits{600, 48, 64, 12000, 1 << 20};
     CaseSpec c;
     c.op = "paged_attention";
     c.impl = impl;

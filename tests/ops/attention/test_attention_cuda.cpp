@@ -1,0 +1,167 @@
+// The fused CUDA kernel: accuracy against Path A, batch invariance, the properties on CUDA and
+// the CUDA mutants. Every test skips where no GPU is found.
+#include "ops/registry.h"
+#include "properties/attention/attention_properties.h"
+
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+
+#ifdef DETFUZZ_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
+
+#include <chrono>
+#include <optional>
+
+using namespace detfuzz;
+
+namespace {
+
+bool have_gpu() {
+#ifdef DETFUZZ_WITH_CUDA
+  return at::cuda::is_available();
+#else
+  return false;
+#endif
+}
+
+#define NEED_GPU() \
+  if (!have_gpu()) GTEST_SKIP() << "needs a CUDA GPU: none found"
+
+CaseSpec cuda_case(std::vector<int64_t> shape, const std::string &q, const std::string &kv, at::ScalarType dtype,
+                   const std::string &property, uint64_t seed = 3) {
+  CaseSpec c;
+  c.op = "paged_attention";
+  c.impl = "invariant";
+  c.property = property;
+  c.backend = Backend::cuda;
+  c.dtype = dtype;
+  c.shape = std::move(shape);
+  c.seed = seed;
+  c.params = {{"q", q}, {"kv", kv}, {"place", "11"}, {"pool", "5"}, {"target", "1"}};
+  return c;
+}
+
+struct GpuRun {
+  bool passed = false;
+  int num_success = 0;
+  std::optional<CaseSpec> shrunk;
+  std::string message;
+  double seconds = 0;
+};
+
+GpuRun run_cuda_property(const std::string &impl, const std::string &property, at::ScalarType dtype, int max_success,
+                         uint64_t seed) {
+  GpuRun out;
+  auto body = [&] {
+    const CaseSpec c = *gen_attention_case(impl, property, Backend::cuda, dtype);
+    const Verdict v = check_attention_case(c);
+    if (!v.passed()) out.shrunk = c;
+    RC_LOG() << c.describe() << "\n" << to_string(v.outcome) << ": " << v.detail << "\n";
+    RC_ASSERT(v.passed());
+  };
+  rc::detail::TestParams params = rc::detail::configuration().testParams;
+  params.maxSuccess = max_success;
+  params.seed = seed;
+  rc::detail::TestMetadata meta;
+  meta.id = "paged_attention/cuda/" + impl + "/" + property;
+  meta.description = meta.id;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto result = rc::detail::checkProperty(rc::detail::toProperty(body), meta, params);
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::ostringstream ss;
+  rc::detail::printResultMessage(result, ss);
+  out.message = ss.str();
+  out.passed = result.is<rc::detail::SuccessResult>();
+  if (out.passed) out.num_success = result.get<rc::detail::SuccessResult>().numSuccess;
+  return out;
+}
+
+}  // namespace
+
+TEST(PagedAttentionCuda, AccuracyAgainstPathAOverTheSupportedGrid) {
+  NEED_GPU();
+  // Every head dim, dtype, page size and GQA group 1..8, with a mixed batch whose rows need 1, 2
+  // and 4 splits (kv 1000), partial tiles and pages.
+  int checked = 0;
+  for (auto dt : {at::kBFloat16, at::kHalf})
+    for (int64_t d : {64, 128, 256})
+      for (int64_t page : {1, 16, 64})
+        for (int64_t group : {1, 3, 8}) {
+          const CaseSpec c = cuda_case({2 * group, 2, d, page}, "1.37.5.1", "1000.300.257.63", dt, "accuracy",
+                                       static_cast<uint64_t>(d + page + group));
+          const Verdict v = check_attention_case(c);
+          EXPECT_TRUE(v.passed()) << c.describe() << ": " << v.detail;
+          ++checked;
+        }
+  EXPECT_EQ(checked, 54);
+}
+
+TEST(PagedAttentionCuda, TargetAloneVsBatchedAndOtherInvariances) {
+  NEED_GPU();
+  for (const std::string prop : {"seq_alone_vs_batched", "decode_vs_prefill", "repeat", "block_placement"}) {
+    CaseSpec c = cuda_case({8, 2, 128, 16}, "3.300.1.64", "900.700.1500.64", at::kBFloat16, prop);
+    c.params["place2"] = "77";
+    c.params["share"] = "2";
+    const Verdict v = check_attention_case(c);
+    EXPECT_TRUE(v.passed()) << c.describe() << ": " << v.detail;
+  }
+  CaseSpec c = cuda_case({4, 4, 64, 1}, "3.513.1", "900.700.64", at::kHalf, "chunked_prefill");
+  c.params["chunks"] = "1.255.1.256";
+  const Verdict v = check_attention_case(c);
+  EXPECT_TRUE(v.passed()) << c.describe() << ": " << v.detail;
+}
+
+TEST(PagedAttentionCuda, OutputIsFullyWrittenAndFinite) {
+  NEED_GPU();
+  const CaseSpec c = cuda_case({8, 1, 256, 64}, "1.200.1", "2000.257.1", at::kBFloat16, "repeat");
+  const auto b = attention_case::build(c, attention_case::sequences(c), 11, 5, false);
+  const auto *impl = find_impl("paged_attention", "invariant", Backend::cuda);
+  ASSERT_NE(impl, nullptr);
+  const auto out = impl->run(b.args).to(at::kCPU).to(at::kFloat);
+  EXPECT_TRUE(at::isfinite(out).all().item<bool>());
+  EXPECT_GT(out.abs().min().item<float>(), 0.f);
+}
+
+TEST(PagedAttentionCuda, PropertiesHoldOnGeneratedCases) {
+  NEED_GPU();
+  for (const std::string impl : {"invariant"})
+    for (const auto &prop : attention_properties())
+      for (auto dt : {at::kBFloat16, at::kHalf}) {
+        const auto r = run_cuda_property(impl, prop, dt, 25, 2024);
+        EXPECT_TRUE(r.passed) << impl << "/" << prop << " " << dtype_name(dt) << "\n" << r.message;
+        std::cout << "[ cuda     ] " << impl << "/" << prop << " " << dtype_name(dt) << ": " << r.num_success
+                  << " cases in " << r.seconds << " s\n";
+      }
+}
+
+TEST(PagedAttentionCuda, MutantsAreCaught) {
+  NEED_GPU();
+  for (const std::string m : {"mutant-splits-from-maxlen", "mutant-padded-grid"}) {
+    const auto r = run_cuda_property(m, "seq_alone_vs_batched", at::kHalf, 500, 7);
+    EXPECT_FALSE(r.passed) << m << " survived";
+    if (r.shrunk) std::cout << "[ cuda     ] " << m << " caught in " << r.seconds << " s, shrunk to " << r.shrunk->describe() << "\n";
+  }
+}
+
+TEST(PagedAttentionCuda, TorchSdpaBaselineIsObserved) {
+  NEED_GPU();
+  const auto *sdpa = find_impl("paged_attention", "torch-sdpa", Backend::cuda);
+  ASSERT_NE(sdpa, nullptr);
+  EXPECT_EQ(sdpa->expectation, Expectation::observed);
+  int differ = 0, total = 0;
+  for (int i = 0; i < 8; ++i) {
+    CaseSpec c = cuda_case({8, 2, 128, 16}, "1.1.7.1", "700.300.257.900", at::kBFloat16, "seq_alone_vs_batched",
+                           100 + i);
+    c.impl = "torch-sdpa";
+    c.params["target"] = std::to_string(i % 4);
+    const Verdict v = check_attention_case(c);
+    ASSERT_NE(v.outcome, Verdict::Outcome::error) << v.detail;
+    differ += !v.passed();
+    ++total;
+    c.property = "accuracy";
+    const Verdict a = check_attention_case(c);
+    EXPECT_TRUE(a.passed()) << a.detail;
+  }
+  std::cout << "[ cuda     ] torch-sdpa seq_alone_vs_batched differs in " << differ << "/" << total << " cases\n";
+}
