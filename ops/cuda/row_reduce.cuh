@@ -30,6 +30,7 @@ void launch_mean(const RowReduceParams &p, cudaStream_t stream);
 
 // The threads that cooperate on one row of `len` elements of `in` (a power of two, 32..1024):
 // part of the fixed order, exposed for tests and reports.
-int row_reduce_threads(DType in, int64_t len);
+int row_reduce_threads(DType in, int64_t len);   // mean
+int log_softmax_threads(DType in, int64_t len);  // log_softmax
 
 }  // namespace detfuzz::cuda_kernels

@@ -275,11 +275,12 @@ TEST(CudaReductions, ThreadsDependOnLengthOnly) {
   REQUIRE_GPU();
   using cuda_kernels::DType;
   EXPECT_EQ(cuda_kernels::row_reduce_threads(DType::f32, 1), 32);
-  EXPECT_EQ(cuda_kernels::row_reduce_threads(DType::f32, 16384), 512);
-  EXPECT_EQ(cuda_kernels::row_reduce_threads(DType::f32, 32768), 1024);
-  EXPECT_EQ(cuda_kernels::row_reduce_threads(DType::bf16, 32768), 1024);
-  EXPECT_EQ(cuda_kernels::row_reduce_threads(DType::f32, 65536), 1024);
+  EXPECT_EQ(cuda_kernels::row_reduce_threads(DType::f32, 32768), 512);
+  EXPECT_EQ(cuda_kernels::row_reduce_threads(DType::bf16, 32768), 512);
   EXPECT_EQ(cuda_kernels::row_reduce_threads(DType::f32, int64_t(1) << 40), 1024);
+  EXPECT_EQ(cuda_kernels::log_softmax_threads(DType::f32, 32768), 1024);
+  EXPECT_EQ(cuda_kernels::log_softmax_threads(DType::bf16, 32768), 512);
+  EXPECT_EQ(cuda_kernels::log_softmax_threads(DType::f16, 100), 32);
 }
 
 }  // namespace
