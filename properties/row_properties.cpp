@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #ifdef DETFUZZ_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -53,6 +54,15 @@ std::vector<int64_t> reduced_dims(const CaseSpec &c) {
 }
 
 at::Tensor run_impl(const ImplInfo &impl, const OpArgs &args) { return impl.run(args); }
+
+#ifdef DETFUZZ_WITH_CUDA
+// Makes `waiter` wait for the work queued so far on `producer`.
+void stream_wait(const c10::cuda::CUDAStream &waiter, const c10::cuda::CUDAStream &producer) {
+  at::cuda::CUDAEvent done;
+  done.record(producer);
+  done.block(waiter);
+}
+#endif
 
 // Values (contiguous CPU tensors) of every input, before layouts.
 std::vector<at::Tensor> input_values(const CaseSpec &c) {
@@ -153,14 +163,15 @@ Verdict repeat(const CaseSpec &c, const ImplInfo &impl) {
   const at::Tensor a = run_impl(impl, args);
 #ifdef DETFUZZ_WITH_CUDA
   if (c.backend == Backend::cuda) {
-    c10::cuda::CUDAStream other = c10::cuda::getStreamFromPool();
-    other.wait(c10::cuda::getCurrentCUDAStream());
+    const c10::cuda::CUDAStream main = c10::cuda::getCurrentCUDAStream();
+    const c10::cuda::CUDAStream other = c10::cuda::getStreamFromPool();
+    stream_wait(other, main);
     at::Tensor b;
     {
       c10::cuda::CUDAStreamGuard guard(other);
       b = run_impl(impl, args);
     }
-    c10::cuda::getCurrentCUDAStream().wait(other);
+    stream_wait(main, other);
     return Verdict::from_diff(a, b, "two runs on two streams");
   }
 #endif
@@ -176,8 +187,9 @@ Verdict variant_agree(const CaseSpec &c, const ImplInfo &impl) {
 #ifdef DETFUZZ_WITH_CUDA
   if (v.passed() && c.backend == Backend::cuda) {
     // Graph replay: capture the op on a side stream, replay, compare with the eager result.
-    c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
-    side.wait(c10::cuda::getCurrentCUDAStream());
+    const c10::cuda::CUDAStream main = c10::cuda::getCurrentCUDAStream();
+    const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+    stream_wait(side, main);
     at::Tensor captured;
     at::cuda::CUDAGraph graph;
     {
@@ -187,7 +199,7 @@ Verdict variant_agree(const CaseSpec &c, const ImplInfo &impl) {
       graph.capture_end();
       graph.replay();
     }
-    c10::cuda::getCurrentCUDAStream().wait(side);
+    stream_wait(main, side);
     v = Verdict::from_diff(a, captured, "CUDA-graph replay vs eager");
   }
 #endif

@@ -7,6 +7,7 @@
 // with at::parallel_for. The float32 result is rounded to the input dtype, or kept as float32 when
 // half_to_float is set (which is a no-op for float32 input).
 #include "ops/cpu/cpu_ops.h"
+#include "ops/cpu/output.h"
 #include "ops/cpu/fixed_order.h"
 
 #include <ATen/Parallel.h>
@@ -45,7 +46,7 @@ at::Tensor log_softmax(const at::Tensor &x, int64_t dim, bool half_to_float) {
       }
     });
   });
-  return out_rows.movedim(-1, d).contiguous().to(out_dtype).view(x.sizes());
+  return to_output(out_rows.movedim(-1, d).contiguous(), out_dtype).view(x.sizes());
 }
 
 }  // namespace detfuzz::cpu_ops

@@ -8,6 +8,7 @@
 // (alpha*acc + beta*bias, dropping a term whose coefficient is zero, as torch does), then one
 // rounding to the input dtype into a fresh contiguous tensor.
 #include "ops/cpu/cpu_ops.h"
+#include "ops/cpu/output.h"
 #include "ops/cpu/fixed_order.h"
 
 #include <ATen/ExpandUtils.h>
@@ -73,7 +74,7 @@ at::Tensor batched_product(const at::Tensor &a, const at::Tensor &b, const std::
       }
     });
   });
-  return out.to(a.scalar_type());
+  return to_output(out, a.scalar_type());
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 // at::parallel_for. The result has dtype `dtype` when given, else the input's floating dtype, else
 // float32 (integer inputs are promoted), and is a fresh contiguous tensor.
 #include "ops/cpu/cpu_ops.h"
+#include "ops/cpu/output.h"
 #include "ops/cpu/fixed_order.h"
 
 #include <ATen/Parallel.h>
@@ -63,7 +64,7 @@ at::Tensor mean(const at::Tensor &x, at::IntArrayRef dims, bool keepdim, std::op
       }
     });
   });
-  return out.to(out_dtype);
+  return to_output(out, out_dtype);
 }
 
 }  // namespace detfuzz::cpu_ops

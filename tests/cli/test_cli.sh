@@ -10,7 +10,7 @@ check() {  # check NAME EXPECTED_EXIT COMMAND...
   local name=$1 want=$2; shift 2
   "$@" >"$work/out" 2>"$work/err"; local got=$?
   if [ "$got" -eq "$want" ]; then pass=$((pass + 1)); else
-    fail=$((fail + 1)); echo "FAIL $name: exit $got, wanted $want"; tail -5 "$work/out" "$work/err"; fi
+    fail=$((fail + 1)); echo "FAIL $name: exit $got, wanted $want"; tail -n 5 "$work/out" "$work/err"; fi
 }
 one_line_error() {  # the last command's stderr is exactly one 'detfuzz: error:' line naming $1
   if [ "$(wc -l <"$work/err")" -eq 1 ] && grep -q "^detfuzz: error: .*$1" "$work/err"; then pass=$((pass + 1)); else
