@@ -33,6 +33,11 @@
 //     non-contiguous N-D input with bias     -> matmul (mm) then add_: covered, invariant, but the
 //                                               bias is added after a rounding (bits differ from
 //                                               the contiguous path's fused addmm epilogue).
+//   torch::nn::functional::linear (the C++ frontend's own inline code, not aten::linear):
+//     2-D input with bias                    -> addmm: covered.
+//     anything else                          -> matmul (mm / bmm) then `+= bias`: covered, with the
+//                                               same caveat (for float16/bfloat16 its bits differ
+//                                               from at::linear's fused addmm on the same input).
 //   torch.log_softmax / F.log_softmax / nn.LogSoftmax / F.cross_entropy (aten::log_softmax.int)
 //                                            -> _log_softmax (after a dtype cast when dtype= is
 //                                               given): covered. softmax (aten::_softmax): NOT.
