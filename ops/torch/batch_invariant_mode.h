@@ -24,7 +24,9 @@
 // with respect to an op that is being dispatched on another thread at that moment, and an op
 // running during the switch may get either kernel. Also switching the mode inside a CUDA-graph
 // capture has no effect on what the graph replays: a captured graph keeps the kernels that ran
-// when it was captured.
+// when it was captured. The first enable in a process makes libtorch print one warning
+// ("Overriding a previously registered kernel for the same operator and the same dispatch key");
+// that override is the point.
 #pragma once
 
 namespace detfuzz {
@@ -36,7 +38,9 @@ void disable_batch_invariant_mode();
 bool is_batch_invariant_mode_enabled();
 
 // RAII scope: sets the mode to `enabled` for its lifetime, then restores the state it found.
-// Scopes nest; each restores exactly the state that was current when it was constructed.
+// Scopes nest; each restores exactly the state that was current when it was constructed (also if
+// enable/disable were called directly inside it). The mode is process-wide, not per thread: two
+// threads' scopes interleaving would restore each other's states, so open scopes from one thread.
 class BatchInvariantMode {
  public:
   explicit BatchInvariantMode(bool enabled = true);

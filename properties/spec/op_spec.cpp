@@ -489,13 +489,12 @@ void validate_op_spec(const OpSpec &spec) {
 }
 
 void load_kernel_library(const std::string &path) {
+  // Loading the same path again is harmless (dlopen counts references; initialisers run once). A
+  // library whose static initialiser throws — e.g. a second copy, under another path, of a library
+  // whose TORCH_LIBRARY namespace is already registered — cannot be reported here: the exception
+  // cannot cross dlopen, and the process ends with c10's message (as torch.ops.load_library does).
   dlerror();
-  void *h = nullptr;
-  try {
-    h = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
-  } catch (const std::exception &e) {  // a static initialiser of the library threw (e.g. a TORCH_LIBRARY clash)
-    throw std::invalid_argument("cannot load kernel library '" + path + "': " + first_line(e.what()));
-  }
+  void *h = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
   if (!h) {
     const char *err = dlerror();
     throw std::invalid_argument("cannot load kernel library '" + path + "': " + first_line(err ? err : "unknown dlopen error"));

@@ -108,6 +108,10 @@ OpSpec parse_op_spec(const std::string &text, const std::string &origin);
 void validate_op_spec(const OpSpec &spec);
 
 // dlopen(path, RTLD_NOW | RTLD_GLOBAL): the library's TORCH_LIBRARY blocks register its ops.
+// A library that cannot be loaded (missing, not a shared object, unresolved symbols) throws
+// std::invalid_argument("cannot load kernel library '<path>': <dlerror>"). Loading a path twice is
+// harmless. A library whose static registration throws (its TORCH_LIBRARY namespace is already
+// taken, e.g. by a copy under another path) ends the process with c10's message, as in Python.
 void load_kernel_library(const std::string &path);
 
 // The spec registry: the built-in aten specs (mm, addmm, bmm, baddbmm, _log_softmax, mean.dim)

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #ifdef DETFUZZ_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -27,6 +28,15 @@ struct OpFailure : std::runtime_error {
 };
 
 std::string first_line(const std::string &s) { return s.substr(0, s.find('\n')); }
+
+#ifdef DETFUZZ_WITH_CUDA
+// Makes `waiter` wait for the work queued so far on `producer`.
+void stream_wait(const c10::cuda::CUDAStream &waiter, const c10::cuda::CUDAStream &producer) {
+  at::cuda::CUDAEvent done;
+  done.record(producer);
+  done.block(waiter);
+}
+#endif
 
 const OpSpec &spec_of(const std::string &op) {
   const OpSpec *s = find_op_spec(op);
@@ -238,14 +248,15 @@ Verdict repeat(const SpecCase &s) {
   s.check_output(a);
 #ifdef DETFUZZ_WITH_CUDA
   if (s.c.backend == Backend::cuda) {
-    c10::cuda::CUDAStream other = c10::cuda::getStreamFromPool();
-    other.wait(c10::cuda::getCurrentCUDAStream());
+    const c10::cuda::CUDAStream main = c10::cuda::getCurrentCUDAStream();
+    const c10::cuda::CUDAStream other = c10::cuda::getStreamFromPool();
+    stream_wait(other, main);
     at::Tensor b;
     {
       c10::cuda::CUDAStreamGuard guard(other);
       b = s.call(args);
     }
-    c10::cuda::getCurrentCUDAStream().wait(other);
+    stream_wait(main, other);
     return Verdict::from_diff(a, b, "two runs on two streams");
   }
 #endif
