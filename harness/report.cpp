@@ -1,5 +1,7 @@
 #include "harness/report.h"
 
+#include "harness/remove_tree.h"
+
 #include <ATen/Parallel.h>
 #include <torch/version.h>
 #include <unistd.h>
@@ -61,8 +63,7 @@ ReportWriter::~ReportWriter() {
   if (finished_) return;
   if (cases_.is_open()) cases_.close();
   if (failures_.is_open()) failures_.close();
-  std::error_code ec;
-  fs::remove_all(partial_, ec);
+  remove_tree(partial_.string());
 }
 
 void ReportWriter::add_case(const CaseRow &row) {

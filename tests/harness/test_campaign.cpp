@@ -3,6 +3,8 @@
 #include "harness/campaign.h"
 #include "properties/row_properties.h"
 
+#include "harness/remove_tree.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -21,7 +23,7 @@ struct CampaignRun {
 CampaignRun fuzz(const std::vector<Target> &targets, double budget_s, int64_t max_cases, bool stop_on_failure, uint64_t seed = 7) {
   static int counter = 0;
   const fs::path out = fs::temp_directory_path() / ("detfuzz_campaign_" + std::to_string(counter++));
-  fs::remove_all(out);
+  remove_tree(out.string());
   CampaignConfig cfg;
   cfg.seed = seed;
   cfg.budget_s = budget_s;
@@ -35,7 +37,7 @@ CampaignRun fuzz(const std::vector<Target> &targets, double budget_s, int64_t ma
   CampaignRun run{run_campaign(cfg, report, log), ""};
   report.finish(run.result.to_json());
   run.log = log.str();
-  fs::remove_all(out);
+  remove_tree(out.string());
   return run;
 }
 

@@ -1,5 +1,7 @@
 #include "harness/report.h"
 
+#include "harness/remove_tree.h"
+
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -11,7 +13,7 @@ namespace fs = std::filesystem;
 
 fs::path fresh_dir(const std::string &name) {
   const fs::path p = fs::temp_directory_path() / name;
-  fs::remove_all(p);
+  remove_tree(p.string());
   return p;
 }
 
@@ -38,7 +40,7 @@ TEST(Report, FinishWritesTheFolderAtomically) {
   EXPECT_TRUE(j["context"]["env"].contains("CUBLAS_WORKSPACE_CONFIG"));
   for (const auto &e : fs::directory_iterator(out.parent_path()))
     EXPECT_EQ(e.path().filename().string().find("detfuzz_report_ok.partial"), std::string::npos);
-  fs::remove_all(out);
+  remove_tree(out.string());
 }
 
 TEST(Report, AnUnfinishedReportLeavesNothingBehind) {
@@ -55,7 +57,7 @@ TEST(Report, RefusesANonEmptyOrUnwritableFolder) {
   std::ofstream(out / "keep.txt") << "x";
   EXPECT_THROW(ReportWriter w(out), ReportError);
   EXPECT_TRUE(fs::exists(out / "keep.txt"));
-  fs::remove_all(out);
+  remove_tree(out.string());
   EXPECT_THROW(ReportWriter w("/proc/detfuzz/report"), ReportError);
 }
 
