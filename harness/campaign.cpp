@@ -82,7 +82,7 @@ void replay_corpus(const CampaignConfig &cfg, ReportWriter &report, CampaignResu
           ++result.corpus_skipped;
           continue;
         }
-        const ReplayResult rr = replay_record(rec);
+        const ReplayResult rr = replay_record(rec, cfg.batch_invariant_mode);
         ++result.corpus_replayed;
         const Record now = make_record(rec.spec, rr.verdict);
         report.add_case({index++, "corpus", now, rr.expectation, rr.elapsed_us});
@@ -238,10 +238,16 @@ nlohmann::json CampaignResult::to_json() const {
 
 bool backend_available(Backend b) { return b == Backend::cpu || at::hasCUDA(); }
 
-ReplayResult replay_record(const Record &r) {
+Expectation effective_expectation(const ImplInfo &impl, bool batch_invariant_mode) {
+  const bool aten_op = impl.op.rfind("aten::", 0) == 0 || impl.op.find("::") == std::string::npos;
+  if (batch_invariant_mode && impl.impl == "torch" && aten_op && impl.op != "paged_attention") return Expectation::must_hold;
+  return impl.expectation;
+}
+
+ReplayResult replay_record(const Record &r, bool batch_invariant_mode) {
   ReplayResult rr;
   const CaseSpec &c = r.spec;
-  const ImplInfo *impl = find_impl(c.op, c.impl, c.backend);
+  const std::optional<ImplInfo> impl = lookup_impl(c.op, c.impl, c.backend);
   if (!impl) {
     if (c.backend == Backend::cuda && !backend_available(Backend::cuda)) {
       rr.skipped = true;
@@ -253,7 +259,7 @@ ReplayResult replay_record(const Record &r) {
   const auto props = properties_for(c.op);
   if (std::find(props.begin(), props.end(), c.property) == props.end())
     throw std::invalid_argument("record names property '" + c.property + "', which op " + c.op + " does not have");
-  rr.expectation = impl->expectation;
+  rr.expectation = effective_expectation(*impl, batch_invariant_mode);
   if (!backend_available(c.backend)) {
     rr.skipped = true;
     rr.skip_reason = "needs a CUDA GPU: none found";

@@ -27,6 +27,7 @@ struct CampaignConfig {
   std::string program = "detfuzz";  // how repro commands name the binary
   bool progress = true;
   bool stop_on_failure = false;  // end the campaign once a failure has been found (and shrunk)
+  bool batch_invariant_mode = false;  // corpus records of impl `torch` are then must-hold
 };
 
 struct TargetStats {
@@ -60,7 +61,10 @@ struct ReplayResult {
   double elapsed_us = 0;
 };
 bool backend_available(Backend b);
+// An impl's expectation, except that with the batch-invariant mode on, impl `torch` of the aten
+// ops (our row ops and the built-in aten:: specs) runs our kernels and so must hold.
+Expectation effective_expectation(const ImplInfo &impl, bool batch_invariant_mode);
 // Throws std::invalid_argument when the record names an unknown op, impl or property.
-ReplayResult replay_record(const Record &r);
+ReplayResult replay_record(const Record &r, bool batch_invariant_mode = false);
 
 }  // namespace detfuzz

@@ -2,6 +2,7 @@
 
 #include "harness/campaign.h"
 #include "properties/properties.h"
+#include "properties/spec/op_spec.h"
 
 #include <algorithm>
 #include <ctime>
@@ -58,10 +59,10 @@ Backend resolve_backend(const std::string &name) {
 std::vector<Target> select_targets(const Selection &sel, Backend backend) {
   const auto ops = all_ops();
   for (const auto &op : sel.ops)
-    if (std::find(ops.begin(), ops.end(), op) == ops.end()) {
+    if (!is_known_op(op)) {
       std::string known;
       for (const auto &o : ops) known += (known.empty() ? "" : ", ") + o;
-      throw UsageError("unknown op '" + op + "' (known: " + known + ")");
+      throw UsageError("unknown op '" + op + "' (known: " + known + ", aten::mm and the other built-in specs, and ops of --spec files)");
     }
   std::vector<at::ScalarType> dtypes;
   for (const auto &d : sel.dtypes) {
@@ -79,8 +80,11 @@ std::vector<Target> select_targets(const Selection &sel, Backend backend) {
   std::vector<Target> targets;
   for (const auto &op : sel.ops.empty() ? ops : sel.ops) {
     const auto props = properties_for(op);
-    for (const ImplInfo &impl : all_impls()) {
-      if (impl.op != op || impl.backend != backend) continue;
+    std::vector<ImplInfo> candidates;
+    for (const ImplInfo &impl : all_impls())
+      if (impl.op == op && impl.backend == backend) candidates.push_back(impl);
+    if (auto spec_impl = lookup_impl(op, "torch", backend); spec_impl && candidates.empty()) candidates.push_back(*spec_impl);
+    for (const ImplInfo &impl : candidates) {
       const bool wanted = sel.impls.empty() ? impl.impl.rfind("mutant-", 0) != 0
                                             : std::find(sel.impls.begin(), sel.impls.end(), impl.impl) != sel.impls.end();
       if (!wanted) continue;
@@ -91,7 +95,7 @@ std::vector<Target> select_targets(const Selection &sel, Backend backend) {
         for (at::ScalarType d : dtypes) {
           if (!impl.supports(d)) continue;
           dtypes_seen.insert(d);
-          targets.push_back({op, impl.impl, p, backend, d, impl.expectation});
+          targets.push_back({op, impl.impl, p, backend, d, effective_expectation(impl, sel.batch_invariant_mode)});
         }
       }
     }
@@ -108,7 +112,17 @@ std::vector<Target> select_targets(const Selection &sel, Backend backend) {
 }
 
 nlohmann::json selection_json(const Selection &sel) {
-  return {{"backend", sel.backend}, {"ops", sel.ops}, {"impls", sel.impls}, {"properties", sel.properties}, {"dtypes", sel.dtypes}};
+  return {{"backend", sel.backend}, {"ops", sel.ops},     {"impls", sel.impls},
+          {"properties", sel.properties}, {"dtypes", sel.dtypes}, {"batch_invariant_mode", sel.batch_invariant_mode}};
+}
+
+void load_user_ops(const std::vector<std::string> &libraries, const std::vector<std::string> &specs) {
+  try {
+    for (const auto &lib : libraries) load_kernel_library(lib);
+    for (const auto &spec : specs) load_op_spec_file(spec);
+  } catch (const std::invalid_argument &e) {
+    throw UsageError(e.what());
+  }
 }
 
 }  // namespace detfuzz

@@ -25,7 +25,13 @@ std::string utc_now();                                        // ISO 8601
 struct Selection {
   std::string backend = "auto";
   std::vector<std::string> ops, impls, properties, dtypes;  // empty: every applicable one (impls: all but mutants)
+  // With the batch-invariant mode on, libtorch's dispatcher runs our kernels, so impl `torch`
+  // of the aten ops is held to must-hold instead of observed.
+  bool batch_invariant_mode = false;
 };
+
+// Loads users' kernel libraries (dlopen) and then their op spec files; throws UsageError.
+void load_user_ops(const std::vector<std::string> &libraries, const std::vector<std::string> &specs);
 
 Backend resolve_backend(const std::string &name);  // "auto" -> cuda when a GPU is usable; throws UsageError
 // Every (op, impl, property, dtype) the selection names that exists; throws UsageError naming an

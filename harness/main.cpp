@@ -8,6 +8,7 @@
 #include "harness/bench.h"
 #include "harness/campaign.h"
 #include "harness/cli_common.h"
+#include "ops/torch/batch_invariant_mode.h"
 #include "properties/properties.h"
 
 #include <CLI/CLI.hpp>
@@ -32,8 +33,22 @@ nlohmann::json tool_summary(const std::string &command_line, const std::string &
 }
 
 
+// --mode: native (libtorch's own kernels behind impl `torch`) or batch-invariant (ours, through
+// libtorch's dispatcher, as an engine would run them).
+bool parse_mode(const std::string &mode) {
+  if (mode == "native") return false;
+  if (mode == "batch-invariant") return true;
+  throw UsageError("mode '" + mode + "' (expected native or batch-invariant)");
+}
+
+void apply_mode(bool batch_invariant) {
+  if (batch_invariant) enable_batch_invariant_mode();
+}
+
 struct FuzzOptions {
   Selection sel;
+  std::string mode = "native";
+  std::vector<std::string> libraries, specs;
   std::string seed, budget = "60s", shrink_budget = "30s", out;
   int64_t cases = 0;
   std::vector<std::string> corpora;
@@ -54,10 +69,13 @@ void print_target_table(const CampaignResult &r, std::ostream &os) {
   }
 }
 
-int run_fuzz(const FuzzOptions &o, const std::string &program, const std::string &command_line) {
+int run_fuzz(FuzzOptions o, const std::string &program, const std::string &command_line) {
   const Backend backend = resolve_backend(o.sel.backend);
+  load_user_ops(o.libraries, o.specs);
+  o.sel.batch_invariant_mode = parse_mode(o.mode);
   CampaignConfig cfg;
   cfg.targets = select_targets(o.sel, backend);
+  cfg.batch_invariant_mode = o.sel.batch_invariant_mode;
   cfg.seed = o.seed.empty() ? std::random_device{}() : std::stoull(o.seed, nullptr, 0);
   cfg.budget_s = parse_duration(o.budget);
   cfg.max_cases = o.cases;
@@ -81,6 +99,7 @@ int run_fuzz(const FuzzOptions &o, const std::string &program, const std::string
   std::cout << "Using configuration: seed=" << cfg.seed << " backend=" << to_string(backend) << " budget=" << cfg.budget_s << "s"
             << (cfg.max_cases ? " cases=" + std::to_string(cfg.max_cases) : "") << " targets=" << cfg.targets.size() << std::endl;
   const std::string started = utc_now();
+  apply_mode(cfg.batch_invariant_mode);
   const CampaignResult result = run_campaign(cfg, report, std::cout);
   const int exit_code = result.must_hold_failed() ? kExitMustHoldFailed : kExitOk;
 
@@ -101,21 +120,25 @@ int run_fuzz(const FuzzOptions &o, const std::string &program, const std::string
 }
 
 struct ReplayOptions {
-  std::vector<std::string> paths, cases;
+  std::vector<std::string> paths, cases, libraries, specs;
+  std::string mode = "native";
   bool expect_reproduce = false;
 };
 
 int run_replay(const ReplayOptions &o, const std::string &program) {
+  load_user_ops(o.libraries, o.specs);
+  const bool batch_invariant = parse_mode(o.mode);
   std::vector<Record> records;
   for (const auto &p : o.paths)
     for (const auto &f : record_files(p))
       for (auto &r : read_records(f)) records.push_back(std::move(r));
   for (const auto &line : o.cases) records.push_back(parse_record_line(line));
   if (records.empty()) throw UsageError("nothing to replay: give record files or folders, or --case");
+  apply_mode(batch_invariant);
 
   int64_t pass = 0, fail = 0, must_fail = 0, skipped = 0, recorded_fail = 0, reproduced_fail = 0, not_reproduced = 0;
   for (const Record &r : records) {
-    const ReplayResult rr = replay_record(r);
+    const ReplayResult rr = replay_record(r, batch_invariant);
     if (rr.skipped) {
       ++skipped;
       std::cout << "[skipped] " << r.spec.describe() << ": " << rr.skip_reason << "\n";
@@ -273,12 +296,19 @@ int main(int argc, char **argv) {
   fuzz->add_option("--shrink-budget", fo.shrink_budget, "time allowed to shrink one failure")->default_val("30s");
   fuzz->add_flag("--quiet", fo.quiet, "no progress lines");
   fuzz->add_flag("--stop-on-failure", fo.stop_on_failure, "end the campaign at the first failure, once it is shrunk");
+  fuzz->add_option("--mode", fo.mode, "native, or batch-invariant: our kernels behind libtorch's dispatcher (impl torch then must hold)")
+      ->default_val("native");
+  fuzz->add_option("--load", fo.libraries, "a kernel library registering torch operators (TORCH_LIBRARY), loaded before --spec");
+  fuzz->add_option("--spec", fo.specs, "an op spec file describing operators to fuzz with --op ns::name --impl torch");
 
   ReplayOptions ro;
   auto *replay = app.add_subcommand("replay", "Re-run saved records and say whether each reproduces bit for bit");
   replay->add_option("paths", ro.paths, "record files (failures.csv, corpora/*.csv) or folders of them");
   replay->add_option("--case", ro.cases, "one record line, as printed in a repro command");
   replay->add_flag("--expect-reproduce", ro.expect_reproduce, "exit 1 unless every record's outcome and diff come back bit for bit");
+  replay->add_option("--mode", ro.mode, "native or batch-invariant, as for fuzz")->default_val("native");
+  replay->add_option("--load", ro.libraries, "kernel libraries to load first");
+  replay->add_option("--spec", ro.specs, "op spec files to load first");
 
   std::string list_what = "all";
   auto *list = app.add_subcommand("list", "List ops, impls (with expectations) and properties");

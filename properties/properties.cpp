@@ -2,7 +2,10 @@
 
 #include "properties/attention/attention_properties.h"
 #include "properties/row_properties.h"
+#include "properties/spec/op_spec.h"
+#include "properties/spec/spec_properties.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace detfuzz {
@@ -13,20 +16,34 @@ std::vector<std::string> all_ops() {
   return ops;
 }
 
+bool is_known_op(const std::string &op) {
+  const auto ops = all_ops();
+  return std::find(ops.begin(), ops.end(), op) != ops.end() || is_spec_op(op);
+}
+
 std::vector<std::string> properties_for(const std::string &op) {
   if (is_row_op(op)) return row_properties();
   if (op == "paged_attention") return attention_properties();
+  if (is_spec_op(op)) return spec_properties(op);
   return {};
+}
+
+std::optional<ImplInfo> lookup_impl(const std::string &op, const std::string &impl, Backend backend) {
+  if (const ImplInfo *i = find_impl(op, impl, backend)) return *i;
+  if (impl == "torch" && is_spec_op(op)) return spec_torch_impl(*find_op_spec(op), backend);
+  return std::nullopt;
 }
 
 rc::Gen<CaseSpec> gen_case(const Target &t) {
   if (t.op == "paged_attention") return gen_attention_case(t.impl, t.property, t.backend, t.dtype);
+  if (is_spec_op(t.op)) return gen_spec_case(t);
   return gen_row_case(t);
 }
 
 Verdict check_case(const CaseSpec &c) {
   if (c.op == "paged_attention") return check_attention_case(c);
   if (is_row_op(c.op)) return check_row_case(c);
+  if (is_spec_op(c.op)) return check_spec_case(c);
   throw std::invalid_argument("unknown op '" + c.op + "'");
 }
 

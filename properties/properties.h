@@ -7,13 +7,17 @@
 #include "properties/generators.h"
 #include "properties/verdict.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace detfuzz {
 
 std::vector<std::string> all_ops();                               // row ops, then paged_attention
+bool is_known_op(const std::string &op);                          // all_ops() or a spec op (aten::mm, loaded specs)
 std::vector<std::string> properties_for(const std::string &op);   // empty for an unknown op
+// The impl from the registry, or for a spec op its dispatcher impl `torch`; nullopt when unknown.
+std::optional<ImplInfo> lookup_impl(const std::string &op, const std::string &impl, Backend backend);
 rc::Gen<CaseSpec> gen_case(const Target &t);
 // Throws std::invalid_argument for a malformed case; impl failures come back as Verdict::error.
 Verdict check_case(const CaseSpec &c);

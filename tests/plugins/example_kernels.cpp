@@ -13,6 +13,8 @@
 // The CUDA kernels (CUDA builds only) are honest stand-ins: they copy the operands to the host,
 // run the same CPU loop and copy the result back. Correct and invariant, not fast.
 #include <torch/library.h>
+
+#include <limits>
 #include <ATen/ATen.h>
 
 namespace {
@@ -47,6 +49,10 @@ at::Tensor fixed_order_mm(const at::Tensor &a, const at::Tensor &b, bool split_k
       po[i * n + j] = acc;
     }
   }
+  // NaN bits: libtorch's float->half conversion keeps a NaN's payload in its vectorised body and
+  // rewrites it in the scalar tail, so a NaN's bits would depend on the row's position in the
+  // batch (detfuzz caught that here). One canonical NaN makes the op invariant on NaN too.
+  out.masked_fill_(out.isnan(), std::numeric_limits<float>::quiet_NaN());
   return out.to(dtype);
 }
 
