@@ -185,17 +185,28 @@ Verdict variant_agree(const CaseSpec &c, const ImplInfo &impl) {
   const at::Tensor b = run_impl(impl, args_from_values(c, values, true));
   Verdict v = Verdict::from_diff(a, b, "layout " + c.layout + " vs contiguous");
 #ifdef DETFUZZ_WITH_CUDA
-  if (v.passed() && c.backend == Backend::cuda) {
-    // Graph replay: capture the op on a side stream, replay, compare with the eager result.
+  // (An empty output launches nothing, and an empty graph cannot be replayed.)
+  if (v.passed() && c.backend == Backend::cuda && a.numel() > 0) {
+    // Graph replay: capture the op on a side stream, replay, compare with the eager result. The
+    // graph is declared before the tensor it produces: the tensor lives in the graph's memory
+    // pool and must be released first.
     const c10::cuda::CUDAStream main = c10::cuda::getCurrentCUDAStream();
     const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
     stream_wait(side, main);
-    at::Tensor captured;
     at::cuda::CUDAGraph graph;
+    at::Tensor captured;
     {
       c10::cuda::CUDAStreamGuard guard(side);
       graph.capture_begin();
-      captured = run_impl(impl, laid_out);
+      try {
+        captured = run_impl(impl, laid_out);
+      } catch (...) {
+        try {
+          graph.capture_end();  // leave the stream out of capture mode before reporting
+        } catch (...) {
+        }
+        throw;
+      }
       graph.capture_end();
       graph.replay();
     }
