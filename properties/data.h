@@ -15,6 +15,9 @@ namespace detfuzz {
 // The distributions of the catalogue.
 const std::vector<std::string> &distributions();  // normal uniform linspace wide special
 
+// The splitmix64 finaliser: a bijective mix of 64 bits, for deriving keys and shuffles.
+uint64_t splitmix64(uint64_t x);
+
 // A uniform 64-bit value keyed by (seed, tensor, index): the counter-based generator.
 uint64_t counter_bits(uint64_t seed, uint64_t tensor, uint64_t index);
 

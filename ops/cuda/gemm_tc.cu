@@ -20,6 +20,7 @@
 // the output type; stores are masked. Offsets are 64-bit throughout.
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/gemm.cuh"
+#include "ops/cuda/tile_order.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -107,14 +108,9 @@ __global__ void __launch_bounds__(THREADS, CTAS_PER_SM) gemm_tc_kernel(const TcA
   const int ktiles = static_cast<int>((p.K + BK - 1) / BK);
 
   for (int64_t tile = blockIdx.x; tile < total; tile += gridDim.x) {
-    const int64_t bidx = tile / tiles_per_batch;
-    const int64_t t = tile - bidx * tiles_per_batch;
-    const int64_t in_group = GROUP_M * tiles_n;
-    const int64_t first_m = (t / in_group) * GROUP_M;
-    const int64_t gsize = min(tiles_m - first_m, static_cast<int64_t>(GROUP_M));
-    const int64_t pid_m = first_m + (t % in_group) % gsize;
-    const int64_t pid_n = (t % in_group) / gsize;
-    const int64_t m0 = pid_m * BM, n0 = pid_n * BN;
+    const TileCoord tc = persistent_tile<GROUP_M>(tile, tiles_m, tiles_n);
+    const int64_t bidx = tc.batch;
+    const int64_t m0 = tc.pid_m * BM, n0 = tc.pid_n * BN;
     const int valid_m = static_cast<int>(min(static_cast<int64_t>(BM), p.M - m0));
 
     const uint16_t *A = p.a + bidx * p.sa;

@@ -1,5 +1,7 @@
 #include "properties/attention/attention_properties.h"
 
+#include "properties/data.h"
+
 #include "ops/attention/kv_cache.h"
 #include "ops/attention/paged_attention.h"
 
@@ -17,13 +19,6 @@ namespace detfuzz {
 namespace attention_case {
 
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 std::vector<int64_t> parse_lengths(const CaseSpec &c, const std::string &key) {
   const std::string s = c.param(key);
@@ -51,7 +46,7 @@ std::string join(const std::vector<int64_t> &v) {
 float value(uint64_t seed, uint64_t tensor, uint64_t index) {
   // One splitmix64 per element: its four 16-bit quarters are four uniforms whose centred sum
   // (Irwin-Hall) is normal-ish with variance 1 and |v| < 3.47.
-  const uint64_t h = splitmix64(splitmix64(seed * 0x9e3779b97f4a7c15ull ^ tensor) + index);
+  const uint64_t h = counter_bits(seed, tensor, index);
   const int64_t sum = static_cast<int64_t>(h & 0xffff) + static_cast<int64_t>((h >> 16) & 0xffff) +
                       static_cast<int64_t>((h >> 32) & 0xffff) + static_cast<int64_t>(h >> 48) - 2 * 65535;
   const float v = static_cast<float>(static_cast<double>(sum) * (1.7320508075688772 / 65536.0));
