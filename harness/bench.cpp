@@ -140,6 +140,116 @@ std::string fmt(double v, const char *f = "%.3f") {
   return buf;
 }
 
+// Median of `reps` device times of fn (after 3 warm-up calls), in microseconds.
+template <typename Fn>
+double median_us(Fn fn, int reps, cudaEvent_t start, cudaEvent_t stop, cudaStream_t stream) {
+  for (int w = 0; w < 3; ++w) fn();
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    DETFUZZ_CUDA_CHECK(cudaEventRecord(start, stream));
+    fn();
+    DETFUZZ_CUDA_CHECK(cudaEventRecord(stop, stream));
+    DETFUZZ_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    DETFUZZ_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    t.push_back(ms * 1e3);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// A paged batch on the GPU: `lens` sequences of q_len query rows each (decode: 1; prefill: the
+// whole length), pages of 16 tokens laid out one sequence after another.
+OpArgs paged_batch(const std::vector<int64_t> &kv_lens, int64_t q_len, int64_t hq, int64_t hkv, int64_t d, at::ScalarType dtype,
+                   at::Generator &gen) {
+  constexpr int64_t page = 16;
+  const auto f32 = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
+  const auto i32 = at::TensorOptions().dtype(at::kInt);
+  int64_t blocks = 0, max_blocks = 0, rows = 0;
+  for (int64_t l : kv_lens) {
+    blocks += (l + page - 1) / page;
+    max_blocks = std::max(max_blocks, (l + page - 1) / page);
+    rows += std::min(q_len, l);
+  }
+  at::Tensor table = at::zeros({static_cast<int64_t>(kv_lens.size()), max_blocks}, i32);
+  at::Tensor cu = at::zeros({static_cast<int64_t>(kv_lens.size()) + 1}, i32), lens = at::zeros({static_cast<int64_t>(kv_lens.size())}, i32);
+  auto t = table.accessor<int32_t, 2>();
+  auto c = cu.accessor<int32_t, 1>();
+  auto l = lens.accessor<int32_t, 1>();
+  int32_t next = 0;
+  for (size_t s = 0; s < kv_lens.size(); ++s) {
+    const int64_t nb = (kv_lens[s] + page - 1) / page;
+    for (int64_t b = 0; b < nb; ++b) t[s][b] = next++;
+    l[s] = static_cast<int32_t>(kv_lens[s]);
+    c[s + 1] = c[s] + static_cast<int32_t>(std::min(q_len, kv_lens[s]));
+  }
+  OpArgs a;
+  a.tensors = {at::randn({rows, hq, d}, gen, f32).to(dtype), at::randn({blocks, page, hkv, d}, gen, f32).to(dtype),
+               at::randn({blocks, page, hkv, d}, gen, f32).to(dtype), cu.cuda(), lens.cuda(), table.cuda()};
+  return a;
+}
+
+// Decode (one query row per sequence, GB/s against a device-to-device copy of the same bytes)
+// and prefill (one sequence, TFLOP/s against torch's SDPA on contiguous inputs, causal, GQA).
+void attention_bench(const BenchConfig &cfg, std::ostream &csv, std::ostream &log, at::Generator &gen, cudaEvent_t start,
+                     cudaEvent_t stop, cudaStream_t stream) {
+  const ImplInfo &ours = cuda_impl("paged_attention", "invariant");
+  constexpr int64_t hq = 32, hkv = 8, d = 128;
+  const int reps = std::max(5, cfg.repetitions * 4);
+  for (at::ScalarType dtype : cfg.dtypes) {
+    if (!ours.supports(dtype) || dtype == at::kFloat) continue;
+    const double elem = static_cast<double>(c10::elementSize(dtype));
+    for (int64_t batch : {1, 16, 64, 256})
+      for (int64_t ctx : {512, 4096, 32768}) {
+        if (batch * ctx > 4 * 1024 * 1024) continue;  // K+V above 16 GiB: skip (fits neither an H100 nor the time)
+        const OpArgs args = paged_batch(std::vector<int64_t>(batch, ctx), 1, hq, hkv, d, dtype, gen);
+        const double us = median_us([&] { ours.run(args); }, reps, start, stop, stream);
+        const double bytes = elem * (2.0 * batch * ctx * hkv * d + 2.0 * batch * hq * d);
+        at::Tensor src = at::empty({static_cast<int64_t>(bytes / 2)}, at::TensorOptions().device(at::kCUDA).dtype(at::kByte));
+        at::Tensor dst = at::empty_like(src);
+        const double copy_us = median_us([&] { dst.copy_(src); }, reps, start, stop, stream);  // reads + writes bytes
+        // Invariance on these inputs: sequence 0 of the batch alone gives the same bits.
+        OpArgs one = paged_batch({ctx}, 1, hq, hkv, d, dtype, gen);
+        one.tensors[0] = args.tensors[0].narrow(0, 0, 1);
+        one.tensors[1] = args.tensors[1];
+        one.tensors[2] = args.tensors[2];
+        one.tensors[5] = args.tensors[5].narrow(0, 0, 1);
+        const bool verified = same_bits(ours.run(one), ours.run(args).narrow(0, 0, 1));
+        csv << "paged_attention_decode,invariant," << dtype_name(dtype) << ',' << batch << ',' << ctx << ',' << d << ',' << fmt(us) << ",,"
+            << fmt(bytes / us * 1e-3, "%.1f") << ",d2d-copy," << fmt(copy_us) << ',' << fmt(copy_us / us, "%.4f") << ','
+            << (verified ? "yes" : "no") << '\n';
+        log << "paged_attention decode " << dtype_name(dtype) << " batch=" << batch << " ctx=" << ctx << ": " << fmt(us, "%.1f") << " us, "
+            << fmt(bytes / us * 1e-3, "%.0f") << " GB/s = " << fmt(100.0 * copy_us / us, "%.0f") << "% of a device copy"
+            << (verified ? "" : "  (invariance FAILED)") << std::endl;
+      }
+    for (int64_t len : {1024, 2048, 4096, 8192}) {
+      const OpArgs args = paged_batch({len}, len, hq, hkv, d, dtype, gen);
+      const double us = median_us([&] { ours.run(args); }, std::max(3, cfg.repetitions), start, stop, stream);
+      // SDPA on the same values, contiguous [1, H, L, D], causal, K/V heads repeated for GQA.
+      const at::Tensor q = args.tensors[0].transpose(0, 1).unsqueeze(0).contiguous();
+      const at::Tensor k = args.tensors[1].reshape({-1, hkv, d}).narrow(0, 0, len).transpose(0, 1).repeat_interleave(hq / hkv, 0).unsqueeze(0).contiguous();
+      const at::Tensor v = args.tensors[2].reshape({-1, hkv, d}).narrow(0, 0, len).transpose(0, 1).repeat_interleave(hq / hkv, 0).unsqueeze(0).contiguous();
+      const double sdpa_us = median_us([&] { at::scaled_dot_product_attention(q, k, v, {}, 0.0, true); }, std::max(3, cfg.repetitions), start,
+                                       stop, stream);
+      const double flops = 4.0 * hq * d * (static_cast<double>(len) * (len + 1) / 2);
+      // Invariance: the same prefill with a decode sequence ahead of it in the batch.
+      const OpArgs both = paged_batch({100, len}, len, hq, hkv, d, dtype, gen);
+      OpArgs shifted = both;
+      shifted.tensors[0] = at::cat({both.tensors[0].narrow(0, 0, 100), args.tensors[0]});
+      const int64_t first_block = (100 + 15) / 16;
+      shifted.tensors[1] = at::cat({both.tensors[1].narrow(0, 0, first_block), args.tensors[1]});
+      shifted.tensors[2] = at::cat({both.tensors[2].narrow(0, 0, first_block), args.tensors[2]});
+      const bool verified = same_bits(ours.run(shifted).narrow(0, 100, len), ours.run(args));
+      csv << "paged_attention_prefill,invariant," << dtype_name(dtype) << ",1," << len << ',' << d << ',' << fmt(us) << ','
+          << fmt(flops / us * 1e-6, "%.2f") << ",,torch-sdpa," << fmt(sdpa_us) << ',' << fmt(sdpa_us / us, "%.4f") << ','
+          << (verified ? "yes" : "no") << '\n';
+      log << "paged_attention prefill " << dtype_name(dtype) << " len=" << len << ": " << fmt(us, "%.1f") << " us, "
+          << fmt(flops / us * 1e-6, "%.1f") << " TFLOP/s, " << fmt(sdpa_us / us, "%.2f") << "x torch SDPA" << (verified ? "" : "  (invariance FAILED)")
+          << std::endl;
+    }
+  }
+}
+
 }  // namespace
 
 std::string run_bench(const BenchConfig &cfg, std::ostream &log) {
@@ -221,6 +331,8 @@ std::string run_bench(const BenchConfig &cfg, std::ostream &log) {
       }
     }
   }
+  if (std::find(cfg.ops.begin(), cfg.ops.end(), "paged_attention") != cfg.ops.end())
+    attention_bench(cfg, csv, log, gen, start, stop, stream);
   DETFUZZ_CUDA_CHECK(cudaEventDestroy(start));
   DETFUZZ_CUDA_CHECK(cudaEventDestroy(stop));
   log << "\ngeomean speedup vs baseline (cublas for mm, torch for reductions):\n";

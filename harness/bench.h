@@ -5,7 +5,9 @@
 // around every call, after a warm-up, over input sets rotated so that the L2 cache does not
 // flatter small shapes; the figure kept is the median of the repetitions. The same run checks
 // batch_slice bitwise on the same shapes for every impl timed. Baselines: cublas for mm,
-// torch's CUDA kernels for log_softmax and mean.
+// torch's CUDA kernels for log_softmax and mean. Paged attention (32 query heads, 8 KV heads,
+// head dim 128, pages of 16): decode over batch 1..256 and context 512..32k against a
+// device-to-device copy of the same bytes, prefill of 1k..8k tokens against torch's SDPA.
 //
 // scan: for one (N, K, dtype), for M = 1..max, compares row 0 of the M-row product with the
 // 1-row product, and the first M-1 rows with the (M-1)-row product: every M where a baseline's
@@ -26,7 +28,7 @@ struct BenchShape {
 };
 
 struct BenchConfig {
-  std::vector<std::string> ops = {"mm", "log_softmax", "mean"};
+  std::vector<std::string> ops = {"mm", "log_softmax", "mean", "paged_attention"};
   std::vector<std::string> impls = {"invariant"};  // timed beside their baseline
   std::vector<at::ScalarType> dtypes = {at::kBFloat16, at::kHalf, at::kFloat};
   std::vector<BenchShape> shapes;  // empty: the default shape set

@@ -181,7 +181,7 @@ std::vector<at::ScalarType> parse_dtypes(const std::string &list) {
 }
 
 struct BenchOptions {
-  std::string ops = "mm,log_softmax,mean", impls = "invariant", dtypes = "bfloat16,float16,float32", shapes, out;
+  std::string ops = "mm,log_softmax,mean,paged_attention", impls = "invariant", dtypes = "bfloat16,float16,float32", shapes, out;
   int repetitions = 5;
 };
 
@@ -316,7 +316,7 @@ int main(int argc, char **argv) {
 
   BenchOptions bo;
   auto *bench = app.add_subcommand("bench", "Time our CUDA kernels against cuBLAS (mm) and torch (reductions); write bench.csv");
-  bench->add_option("--op", bo.ops, "comma-separated ops: mm, log_softmax, mean")->default_val(bo.ops);
+  bench->add_option("--op", bo.ops, "comma-separated ops: mm, log_softmax, mean, paged_attention")->default_val(bo.ops);
   bench->add_option("--impl", bo.impls, "comma-separated impls timed beside the baseline")->default_val(bo.impls);
   bench->add_option("--dtype", bo.dtypes, "comma-separated dtypes")->default_val(bo.dtypes);
   bench->add_option("--shapes", bo.shapes, "CSV with header op,M,N,K replacing the default shape set");
