@@ -110,7 +110,8 @@ nlohmann::json run_context() {
   ctx["cpu_threads"] = at::get_num_threads();
   ctx["hostname"] = command_output("hostname");
   const std::string src = DETFUZZ_SOURCE_DIR;
-  ctx["git_commit"] = command_output("git -C '" + src + "' rev-parse HEAD 2>/dev/null");
+  const std::string commit = command_output("git -C '" + src + "' rev-parse --verify --quiet HEAD 2>/dev/null");
+  ctx["git_commit"] = commit.empty() ? "unknown" : commit;
   ctx["git_dirty"] = !command_output("git -C '" + src + "' status --porcelain --untracked-files=no 2>/dev/null").empty();
   nlohmann::json env = nlohmann::json::object();
   for (const char *name : {"CUBLAS_WORKSPACE_CONFIG", "CUBLASLT_WORKSPACE_SIZE", "TORCH_BLAS_PREFER_CUBLASLT", "NVIDIA_TF32_OVERRIDE",
