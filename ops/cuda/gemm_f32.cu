@@ -15,7 +15,7 @@
 // Epilogue as gemm_tc.cu: v = alpha * acc, then v + beta * bias.
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/gemm.cuh"
-#include "ops/cuda/tile_order.cuh"
+#include "ops/cuda/gemm_common.cuh"
 
 #include <atomic>
 #include <cstdint>
@@ -30,20 +30,8 @@ constexpr int A_STAGE = BM * KP;
 constexpr int B_STAGE = (BN * KP > BK * NP) ? BN * KP : BK * NP;
 constexpr int SMEM_BYTES = STAGES * (A_STAGE + B_STAGE) * 4;
 
-struct F32Args {
-  const float *a, *b, *bias;
-  float *c;
-  int64_t lda, ldb, ldc, sa, sb, sc, sbias, bsm, bsn;
-  int64_t M, N, K, batch;
-  float alpha, beta;
-};
+using F32Args = GemmArgs<float>;
 
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid) {
-  const int n = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 __device__ __forceinline__ int row_of(int i, int ty) { return i < 4 ? ty * 4 + i : 64 + ty * 4 + (i - 4); }
 
@@ -240,26 +228,7 @@ void launch_one(const F32Args &args, int ctas, cudaStream_t stream) {
 }  // namespace
 
 void launch_gemm_f32(const GemmParams &p, cudaStream_t stream) {
-  F32Args args{};
-  args.a = static_cast<const float *>(p.a);
-  args.b = static_cast<const float *>(p.b);
-  args.bias = static_cast<const float *>(p.bias);
-  args.c = static_cast<float *>(p.c);
-  args.lda = p.lda;
-  args.ldb = p.ldb;
-  args.ldc = p.ldc;
-  args.sa = p.batch_stride_a;
-  args.sb = p.batch_stride_b;
-  args.sc = p.batch_stride_c;
-  args.sbias = p.batch_stride_bias;
-  args.bsm = p.bias_stride_m;
-  args.bsn = p.bias_stride_n;
-  args.M = p.M;
-  args.N = p.N;
-  args.K = p.K;
-  args.batch = p.batch;
-  args.alpha = p.alpha;
-  args.beta = p.beta;
+  const F32Args args = gemm_args<float>(p);
   if (p.b_kn) launch_one<true>(args, p.num_ctas, stream);
   else launch_one<false>(args, p.num_ctas, stream);
 }

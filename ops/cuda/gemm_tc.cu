@@ -20,7 +20,7 @@
 // the output type; stores are masked. Offsets are 64-bit throughout.
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/gemm.cuh"
-#include "ops/cuda/tile_order.cuh"
+#include "ops/cuda/gemm_common.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -38,13 +38,7 @@ constexpr int A_STAGE = BM * BK;  // elements
 constexpr int B_STAGE = BK * BN;
 constexpr int SMEM_BYTES = STAGES * (A_STAGE + B_STAGE) * 2;
 
-struct TcArgs {
-  const uint16_t *a, *b, *bias;
-  uint16_t *c;
-  int64_t lda, ldb, ldc, sa, sb, sc, sbias, bsm, bsn;
-  int64_t M, N, K, batch;
-  float alpha, beta;
-};
+using TcArgs = GemmArgs<uint16_t>;
 
 template <typename T> __device__ __forceinline__ float to_f(uint16_t v);
 template <> __device__ __forceinline__ float to_f<__nv_bfloat16>(uint16_t v) {
@@ -57,12 +51,6 @@ template <> __device__ __forceinline__ uint16_t from_f<__nv_bfloat16>(float v) {
 }
 template <> __device__ __forceinline__ uint16_t from_f<__half>(float v) { return __half_as_ushort(__float2half_rn(v)); }
 
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid) {
-  const int n = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -292,26 +280,7 @@ void launch_one(const TcArgs &args, int ctas, cudaStream_t stream) {
 }  // namespace
 
 void launch_gemm_tc(const GemmParams &p, cudaStream_t stream) {
-  TcArgs args{};
-  args.a = static_cast<const uint16_t *>(p.a);
-  args.b = static_cast<const uint16_t *>(p.b);
-  args.bias = static_cast<const uint16_t *>(p.bias);
-  args.c = static_cast<uint16_t *>(p.c);
-  args.lda = p.lda;
-  args.ldb = p.ldb;
-  args.ldc = p.ldc;
-  args.sa = p.batch_stride_a;
-  args.sb = p.batch_stride_b;
-  args.sc = p.batch_stride_c;
-  args.sbias = p.batch_stride_bias;
-  args.bsm = p.bias_stride_m;
-  args.bsn = p.bias_stride_n;
-  args.M = p.M;
-  args.N = p.N;
-  args.K = p.K;
-  args.batch = p.batch;
-  args.alpha = p.alpha;
-  args.beta = p.beta;
+  const TcArgs args = gemm_args<uint16_t>(p);
   if (p.dtype == DType::bf16) {
     if (p.b_kn) launch_one<__nv_bfloat16, true>(args, p.num_ctas, stream);
     else launch_one<__nv_bfloat16, false>(args, p.num_ctas, stream);

@@ -1,0 +1,73 @@
+// What the tensor-core and the float32 persistent matmul kernels share: their argument block,
+// the cp.async helpers, and the tile order. Tile index t (batch outermost, then groups of
+// GROUP_M tile rows walked column by column) maps to one (batch, tile row, tile column); the map
+// depends on the tile counts only, never on which CTA takes the tile, so the bits of a tile do
+// not depend on the grid either.
+#pragma once
+
+#include "ops/cuda/gemm.cuh"
+
+#include <cstdint>
+
+namespace detfuzz::cuda_kernels {
+
+// The kernel's view of GemmParams, with typed pointers (E: float, or uint16_t bit patterns of
+// bf16/fp16).
+template <typename E>
+struct GemmArgs {
+  const E *a, *b, *bias;
+  E *c;
+  int64_t lda, ldb, ldc, sa, sb, sc, sbias, bsm, bsn;
+  int64_t M, N, K, batch;
+  float alpha, beta;
+};
+
+template <typename E>
+GemmArgs<E> gemm_args(const GemmParams &p) {
+  GemmArgs<E> a{};
+  a.a = static_cast<const E *>(p.a);
+  a.b = static_cast<const E *>(p.b);
+  a.bias = static_cast<const E *>(p.bias);
+  a.c = static_cast<E *>(p.c);
+  a.lda = p.lda;
+  a.ldb = p.ldb;
+  a.ldc = p.ldc;
+  a.sa = p.batch_stride_a;
+  a.sb = p.batch_stride_b;
+  a.sc = p.batch_stride_c;
+  a.sbias = p.batch_stride_bias;
+  a.bsm = p.bias_stride_m;
+  a.bsn = p.bias_stride_n;
+  a.M = p.M;
+  a.N = p.N;
+  a.K = p.K;
+  a.batch = p.batch;
+  a.alpha = p.alpha;
+  a.beta = p.beta;
+  return a;
+}
+
+// 16-byte asynchronous copy global -> shared; an invalid source copies zeros (src-size 0).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid) {
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+struct TileCoord {
+  int64_t batch, pid_m, pid_n;
+};
+
+template <int GROUP_M>
+__device__ __forceinline__ TileCoord persistent_tile(int64_t tile, int64_t tiles_m, int64_t tiles_n) {
+  const int64_t tiles_per_batch = tiles_m * tiles_n;
+  const int64_t batch = tile / tiles_per_batch;
+  const int64_t t = tile - batch * tiles_per_batch;
+  const int64_t in_group = GROUP_M * tiles_n;
+  const int64_t first_m = (t / in_group) * GROUP_M;
+  const int64_t gsize = min(tiles_m - first_m, static_cast<int64_t>(GROUP_M));
+  return {batch, first_m + (t % in_group) % gsize, (t % in_group) / gsize};
+}
+
+}  // namespace detfuzz::cuda_kernels
