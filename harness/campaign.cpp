@@ -45,7 +45,8 @@ class Progress {
   Progress(std::ostream &log, bool enabled, double budget_s) : log_(log), enabled_(enabled), budget_s_(budget_s) {}
   void tick(const CampaignResult &r, Clock::time_point start, bool force = false) {
     const double t = seconds_since(start);
-    if (!enabled_ || (!force && t - last_ < 2.0)) return;
+    // Every 2 s, and once at the end unless a line was just printed.
+    if (!enabled_ || t - last_ < (force ? 0.1 : 2.0)) return;
     last_ = t;
     int64_t must = 0, observed = 0;
     for (const auto &s : r.targets)
@@ -63,7 +64,7 @@ class Progress {
   std::ostream &log_;
   bool enabled_;
   double budget_s_;
-  double last_ = 0;
+  double last_ = -1;  // seconds at the last line printed
 };
 
 bool selected(const CampaignConfig &cfg, const CaseSpec &c) {
