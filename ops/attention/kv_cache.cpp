@@ -187,4 +187,12 @@ MetadataHost validate_paged_inputs(const at::Tensor &q, const at::Tensor &k_pool
   return m;
 }
 
+at::Tensor gather_sequence(const at::Tensor &pool, const MetadataHost &m, int64_t s) {
+  const int64_t kl = m.kv_len[s];
+  const int64_t used = (kl + m.block_size - 1) / m.block_size;
+  auto ids = at::empty({used}, at::kLong);
+  for (int64_t j = 0; j < used; ++j) ids.data_ptr<int64_t>()[j] = m.block(s, j);
+  return pool.index_select(0, ids.to(pool.device())).reshape({-1, m.h_kv, m.head_dim}).slice(0, 0, kl);
+}
+
 }  // namespace detfuzz::attention

@@ -90,4 +90,8 @@ MetadataHost validate_paged_inputs(const at::Tensor &q, const at::Tensor &k_pool
                                    const at::Tensor &cu_seqlens_q, const at::Tensor &seq_lens_kv,
                                    const at::Tensor &block_table);
 
+// Path A's gather: sequence s's used pages of `pool` [NB, BS, H_kv, D], flattened to its
+// [kv_len, H_kv, D] keys (or values), on the pool's device and in its dtype.
+at::Tensor gather_sequence(const at::Tensor &pool, const MetadataHost &m, int64_t s);
+
 }  // namespace detfuzz::attention

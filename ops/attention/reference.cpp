@@ -29,11 +29,8 @@ at::Tensor paged_attention_reference(const at::Tensor &q, const at::Tensor &k_po
     const int64_t ql = m.q_len(s), kl = m.kv_len[s];
     if (ql == 0) continue;
     // Gather: the sequence's used pages, flattened to [kv_len, H_kv, D] (Path A of the spec).
-    const int64_t used = (kl + m.block_size - 1) / m.block_size;
-    auto ids = at::empty({used}, at::kLong);
-    for (int64_t j = 0; j < used; ++j) ids.data_ptr<int64_t>()[j] = m.block(s, j);
-    const auto ks = kp.index_select(0, ids).reshape({-1, m.h_kv, D}).slice(0, 0, kl).to(at::kFloat).contiguous();
-    const auto vs = vp.index_select(0, ids).reshape({-1, m.h_kv, D}).slice(0, 0, kl).to(at::kFloat).contiguous();
+    const auto ks = gather_sequence(kp, m, s).to(at::kFloat).contiguous();
+    const auto vs = gather_sequence(vp, m, s).to(at::kFloat).contiguous();
     const float *kd = ks.data_ptr<float>(), *vd = vs.data_ptr<float>();
     for (int64_t qi = 0; qi < ql; ++qi) {
       const int64_t row = m.cu_q[s] + qi, visible = kl - ql + qi + 1;

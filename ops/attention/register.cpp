@@ -43,12 +43,8 @@ at::Tensor run_torch_sdpa(const OpArgs &a) {
   for (int64_t s = 0; s < m.num_seqs; ++s) {
     const int64_t ql = m.q_len(s), kl = m.kv_len[s];
     if (ql == 0) continue;
-    const int64_t used = (kl + m.block_size - 1) / m.block_size;
-    auto ids = at::empty({used}, at::kLong);
-    for (int64_t j = 0; j < used; ++j) ids.data_ptr<int64_t>()[j] = m.block(s, j);
-    ids = ids.to(t[1].device());
-    auto ks = t[1].index_select(0, ids).reshape({-1, m.h_kv, D}).slice(0, 0, kl);
-    auto vs = t[2].index_select(0, ids).reshape({-1, m.h_kv, D}).slice(0, 0, kl);
+    auto ks = gather_sequence(t[1], m, s);
+    auto vs = gather_sequence(t[2], m, s);
     if (group > 1) {
       ks = ks.repeat_interleave(group, 1);
       vs = vs.repeat_interleave(group, 1);

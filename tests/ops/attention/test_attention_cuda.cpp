@@ -2,6 +2,7 @@
 // the CUDA mutants. Every test skips where no GPU is found.
 #include "ops/registry.h"
 #include "properties/attention/attention_properties.h"
+#include "tests/ops/attention/property_run.h"
 
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
@@ -42,40 +43,6 @@ CaseSpec cuda_case(std::vector<int64_t> shape, const std::string &q, const std::
   return c;
 }
 
-struct GpuRun {
-  bool passed = false;
-  int num_success = 0;
-  std::optional<CaseSpec> shrunk;
-  std::string message;
-  double seconds = 0;
-};
-
-GpuRun run_cuda_property(const std::string &impl, const std::string &property, at::ScalarType dtype, int max_success,
-                         uint64_t seed) {
-  GpuRun out;
-  auto body = [&] {
-    const CaseSpec c = *gen_attention_case(impl, property, Backend::cuda, dtype);
-    const Verdict v = check_attention_case(c);
-    if (!v.passed()) out.shrunk = c;
-    RC_LOG() << c.describe() << "\n" << to_string(v.outcome) << ": " << v.detail << "\n";
-    RC_ASSERT(v.passed());
-  };
-  rc::detail::TestParams params = rc::detail::configuration().testParams;
-  params.maxSuccess = max_success;
-  params.seed = seed;
-  rc::detail::TestMetadata meta;
-  meta.id = "paged_attention/cuda/" + impl + "/" + property;
-  meta.description = meta.id;
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto result = rc::detail::checkProperty(rc::detail::toProperty(body), meta, params);
-  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::ostringstream ss;
-  rc::detail::printResultMessage(result, ss);
-  out.message = ss.str();
-  out.passed = result.is<rc::detail::SuccessResult>();
-  if (out.passed) out.num_success = result.get<rc::detail::SuccessResult>().numSuccess;
-  return out;
-}
 
 }  // namespace
 
@@ -128,7 +95,7 @@ TEST(PagedAttentionCuda, PropertiesHoldOnGeneratedCases) {
   for (const std::string impl : {"invariant"})
     for (const auto &prop : attention_properties())
       for (auto dt : {at::kBFloat16, at::kHalf}) {
-        const auto r = run_cuda_property(impl, prop, dt, 25, 2024);
+        const auto r = run_property(impl, prop, Backend::cuda, dt, 25, 2024);
         EXPECT_TRUE(r.passed) << impl << "/" << prop << " " << dtype_name(dt) << "\n" << r.message;
         std::cout << "[ cuda     ] " << impl << "/" << prop << " " << dtype_name(dt) << ": " << r.num_success
                   << " cases in " << r.seconds << " s\n";
@@ -138,7 +105,7 @@ TEST(PagedAttentionCuda, PropertiesHoldOnGeneratedCases) {
 TEST(PagedAttentionCuda, MutantsAreCaught) {
   NEED_GPU();
   for (const std::string m : {"mutant-splits-from-maxlen", "mutant-padded-grid"}) {
-    const auto r = run_cuda_property(m, "seq_alone_vs_batched", at::kHalf, 500, 7);
+    const auto r = run_property(m, "seq_alone_vs_batched", Backend::cuda, at::kHalf, 500, 7);
     EXPECT_FALSE(r.passed) << m << " survived";
     if (r.shrunk) std::cout << "[ cuda     ] " << m << " caught in " << r.seconds << " s, shrunk to " << r.shrunk->describe() << "\n";
   }
