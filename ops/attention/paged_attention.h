@@ -14,13 +14,17 @@
 //     Per-row by construction. The executable spec of the metadata semantics.
 //   Fixed split (paged_attention_split_cpu, and the CUDA kernel in paged_attention.cu): the
 //     keys a row sees are cut at absolute positions into splits of kKvSplit tokens and each split
-//     into tiles of kKvTile tokens. Within a split: online softmax tile by tile (the tile's scores,
-//     its max, m_new = max(m, tile max), a = exp(m - m_new), p = exp(s - m_new), l = l*a + sum p,
-//     acc = acc*a + sum round(p)*v, sums over a tile's keys in key order, round() = to the input
-//     dtype, as a tensor-core kernel rounds P for its MMA). Across splits: M = max m_j,
-//     then in split order j = 0, 1, ...: w = exp(m_j - M), L += w*l_j, O += w*acc_j; out = O / L.
-//     Every boundary is a function of the key position alone, so a row's bits depend on its own
-//     q vector and visible keys only: never on the batch, its padding, q_len or the page layout.
+//     into online-softmax steps of kKvTile tokens. Scores live in the log2 domain:
+//     s = (q . k) * (scale * log2 e). Within a split, from (m, l, acc) = (-inf, 0, 0), step by
+//     step: m_new = max(m, step max), a = exp2(m - m_new), p = exp2(s - m_new),
+//     l = l*a + sum p, acc = acc*a + sum round(p)*v (round() = to the input dtype, as a
+//     tensor-core kernel rounds P for its MMA). Across splits, sequentially in split order:
+//     (M, L, O) = split 0's state, then M' = max(M, m_j), L = L*a + l_j*b, O = O*a + acc_j*b with
+//     a = exp2(M - M'), b = exp2(m_j - M'); out = O / L. Every boundary is a function of the key
+//     position alone, so a row's bits depend on its own q vector and visible keys only: never on
+//     the batch, its padding, q_len or the page layout. The CPU and CUDA versions run the same
+//     algorithm but not the same bits (tensor cores sum a dot product in their own order; CUDA's
+//     exp2f is not glibc's).
 #pragma once
 
 #include "ops/attention/kv_cache.h"
@@ -28,6 +32,7 @@
 #include <ATen/ATen.h>
 
 #include <functional>
+#include <string>
 
 namespace detfuzz::attention {
 
@@ -37,6 +42,8 @@ constexpr int64_t kKvSplit = 256;  // keys per split; a multiple of kKvTile
 // The softmax scale used for `alpha` (OpArgs::alpha): alpha itself, or 1/sqrt(D) when alpha == 0;
 // rounded to float32 once, the same way by every implementation.
 float softmax_scale(double alpha, int64_t head_dim);
+// softmax_scale(alpha, head_dim) * log2(e), rounded to float32: the fixed-split algorithm's score scale.
+float softmax_scale_log2(double alpha, int64_t head_dim);
 
 // Path A. Accepts tensors on any device; computes on the CPU, returns on q's device.
 at::Tensor paged_attention_reference(const at::Tensor &q, const at::Tensor &k_pool, const at::Tensor &v_pool,
@@ -62,12 +69,42 @@ enum class Mutant { splits_from_maxlen, qtile_from_avg, padded_grid };
 PlanFn mutant_plan(Mutant m);
 
 #ifdef DETFUZZ_WITH_CUDA
-// The fused kernel (paged_attention.cu): CUDA tensors, q of dtype float16 or bfloat16, D in
-// {64, 128, 256}, H_q / H_kv in 1..8. can_implement says why not, or "" when it can.
+// The fused kernel (paged_attention.cu) on CUDA tensors: q of dtype float16 or bfloat16, D in
+// {64, 128, 256}, H_q / H_kv in 1..8.
+struct CudaAttentionOptions {
+  int64_t split_tokens = kKvSplit;  // a positive multiple of 64
+  int64_t softmax_keys = kKvTile;   // keys per online-softmax step: 64, or 32 (the planted qtile bug; split_per_cta only)
+  // How CTAs share out a row's splits; "automatic" picks from the batch's size. Every choice
+  // gives the same bits.
+  enum class Schedule { automatic, split_per_cta, whole_rows } schedule = Schedule::automatic;
+};
+
+// can_implement says why the kernel cannot take these tensors, or "" when it can.
 std::string paged_attention_cuda_can_implement(const at::Tensor &q, const at::Tensor &k_pool);
+
+// Plan once per batch, run once per layer (as serving engines do): the plan validates the
+// metadata on the host (a device-to-host copy and a sync), picks the schedule and the grid; run
+// only checks shapes and launches on the current stream.
+class PagedAttentionCudaPlan {
+ public:
+  PagedAttentionCudaPlan(const at::Tensor &q, const at::Tensor &k_pool, const at::Tensor &v_pool,
+                         const at::Tensor &cu_seqlens_q, const at::Tensor &seq_lens_kv, const at::Tensor &block_table,
+                         const CudaAttentionOptions &options = {});
+  at::Tensor run(const at::Tensor &q, const at::Tensor &k_pool, const at::Tensor &v_pool, double alpha) const;
+  bool whole_rows() const { return whole_rows_; }
+
+ private:
+  at::Tensor cu_seqlens_q_, seq_lens_kv_, block_table_;
+  int64_t num_q_ = 0, num_seqs_ = 0, max_blocks_ = 0, block_size_ = 0, h_q_ = 0, h_kv_ = 0, head_dim_ = 0;
+  int64_t num_blocks_ = 0, q_tiles_ = 0, max_splits_ = 0;
+  CudaAttentionOptions options_;
+  bool whole_rows_ = false;
+};
+
+// Plan and run in one call.
 at::Tensor paged_attention_cuda(const at::Tensor &q, const at::Tensor &k_pool, const at::Tensor &v_pool,
                                 const at::Tensor &cu_seqlens_q, const at::Tensor &seq_lens_kv,
-                                const at::Tensor &block_table, double alpha, int64_t split_tokens = kKvSplit);
+                                const at::Tensor &block_table, double alpha, const CudaAttentionOptions &options = {});
 #endif
 
 }  // namespace detfuzz::attention

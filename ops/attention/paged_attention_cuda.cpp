@@ -1,6 +1,6 @@
-// Host dispatch of the fused paged attention kernel: input checks (validate_paged_inputs, then
-// what the kernel needs: dtype, head dim, GQA group, alignment), workspace, launch on the
-// current stream.
+// Host dispatch of the fused paged attention kernel. The plan: input checks
+// (validate_paged_inputs, then what the kernel needs: dtype, head dim, GQA group), the grid and
+// the schedule. The run: shape and alignment checks, workspace, launch on the current stream.
 #ifdef DETFUZZ_WITH_CUDA
 
 #include "ops/attention/paged_attention.h"
@@ -9,6 +9,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace detfuzz::attention {
@@ -26,57 +27,113 @@ std::string paged_attention_cuda_can_implement(const at::Tensor &q, const at::Te
   return "";
 }
 
-at::Tensor paged_attention_cuda(const at::Tensor &q, const at::Tensor &k_pool, const at::Tensor &v_pool,
-                                const at::Tensor &cu_seqlens_q, const at::Tensor &seq_lens_kv,
-                                const at::Tensor &block_table, double alpha, int64_t split_tokens) {
+PagedAttentionCudaPlan::PagedAttentionCudaPlan(const at::Tensor &q, const at::Tensor &k_pool, const at::Tensor &v_pool,
+                                               const at::Tensor &cu_seqlens_q, const at::Tensor &seq_lens_kv,
+                                               const at::Tensor &block_table, const CudaAttentionOptions &options)
+    : options_(options) {
   const MetadataHost m = validate_paged_inputs(q, k_pool, v_pool, cu_seqlens_q, seq_lens_kv, block_table);
   const std::string why = paged_attention_cuda_can_implement(q, k_pool);
   TORCH_CHECK(why.empty(), "paged_attention (CUDA): cannot run this case: ", why);
   for (const auto *t : {&cu_seqlens_q, &seq_lens_kv, &block_table})
     TORCH_CHECK(t->is_cuda() && t->device() == q.device(), "paged_attention (CUDA): metadata must be on ", q.device(),
                 ", got ", t->device());
+  TORCH_CHECK(options.split_tokens > 0 && options.split_tokens % kKvTile == 0, "paged_attention (CUDA): split_tokens ",
+              options.split_tokens, " is not a positive multiple of ", kKvTile);
+  TORCH_CHECK(options.softmax_keys == 64 || options.softmax_keys == 32, "paged_attention (CUDA): softmax_keys ",
+              options.softmax_keys, " is not 32 or 64");
+  cu_seqlens_q_ = cu_seqlens_q.contiguous();
+  seq_lens_kv_ = seq_lens_kv.contiguous();
+  block_table_ = block_table.contiguous();
+  num_q_ = m.num_q;
+  num_seqs_ = m.num_seqs;
+  max_blocks_ = m.max_blocks;
+  block_size_ = m.block_size;
+  num_blocks_ = k_pool.size(0);
+  h_q_ = m.h_q;
+  h_kv_ = m.h_kv;
+  head_dim_ = m.head_dim;
+
+  // The grid: query tiles of the longest q_len, splits of the longest kv_len.
+  const int64_t rows_per_tile = attention_rows_per_tile(static_cast<int>(h_q_ / h_kv_));
+  int64_t max_q = 0, max_kv = 0, tiles = 0;
+  for (int64_t s = 0; s < num_seqs_; ++s) {
+    max_q = std::max(max_q, m.q_len(s));
+    max_kv = std::max<int64_t>(max_kv, m.kv_len[s]);
+    tiles += (m.q_len(s) + rows_per_tile - 1) / rows_per_tile;
+  }
+  q_tiles_ = std::max<int64_t>(1, (max_q + rows_per_tile - 1) / rows_per_tile);
+  max_splits_ = std::max<int64_t>(1, (max_kv + options.split_tokens - 1) / options.split_tokens);
+  // whole_rows once the query tiles alone give every SM two CTAs; split_per_cta below that (the
+  // splits supply the parallelism), and always for D = 256.
+  using Schedule = CudaAttentionOptions::Schedule;
+  const int64_t sms = at::cuda::getDeviceProperties(q.device().index())->multiProcessorCount;
+  whole_rows_ = options.schedule == Schedule::whole_rows ||
+                (options.schedule == Schedule::automatic && head_dim_ <= 128 && tiles * h_kv_ >= 2 * sms);
+  TORCH_CHECK(!(whole_rows_ && head_dim_ > 128), "paged_attention (CUDA): the whole_rows schedule needs D <= 128, got ",
+              head_dim_);
+  TORCH_CHECK(!(whole_rows_ && options.softmax_keys != kKvTile),
+              "paged_attention (CUDA): the whole_rows schedule has 64-key softmax steps only");
+}
+
+at::Tensor PagedAttentionCudaPlan::run(const at::Tensor &q, const at::Tensor &k_pool, const at::Tensor &v_pool,
+                                       double alpha) const {
+  TORCH_CHECK(q.dim() == 3 && q.size(0) == num_q_ && q.size(1) == h_q_ && q.size(2) == head_dim_,
+              "paged_attention (CUDA): q ", q.sizes(), " does not match the plan's [", num_q_, ", ", h_q_, ", ", head_dim_, "]");
+  for (const auto *t : {&k_pool, &v_pool})
+    TORCH_CHECK(t->dim() == 4 && t->size(0) == num_blocks_ && t->size(1) == block_size_ && t->size(2) == h_kv_ &&
+                    t->size(3) == head_dim_ && t->scalar_type() == q.scalar_type() && t->device() == q.device(),
+                "paged_attention (CUDA): pool ", t->sizes(), " ", t->scalar_type(), " does not match the plan's [",
+                num_blocks_, ", ", block_size_, ", ", h_kv_, ", ", head_dim_, "] ", q.scalar_type());
+  TORCH_CHECK(q.device() == cu_seqlens_q_.device(), "paged_attention (CUDA): q on ", q.device(), ", the plan on ",
+              cu_seqlens_q_.device());
   const c10::cuda::CUDAGuard guard(q.device());
   const auto qc = q.contiguous(), kc = k_pool.contiguous(), vc = v_pool.contiguous();
-  const auto cu = cu_seqlens_q.contiguous(), sl = seq_lens_kv.contiguous(), bt = block_table.contiguous();
   for (const auto *t : {&qc, &kc, &vc})
     TORCH_CHECK(reinterpret_cast<uintptr_t>(t->data_ptr()) % 16 == 0,
                 "paged_attention (CUDA): q and the pools must be 16-byte aligned (storage offset ",
                 t->storage_offset(), ")");
-  auto out = at::empty({m.num_q, m.h_q, m.head_dim}, q.options());
-  if (m.num_q == 0) return out;
+  auto out = at::empty({num_q_, h_q_, head_dim_}, q.options());
+  if (num_q_ == 0) return out;
 
   PagedAttnLaunch p;
   p.bf16 = q.scalar_type() == at::kBFloat16;
   p.q = qc.data_ptr();
   p.k_pool = kc.data_ptr();
   p.v_pool = vc.data_ptr();
-  p.cu_seqlens_q = cu.data_ptr<int32_t>();
-  p.seq_lens_kv = sl.data_ptr<int32_t>();
-  p.block_table = bt.data_ptr<int32_t>();
+  p.cu_seqlens_q = cu_seqlens_q_.data_ptr<int32_t>();
+  p.seq_lens_kv = seq_lens_kv_.data_ptr<int32_t>();
+  p.block_table = block_table_.data_ptr<int32_t>();
   p.out = out.data_ptr();
-  p.num_rows = static_cast<int>(m.num_q);
-  p.num_seqs = static_cast<int>(m.num_seqs);
-  p.max_blocks = static_cast<int>(m.max_blocks);
-  p.block_size = static_cast<int>(m.block_size);
-  p.h_q = static_cast<int>(m.h_q);
-  p.h_kv = static_cast<int>(m.h_kv);
-  p.head_dim = static_cast<int>(m.head_dim);
-  TORCH_CHECK(split_tokens > 0 && split_tokens % kKvTile == 0, "paged_attention (CUDA): split_tokens ", split_tokens,
-              " is not a positive multiple of ", kKvTile);
-  p.split_tokens = static_cast<int>(split_tokens);
-  const int64_t capacity = std::max<int64_t>(1, m.max_blocks * m.block_size);
-  p.max_splits = static_cast<int>((capacity + split_tokens - 1) / split_tokens);
-  p.scale = softmax_scale(alpha, m.head_dim);
+  p.num_rows = static_cast<int>(num_q_);
+  p.num_seqs = static_cast<int>(num_seqs_);
+  p.max_blocks = static_cast<int>(max_blocks_);
+  p.block_size = static_cast<int>(block_size_);
+  p.h_q = static_cast<int>(h_q_);
+  p.h_kv = static_cast<int>(h_kv_);
+  p.head_dim = static_cast<int>(head_dim_);
+  p.split_tokens = static_cast<int>(options_.split_tokens);
+  p.softmax_keys = static_cast<int>(options_.softmax_keys);
+  p.q_tiles = static_cast<int>(q_tiles_);
+  p.max_splits = static_cast<int>(max_splits_);
+  p.schedule = whole_rows_ ? KvSchedule::whole_rows : KvSchedule::split_per_cta;
+  p.scale_log2 = softmax_scale_log2(alpha, head_dim_);
   at::Tensor part_acc, part_ml;
-  if (p.max_splits > 1) {
+  if (!whole_rows_ && max_splits_ > 1) {
     const auto f32 = q.options().dtype(at::kFloat);
-    part_acc = at::empty({m.num_q, m.h_q, p.max_splits, m.head_dim}, f32);
-    part_ml = at::empty({m.num_q, m.h_q, p.max_splits, 2}, f32);
+    part_acc = at::empty({num_q_, h_q_, max_splits_, head_dim_}, f32);
+    part_ml = at::empty({num_q_, h_q_, max_splits_, 2}, f32);
     p.part_acc = part_acc.data_ptr<float>();
     p.part_ml = part_ml.data_ptr<float>();
   }
   launch_paged_attention(p, at::cuda::getCurrentCUDAStream());
   return out;
+}
+
+at::Tensor paged_attention_cuda(const at::Tensor &q, const at::Tensor &k_pool, const at::Tensor &v_pool,
+                                const at::Tensor &cu_seqlens_q, const at::Tensor &seq_lens_kv,
+                                const at::Tensor &block_table, double alpha, const CudaAttentionOptions &options) {
+  return PagedAttentionCudaPlan(q, k_pool, v_pool, cu_seqlens_q, seq_lens_kv, block_table, options)
+      .run(q, k_pool, v_pool, alpha);
 }
 
 }  // namespace detfuzz::attention

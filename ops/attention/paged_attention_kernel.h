@@ -1,28 +1,43 @@
 // Launcher of the fused paged attention kernel (paged_attention.cu). Knows nothing of torch: raw
-// device pointers, sizes and a stream. Host dispatch (shape checks, workspace) is in
-// paged_attention_cuda.cpp.
+// device pointers, sizes and a stream. Host dispatch (metadata validation, the schedule,
+// workspace) is in paged_attention_cuda.cpp.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 namespace detfuzz::attention {
 
+// How the CTAs share out a row's KV splits. Both give every row the same bits (the merge is the
+// same sequence of float operations); they differ in speed only.
+enum class KvSchedule {
+  split_per_cta,  // one CTA per (query tile, KV head, split); a second kernel merges the splits
+  whole_rows,     // one CTA per (query tile, KV head) walks every split and merges in registers
+};
+
 struct PagedAttnLaunch {
   bool bf16 = true;  // else float16
   const void *q = nullptr, *k_pool = nullptr, *v_pool = nullptr;  // [T_q,H_q,D], [NB,BS,H_kv,D] x2
   const int *cu_seqlens_q = nullptr, *seq_lens_kv = nullptr, *block_table = nullptr;
   void *out = nullptr;            // [T_q, H_q, D], q's dtype
-  float *part_acc = nullptr;      // [T_q, H_q, max_splits, D] unnormalised split accumulators
-  float *part_ml = nullptr;       // [T_q, H_q, max_splits, 2]  split (max, sum)
+  float *part_acc = nullptr;      // split_per_cta: [T_q, H_q, max_splits, D] unnormalised split accumulators
+  float *part_ml = nullptr;       // split_per_cta: [T_q, H_q, max_splits, 2] split (max, sum), log2 domain
   int num_rows = 0, num_seqs = 0, max_blocks = 0, block_size = 0;
   int h_q = 0, h_kv = 0, head_dim = 0;
-  int split_tokens = 256;  // a multiple of 64
-  int max_splits = 0;      // ceil(max_blocks * block_size / split_tokens): from shapes only
-  float scale = 1.f;
+  int split_tokens = 256;  // keys per split: a positive multiple of 64
+  int softmax_keys = 64;   // keys per online-softmax step: 64, or 32 (the planted qtile bug)
+  int q_tiles = 0;         // grid x: ceil(longest q_len / query rows per tile)
+  int max_splits = 0;      // ceil(longest kv_len / split_tokens): grid z per KV head, workspace stride
+  KvSchedule schedule = KvSchedule::split_per_cta;
+  float scale_log2 = 1.f;  // softmax scale times log2(e): scores are kept in the log2 domain
 };
 
-// Two launches on `stream`: the split kernel over the whole mixed batch, then the combine.
-// Throws std::runtime_error naming file:line on any CUDA error.
+// Query rows (of one sequence) per CTA for a GQA group of `group` query heads per KV head: a CTA
+// holds 64 (query row, head) pairs.
+constexpr int attention_rows_per_tile(int group) { return 64 / group; }
+
+// One or two launches on `stream`: the attention kernel over the whole mixed batch, then (split
+// per CTA, when some row has more than one split) the merge. Throws std::runtime_error naming
+// file:line on any CUDA error.
 void launch_paged_attention(const PagedAttnLaunch &p, cudaStream_t stream);
 
 }  // namespace detfuzz::attention

@@ -13,6 +13,10 @@ float softmax_scale(double alpha, int64_t head_dim) {
   return static_cast<float>(alpha != 0.0 ? alpha : 1.0 / std::sqrt(static_cast<double>(head_dim)));
 }
 
+float softmax_scale_log2(double alpha, int64_t head_dim) {
+  return softmax_scale(alpha, head_dim) * 1.4426950408889634f;
+}
+
 at::Tensor paged_attention_reference(const at::Tensor &q, const at::Tensor &k_pool, const at::Tensor &v_pool,
                                      const at::Tensor &cu_seqlens_q, const at::Tensor &seq_lens_kv,
                                      const at::Tensor &block_table, double alpha) {

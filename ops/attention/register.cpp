@@ -6,6 +6,9 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <functional>
+
 namespace detfuzz {
 namespace {
 
@@ -95,31 +98,60 @@ std::vector<ImplInfo> attention_impls(Backend backend) {
 #ifdef DETFUZZ_WITH_CUDA
   if (backend == Backend::cuda) {
     const std::vector<at::ScalarType> dt = {at::kHalf, at::kBFloat16};
-    out.push_back({"invariant", op, backend, dt, must,
-                   "fused paged attention kernel: one launch over the mixed batch, 256-token splits, fixed-order merge",
-                   [](const OpArgs &a) {
-                     check_arity(a);
-                     const auto &t = a.tensors;
-                     return paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], a.alpha);
-                   }});
-    // The CUDA mutants: the fused kernel with its split size from the batch (same bugs as the CPU ones).
-    auto cuda_mutant = [](Mutant mu) -> OpFn {
-      return [mu](const OpArgs &a) {
+    using Schedule = CudaAttentionOptions::Schedule;
+    auto fused = [](std::function<CudaAttentionOptions(const MetadataHost &)> options) -> OpFn {
+      return [options](const OpArgs &a) {
         check_arity(a);
         const auto &t = a.tensors;
-        const MetadataHost m = validate_paged_inputs(t[0], t[1], t[2], t[3], t[4], t[5]);
-        const int64_t split = m.num_seqs ? mutant_plan(mu)(m, 0).split : kKvSplit;
-        return paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], a.alpha, split);
+        const CudaAttentionOptions o =
+            options ? options(validate_paged_inputs(t[0], t[1], t[2], t[3], t[4], t[5])) : CudaAttentionOptions{};
+        return paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], a.alpha, o);
+      };
+    };
+    auto pinned = [](Schedule schedule) {
+      return [schedule](const MetadataHost &m) {
+        CudaAttentionOptions o;
+        o.schedule = schedule == Schedule::whole_rows && m.head_dim > 128 ? Schedule::split_per_cta : schedule;
+        return o;
+      };
+    };
+    out.push_back({"invariant", op, backend, dt, must,
+                   "fused tensor-core paged attention: one launch over the mixed batch, 256-token splits, "
+                   "schedule picked from the batch size",
+                   fused({})});
+    // The two schedules pinned, so that fuzzing covers both whatever the batch sizes.
+    out.push_back({"invariant-split-per-cta", op, backend, dt, must,
+                   "the fused kernel with the split_per_cta schedule (a CTA per split, merge kernel)",
+                   fused(pinned(Schedule::split_per_cta))});
+    out.push_back({"invariant-whole-rows", op, backend, dt, must,
+                   "the fused kernel with the whole_rows schedule (a CTA walks all splits; D = 256: split_per_cta)",
+                   fused(pinned(Schedule::whole_rows))});
+    // The CUDA mutants: the fused kernel with a size from the batch (the same bugs as the CPU ones).
+    auto split_from = [](Mutant mu) {
+      return [mu](const MetadataHost &m) {
+        CudaAttentionOptions o;
+        if (m.num_seqs) o.split_tokens = mutant_plan(mu)(m, 0).split;
+        return o;
       };
     };
     // FlashAttention-2's split-KV partition from the batch's max_seqlen_k.
     out.push_back({"mutant-splits-from-maxlen", op, backend, dt, must,
                    "planted bug: the fused kernel with its KV split size from the batch's max_seqlen_k",
-                   cuda_mutant(Mutant::splits_from_maxlen)});
+                   fused(split_from(Mutant::splits_from_maxlen))});
+    // FlashInfer's query tile from the average query length, and with it the KV step (the
+    // kernel's steps are 32 or 64 keys: the plan's 128 runs as 64).
+    out.push_back({"mutant-qtile-from-avg", op, backend, dt, must,
+                   "planted bug: the fused kernel with its online-softmax step from the batch's average query length",
+                   fused([](const MetadataHost &m) {
+                     CudaAttentionOptions o;
+                     o.schedule = Schedule::split_per_cta;  // the 32-key step exists in that schedule only
+                     if (m.num_seqs) o.softmax_keys = std::min<int64_t>(64, mutant_plan(Mutant::qtile_from_avg)(m, 0).tile);
+                     return o;
+                   })});
     // A graph-padded grid reading the uninitialised seq_lens tail into a shared max_seqlen_k.
     out.push_back({"mutant-padded-grid", op, backend, dt, must,
                    "planted bug: the fused kernel, split size from max_seqlen_k over a padded bucket's stale tail",
-                   cuda_mutant(Mutant::padded_grid)});
+                   fused(split_from(Mutant::padded_grid))});
     out.push_back({"reference", op, backend, dt, must,
                    "Path A on the host: per-sequence gather, two-pass float32 softmax attention", run_reference});
     out.push_back({"torch-sdpa", op, backend, dt, Expectation::observed,

@@ -14,7 +14,7 @@ at::Tensor paged_attention_split_cpu(const at::Tensor &q, const at::Tensor &k_po
                                      const at::Tensor &cu_seqlens_q, const at::Tensor &seq_lens_kv,
                                      const at::Tensor &block_table, double alpha, const PlanFn &plan) {
   const MetadataHost m = validate_paged_inputs(q, k_pool, v_pool, cu_seqlens_q, seq_lens_kv, block_table);
-  const float scale = softmax_scale(alpha, m.head_dim);
+  const float scale = softmax_scale_log2(alpha, m.head_dim);
   const int64_t D = m.head_dim, group = m.h_q / m.h_kv, BS = m.block_size;
   const auto qf = q.to(at::kCPU).to(at::kFloat).contiguous();
   const auto kf = k_pool.to(at::kCPU).to(at::kFloat).contiguous();
@@ -74,11 +74,11 @@ at::Tensor paged_attention_split_cpu(const at::Tensor &q, const at::Tensor &k_po
               tmax = std::max(tmax, s_tile[k - t0]);
             }
             const float mnew = std::max(mrun, tmax);
-            const float a = std::exp(mrun - mnew);  // exp(-inf) = 0 on the first tile
+            const float a = std::exp2(mrun - mnew);  // exp2(-inf) = 0 on the first tile
             float lt = 0.f;
             std::fill(pv.begin(), pv.end(), 0.f);
             for (int64_t k = t0; k < t1; ++k) {
-              const float pk = std::exp(s_tile[k - t0] - mnew);
+              const float pk = std::exp2(s_tile[k - t0] - mnew);
               lt += pk;
               const float pr = round_p(pk);
               const float *vv = vrow[k] + off;
@@ -91,16 +91,16 @@ at::Tensor paged_attention_split_cpu(const at::Tensor &q, const at::Tensor &k_po
           split_m[j] = mrun;
           split_l[j] = lrun;
         }
-        // Merge in split order.
-        float mx = neg_inf;
-        for (int64_t j = 0; j < nsplit; ++j) mx = std::max(mx, split_m[j]);
-        float L = 0.f;
-        std::fill(o.begin(), o.end(), 0.f);
-        for (int64_t j = 0; j < nsplit; ++j) {
-          const float w = std::exp(split_m[j] - mx);
-          L += w * split_l[j];
+        // Merge sequentially in split order.
+        float M = split_m[0], L = split_l[0];
+        std::copy(split_acc.begin(), split_acc.begin() + D, o.begin());
+        for (int64_t j = 1; j < nsplit; ++j) {
+          const float mn = std::max(M, split_m[j]);
+          const float wa = std::exp2(M - mn), wb = std::exp2(split_m[j] - mn);
+          L = L * wa + split_l[j] * wb;
           const float *acc = split_acc.data() + j * D;
-          for (int64_t d = 0; d < D; ++d) o[d] += w * acc[d];
+          for (int64_t d = 0; d < D; ++d) o[d] = o[d] * wa + acc[d] * wb;
+          M = mn;
         }
         float *dst = od + (row * m.h_q + h) * D;
         for (int64_t d = 0; d < D; ++d) dst[d] = o[d] / L;

@@ -1,11 +1,12 @@
-// What the tensor-core and the float32 persistent matmul kernels share: their argument block,
-// the cp.async helpers, and the tile order. Tile index t (batch outermost, then groups of
+// What the tensor-core and the float32 persistent matmul kernels share: their argument block
+// and the tile order. Tile index t (batch outermost, then groups of
 // GROUP_M tile rows walked column by column) maps to one (batch, tile row, tile column); the map
 // depends on the tile counts only, never on which CTA takes the tile, so the bits of a tile do
 // not depend on the grid either.
 #pragma once
 
 #include "ops/cuda/gemm.cuh"
+#include "ops/cuda/mma_sm80.cuh"
 
 #include <cstdint>
 
@@ -46,14 +47,6 @@ GemmArgs<E> gemm_args(const GemmParams &p) {
   a.beta = p.beta;
   return a;
 }
-
-// 16-byte asynchronous copy global -> shared; an invalid source copies zeros (src-size 0).
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid) {
-  const int n = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 struct TileCoord {
   int64_t batch, pid_m, pid_n;

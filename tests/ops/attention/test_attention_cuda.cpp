@@ -1,5 +1,6 @@
 // The fused CUDA kernel: accuracy against Path A, batch invariance, the properties on CUDA and
 // the CUDA mutants. Every test skips where no GPU is found.
+#include "ops/attention/paged_attention.h"
 #include "ops/registry.h"
 #include "properties/attention/attention_properties.h"
 #include "tests/ops/attention/property_run.h"
@@ -102,9 +103,48 @@ TEST(PagedAttentionCuda, PropertiesHoldOnGeneratedCases) {
       }
 }
 
+#ifdef DETFUZZ_WITH_CUDA
+// The two schedules run the same arithmetic: on generated batches (mixed prefill, chunk and
+// decode sequences, every head dim, page size and GQA group) they must give the same bits.
+TEST(PagedAttentionCuda, SchedulesGiveTheSameBits) {
+  NEED_GPU();
+  using Schedule = attention::CudaAttentionOptions::Schedule;
+  int compared = 0;
+  const auto result = rc::check("split_per_cta and whole_rows agree bit for bit", [&] {
+    const CaseSpec c = *gen_attention_case("invariant", "repeat", Backend::cuda,
+                                           *rc::gen::element(at::kBFloat16, at::kHalf));
+    RC_PRE(c.shape[2] <= 128);  // whole_rows exists for D <= 128
+    const auto b = attention_case::build(c, attention_case::sequences(c), 11, 5, false);
+    const auto &t = b.args.tensors;
+    attention::CudaAttentionOptions split, whole;
+    split.schedule = Schedule::split_per_cta;
+    whole.schedule = Schedule::whole_rows;
+    const auto x = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha, split);
+    const auto y = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha, whole);
+    RC_LOG() << c.describe() << "\n";
+    RC_ASSERT(x.view(at::kShort).equal(y.view(at::kShort)));
+    ++compared;
+  });
+  EXPECT_TRUE(result);
+  EXPECT_GT(compared, 50);
+}
+
+TEST(PagedAttentionCuda, PlanRejectsOtherShapes) {
+  NEED_GPU();
+  const CaseSpec c = cuda_case({8, 2, 128, 16}, "3.1", "300.64", at::kBFloat16, "repeat");
+  const auto b = attention_case::build(c, attention_case::sequences(c), 11, 5, false);
+  const auto &t = b.args.tensors;
+  const attention::PagedAttentionCudaPlan plan(t[0], t[1], t[2], t[3], t[4], t[5]);
+  EXPECT_TRUE(plan.run(t[0], t[1], t[2], 0.0).view(at::kShort).equal(
+      attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], 0.0).view(at::kShort)));
+  EXPECT_THROW(plan.run(t[0].narrow(0, 0, 2), t[1], t[2], 0.0), c10::Error);
+  EXPECT_THROW(plan.run(t[0], t[1].narrow(0, 0, 1), t[2], 0.0), c10::Error);
+}
+#endif
+
 TEST(PagedAttentionCuda, MutantsAreCaught) {
   NEED_GPU();
-  for (const std::string m : {"mutant-splits-from-maxlen", "mutant-padded-grid"}) {
+  for (const std::string m : {"mutant-splits-from-maxlen", "mutant-qtile-from-avg", "mutant-padded-grid"}) {
     const auto r = run_property(m, "seq_alone_vs_batched", Backend::cuda, at::kHalf, 500, 7);
     EXPECT_FALSE(r.passed) << m << " survived";
     if (r.shrunk) std::cout << "[ cuda     ] " << m << " caught in " << r.seconds << " s, shrunk to " << r.shrunk->describe() << "\n";
