@@ -6,8 +6,8 @@
 // of one KV head (GQA packed into the MMA's M dimension, so the group shares every K/V tile);
 // warp w owns M rows 16w .. 16w + 15. It walks the block table itself (key k of sequence s is
 // slot k % BS of page block_table[s][k / BS]), streaming 64-key K and V tiles through shared
-// memory with cp.async (2 stages, rows padded by 16 bytes so ldmatrix is conflict-free; keys past
-// kv_len are zero-filled), and computes per tile, with mma.sync.m16n8k16 and float32 accumulators:
+// memory with cp.async (3 stages, 16-byte chunks XOR-swizzled so ldmatrix is conflict-free; keys
+// past kv_len are zero-filled), and computes per tile, with mma.sync.m16n8k16 and float32 accumulators:
 //   S = Q K^T (k-steps over D in order), s = S * scale*log2(e), masked to -inf past the row's
 //   visible keys (bottom-right causal: row q of a sequence sees keys 0 .. kv_len - q_len + q);
 //   per online-softmax step of 64 keys: m_new = max(m, step max), a = exp2(m - m_new),
@@ -35,6 +35,7 @@
 #include "ops/cuda/mma_sm80.cuh"
 
 #include <cstdint>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -53,14 +54,19 @@ using cuda_kernels::mma16816;
 constexpr int kRows = 64;   // M rows per CTA
 constexpr int kKeys = 64;   // keys per K/V tile
 constexpr int kThreads = 128;
-constexpr int kStages = 2;
+constexpr int kStages = 3;
 
+// Shared memory: Q [64 rows][D], then kStages K tiles and kStages V tiles [64 keys][D], 16-bit.
+// A row's 16-byte chunk c sits at chunk c ^ (row & 7), so the 8 rows an ldmatrix phase reads
+// fall in 8 different bank groups.
 template <int D>
 struct Layout {
-  static constexpr int kRowElems = D + 8;  // shared-memory row: D elements + 16 bytes of padding
-  static constexpr int kTileElems = kKeys * kRowElems;
-  static constexpr int kQElems = kRows * kRowElems;
-  static constexpr int kBytes = (kQElems + 2 * kStages * kTileElems) * 2;
+  static constexpr int kTileBytes = kKeys * D * 2;
+  static constexpr int kQBytes = kRows * D * 2;
+  static constexpr int kBytes = kQBytes + 2 * kStages * kTileBytes;
+  static __device__ __forceinline__ uint32_t offset(int row, int chunk) {
+    return static_cast<uint32_t>((row * (D / 8) + (chunk ^ (row & 7))) * 16);
+  }
 };
 
 // One step of the sequential split merge, shared by the whole_rows kernel and the merge kernel.
@@ -105,7 +111,6 @@ struct RowState {
 template <typename T, int D, int NB0, int NB1>
 __device__ __forceinline__ void softmax_step(RowState<D> &st, float (&s)[8][4], uint32_t v_tile, int lane) {
   constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
-  constexpr int kRowElems = Layout<D>::kRowElems;
   float a[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -149,7 +154,7 @@ __device__ __forceinline__ void softmax_step(RowState<D> &st, float (&s)[8][4], 
 #pragma unroll
     for (int nb2 = 0; nb2 < D / 16; ++nb2) {
       uint32_t b[4];
-      ldmatrix_x4_trans(b, v_tile + (key * kRowElems + nb2 * 16 + (lane >> 4) * 8) * 2);
+      ldmatrix_x4_trans(b, v_tile + Layout<D>::offset(key, nb2 * 2 + (lane >> 4)));
       mma16816<T>(st.acc[2 * nb2], pa, {b[0], b[1]});
       mma16816<T>(st.acc[2 * nb2 + 1], pa, {b[2], b[3]});
     }
@@ -163,8 +168,8 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
   constexpr bool kWhole = kSchedule == KvSchedule::whole_rows;
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t q_s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const uint32_t k_s = q_s + L::kQElems * 2;
-  const uint32_t v_s = k_s + kStages * L::kTileElems * 2;
+  const uint32_t k_s = q_s + L::kQBytes;
+  const uint32_t v_s = k_s + kStages * L::kTileBytes;
 
   const int seq = blockIdx.y, kvh = blockIdx.z % p.h_kv, split = blockIdx.z / p.h_kv;
   const int group = p.h_q / p.h_kv;
@@ -197,7 +202,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
     const int r = c / kChunks, part = c % kChunks;
     const bool ok = r < live_rows;
     const int64_t src = ok ? (static_cast<int64_t>(q_start + q0 + r / group) * p.h_q + kvh * group + r % group) * D + part * 8 : 0;
-    cp_async16(q_s + (r * L::kRowElems + part * 8) * 2, q + src, ok);
+    cp_async16(q_s + L::offset(r, part), q + src, ok);
   }
   auto load_tile = [&](int t0, int stage) {
     for (int c = tid; c < kKeys * kChunks; c += kThreads) {
@@ -208,7 +213,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
         const int64_t slot = static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
         off = (slot * p.h_kv + kvh) * D + part * 8;
       }
-      const uint32_t dst = (stage * L::kTileElems + kk * L::kRowElems + part * 8) * 2;
+      const uint32_t dst = stage * L::kTileBytes + L::offset(kk, part);
       cp_async16(k_s + dst, k_pool + off, ok);
       cp_async16(v_s + dst, v_pool + off, ok);
     }
@@ -246,18 +251,18 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
   };
 
   const int n_tiles = (key_end - key_begin + kKeys - 1) / kKeys;
+  // Pipeline: tiles it + 1 and it + 2 are in flight while tile it is computed. One commit group
+  // per tile (empty past the end), so "all groups but the newest done" means tile it arrived.
   load_tile(key_begin, 0);
-  cp_async_commit();  // Q and the first tile
+  cp_async_commit();  // Q and tile 0
+  if (n_tiles > 1) load_tile(key_begin + kKeys, 1);
+  cp_async_commit();
   for (int it = 0; it < n_tiles; ++it) {
-    const int t0 = key_begin + it * kKeys, stage = it & 1;
-    if (it + 1 < n_tiles) {
-      load_tile(t0 + kKeys, stage ^ 1);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    const int t0 = key_begin + it * kKeys, stage = it % kStages;
+    cp_async_wait<1>();
+    __syncthreads();  // tile it visible to all; tile it - 1 consumed by all, so its stage is free
+    if (it + 2 < n_tiles) load_tile(t0 + 2 * kKeys, (it + 2) % kStages);
+    cp_async_commit();
     if constexpr (kWhole) {
       if (it > 0 && t0 % p.split_tokens == 0) {
         if (warp_live) fold_split(t0 / p.split_tokens - 1);
@@ -270,15 +275,15 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
       for (int nb = 0; nb < 8; ++nb)
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[nb][e] = 0.f;
-      const uint32_t k_tile = k_s + stage * L::kTileElems * 2;
+      const uint32_t k_tile = k_s + stage * L::kTileBytes;
 #pragma unroll
       for (int ks = 0; ks < D / 16; ++ks) {
         uint32_t a[4];
-        ldmatrix_x4(a, q_s + ((warp * 16 + (lane & 15)) * L::kRowElems + ks * 16 + (lane >> 4) * 8) * 2);
+        ldmatrix_x4(a, q_s + L::offset(warp * 16 + (lane & 15), ks * 2 + (lane >> 4)));
 #pragma unroll
         for (int nb2 = 0; nb2 < 4; ++nb2) {
           uint32_t b[4];
-          ldmatrix_x4(b, k_tile + ((nb2 * 16 + (lane >> 4) * 8 + (lane & 7)) * L::kRowElems + ks * 16 + ((lane >> 3) & 1) * 8) * 2);
+          ldmatrix_x4(b, k_tile + L::offset(nb2 * 16 + (lane >> 4) * 8 + (lane & 7), ks * 2 + ((lane >> 3) & 1)));
           mma16816<T>(s[2 * nb2], a, {b[0], b[1]});
           mma16816<T>(s[2 * nb2 + 1], a, {b[2], b[3]});
         }
@@ -290,7 +295,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
           const int key = t0 + nb * 8 + 2 * (lane & 3) + (e & 1);
           s[nb][e] = key < visible[e >> 1] ? __fmul_rn(s[nb][e], p.scale_log2) : -INFINITY;
         }
-      const uint32_t v_tile = v_s + stage * L::kTileElems * 2;
+      const uint32_t v_tile = v_s + stage * L::kTileBytes;
       if (!kWhole && p.softmax_keys == 32) {
         softmax_step<T, D, 0, 4>(st, s, v_tile, lane);
         softmax_step<T, D, 4, 8>(st, s, v_tile, lane);
@@ -298,7 +303,6 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
         softmax_step<T, D, 0, 8>(st, s, v_tile, lane);
       }
     }
-    __syncthreads();  // this stage is free for the load two tiles ahead
   }
   if (!warp_live) return;
 
@@ -358,7 +362,13 @@ __global__ void paged_attention_merge_kernel(const PagedAttnLaunch p) {
 template <typename T, int D, KvSchedule kSchedule>
 void launch_kernel(const PagedAttnLaunch &p, cudaStream_t stream) {
   auto kernel = paged_attention_kernel<T, D, kSchedule>;
-  DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout<D>::kBytes));
+  // Once per instantiation and device (a per-launch call costs microseconds at decode sizes).
+  static std::once_flag configured[64];
+  int device = 0;
+  DETFUZZ_CUDA_CHECK(cudaGetDevice(&device));
+  std::call_once(configured[device % 64], [&] {
+    DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout<D>::kBytes));
+  });
   const int z = p.h_kv * (kSchedule == KvSchedule::whole_rows ? 1 : p.max_splits);
   kernel<<<dim3(p.q_tiles, p.num_seqs, z), kThreads, Layout<D>::kBytes, stream>>>(p);
   DETFUZZ_LAUNCH_CHECK();
