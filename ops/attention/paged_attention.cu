@@ -1,7 +1,7 @@
 // Fused paged attention on tensor cores, batch invariant by construction.
 //
 // Design. One launch covers the whole mixed batch (prefills, prefill chunks and decodes alike):
-// grid (query tile, sequence, KV head [x split]), 4 warps per CTA. A CTA holds 64 "M rows", the
+// grid (KV head x split x query tile, sequence), 4 warps per CTA. A CTA holds 64 "M rows", the
 // (query row, query head) pairs of up to 64 / G query rows of one sequence and the G query heads
 // of one KV head (GQA packed into the MMA's M dimension, so the group shares every K/V tile);
 // warp w owns M rows 16w .. 16w + 15. It walks the block table itself (key k of sequence s is
@@ -171,10 +171,16 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
   const uint32_t k_s = q_s + L::kQBytes;
   const uint32_t v_s = k_s + kStages * L::kTileBytes;
 
-  const int seq = blockIdx.y, kvh = blockIdx.z % p.h_kv, split = blockIdx.z / p.h_kv;
+  // blockIdx.x = kvh + h_kv * (split + splits * reversed tile): the KV heads of one (tile, split)
+  // are neighbours, so CTAs running together read the same tokens' rows (adjacent in the pool);
+  // the longest query tiles (the last ones under the causal mask) start first.
+  const int grid_splits = kWhole ? 1 : p.max_splits;
+  const int kvh = blockIdx.x % p.h_kv, split = (blockIdx.x / p.h_kv) % grid_splits;
+  const int tile = p.q_tiles - 1 - static_cast<int>(blockIdx.x / (p.h_kv * grid_splits));
+  const int seq = blockIdx.y;
   const int group = p.h_q / p.h_kv;
   const int q_start = p.cu_seqlens_q[seq], q_len = p.cu_seqlens_q[seq + 1] - q_start;
-  const int q0 = blockIdx.x * attention_rows_per_tile(group);
+  const int q0 = tile * attention_rows_per_tile(group);
   if (q0 >= q_len) return;
   const int live_rows = min(attention_rows_per_tile(group), q_len - q0) * group;
   const int kv_len = p.seq_lens_kv[seq];
@@ -205,6 +211,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
     cp_async16(q_s + L::offset(r, part), q + src, ok);
   }
   auto load_tile = [&](int t0, int stage) {
+#pragma unroll 1
     for (int c = tid; c < kKeys * kChunks; c += kThreads) {
       const int kk = c / kChunks, part = c % kChunks, key = t0 + kk;
       const bool ok = key < kv_len;
@@ -350,6 +357,7 @@ __global__ void paged_attention_merge_kernel(const PagedAttnLaunch p) {
   const int64_t base = (static_cast<int64_t>(row) * p.h_q + h) * p.max_splits;
   const float2 *ml = reinterpret_cast<const float2 *>(p.part_ml);
   float M = ml[base].x, L = ml[base].y, O = p.part_acc[base * p.head_dim + d];
+#pragma unroll 8  // the loads of 8 splits in flight at once: a long context has hundreds
   for (int j = 1; j < splits; ++j) {
     const MergeWeights w = merge_weights(M, ml[base + j].x);
     L = merged(L, ml[base + j].y, w);
@@ -369,8 +377,8 @@ void launch_kernel(const PagedAttnLaunch &p, cudaStream_t stream) {
   std::call_once(configured[device % 64], [&] {
     DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout<D>::kBytes));
   });
-  const int z = p.h_kv * (kSchedule == KvSchedule::whole_rows ? 1 : p.max_splits);
-  kernel<<<dim3(p.q_tiles, p.num_seqs, z), kThreads, Layout<D>::kBytes, stream>>>(p);
+  const unsigned x = static_cast<unsigned>(p.h_kv) * (kSchedule == KvSchedule::whole_rows ? 1 : p.max_splits) * p.q_tiles;
+  kernel<<<dim3(x, p.num_seqs), kThreads, Layout<D>::kBytes, stream>>>(p);
   DETFUZZ_LAUNCH_CHECK();
 }
 
@@ -411,10 +419,10 @@ void launch_paged_attention(const PagedAttnLaunch &p, cudaStream_t stream) {
   if (group < 1 || group > 8 || p.h_q != group * p.h_kv)
     throw std::runtime_error("paged_attention: GQA group H_q/H_kv = " + std::to_string(p.h_q) + "/" +
                              std::to_string(p.h_kv) + " not an integer in 1..8");
-  const long long z = static_cast<long long>(p.h_kv) * (p.schedule == KvSchedule::whole_rows ? 1 : p.max_splits);
-  if (p.q_tiles < 1 || p.num_seqs < 1 || p.num_seqs > 65535 || p.max_splits < 1 || z > 65535)
-    throw std::runtime_error("paged_attention: grid (" + std::to_string(p.q_tiles) + ", " + std::to_string(p.num_seqs) +
-                             ", " + std::to_string(z) + ") outside CUDA's limits (y, z <= 65535)");
+  const long long x = static_cast<long long>(p.h_kv) * (p.schedule == KvSchedule::whole_rows ? 1 : p.max_splits) * p.q_tiles;
+  if (p.q_tiles < 1 || p.num_seqs < 1 || p.num_seqs > 65535 || p.max_splits < 1 || x > 0x7fffffffLL)
+    throw std::runtime_error("paged_attention: grid (" + std::to_string(x) + ", " + std::to_string(p.num_seqs) +
+                             ") outside CUDA's limits (x < 2^31, y <= 65535)");
   if (p.bf16) launch_dim<__nv_bfloat16>(p, stream);
   else launch_dim<__half>(p, stream);
 }
