@@ -28,7 +28,8 @@
 // zero-filled, and V the row does not see is assumed finite, as in FlashAttention).
 //
 // Rows past the tile's live rows are zero and their results are dropped; a warp whose 16 rows
-// are all dead skips the math. D = 256 runs split_per_cta only (whole_rows would keep two
+// are all dead skips the math, except in a spread tile (see `spread`), where four warps share one
+// warp's 16 rows. D = 256 runs split_per_cta only (whole_rows would keep two
 // 16 x 256 accumulators per warp in registers).
 #include "ops/attention/paged_attention_kernel.h"
 #include "ops/cuda/cuda_check.h"
@@ -107,9 +108,10 @@ struct RowState {
 };
 
 // One online-softmax step over the key columns of n-blocks [NB0, NB1) of the warp's S tile:
-// rescale the state, then accumulate round(p) V over those keys (k-steps NB0/2 .. NB1/2 - 1).
+// rescale the state, then accumulate round(p) V over those keys (k-steps NB0/2 .. NB1/2 - 1)
+// into the output columns the warp owns (all of them, or a quarter when the tile is spread).
 template <typename T, int D, int NB0, int NB1>
-__device__ __forceinline__ void softmax_step(RowState<D> &st, float (&s)[8][4], uint32_t v_tile, int lane) {
+__device__ __forceinline__ void softmax_step(RowState<D> &st, float (&s)[8][4], uint32_t v_tile, int lane, int owned) {
   constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
   float a[2];
 #pragma unroll
@@ -153,6 +155,7 @@ __device__ __forceinline__ void softmax_step(RowState<D> &st, float (&s)[8][4], 
     const int key = kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
 #pragma unroll
     for (int nb2 = 0; nb2 < D / 16; ++nb2) {
+      if (owned >= 0 && nb2 / (D / 64) != owned) continue;
       uint32_t b[4];
       ldmatrix_x4_trans(b, v_tile + Layout<D>::offset(key, nb2 * 2 + (lane >> 4)));
       mma16816<T>(st.acc[2 * nb2], pa, {b[0], b[1]});
@@ -191,11 +194,19 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
   const int key_end = kWhole ? last_visible : min(key_begin + p.split_tokens, last_visible);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const bool warp_live = warp * 16 < live_rows;
+  // Spread: when all live rows fit in the first 16 (decode, short chunks), the four warps share
+  // those rows' work instead of one warp doing it alone: warp w computes S for keys 16w .. 16w + 15
+  // and shares it through shared memory, each warp redoes the row statistics from the whole S
+  // (same fragments, same order, same bits), and warp w accumulates output columns D/4 w ...
+  // Every value is computed by the same operations in the same order as in the unspread layout.
+  const bool spread = live_rows <= 16;  // uniform over the CTA
+  const int row_block = spread ? 0 : warp;  // the 16 M rows whose state this warp holds
+  const int owned = spread ? warp : -1;     // the quarter of the output columns it owns, -1: all
+  const bool warp_live = row_block * 16 < live_rows;
   int visible[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const int r = warp * 16 + (lane >> 2) + 8 * i;
+    const int r = row_block * 16 + (lane >> 2) + 8 * i;
     visible[i] = r < live_rows ? first_visible + r / group : 0;
   }
 
@@ -283,12 +294,15 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[nb][e] = 0.f;
       const uint32_t k_tile = k_s + stage * L::kTileBytes;
+      // S = Q K^T for n-block pairs [nb2_begin, nb2_end): all four, or the warp's one when spread.
+      const int nb2_begin = spread ? warp : 0, nb2_end = spread ? warp + 1 : 4;
 #pragma unroll
       for (int ks = 0; ks < D / 16; ++ks) {
         uint32_t a[4];
-        ldmatrix_x4(a, q_s + L::offset(warp * 16 + (lane & 15), ks * 2 + (lane >> 4)));
+        ldmatrix_x4(a, q_s + L::offset(row_block * 16 + (lane & 15), ks * 2 + (lane >> 4)));
 #pragma unroll
         for (int nb2 = 0; nb2 < 4; ++nb2) {
+          if (nb2 < nb2_begin || nb2 >= nb2_end) continue;
           uint32_t b[4];
           ldmatrix_x4(b, k_tile + L::offset(nb2 * 16 + (lane >> 4) * 8 + (lane & 7), ks * 2 + ((lane >> 3) & 1)));
           mma16816<T>(s[2 * nb2], a, {b[0], b[1]});
@@ -302,12 +316,31 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
           const int key = t0 + nb * 8 + 2 * (lane & 3) + (e & 1);
           s[nb][e] = key < visible[e >> 1] ? __fmul_rn(s[nb][e], p.scale_log2) : -INFINITY;
         }
+      if (spread) {
+        // Share S: [16 rows][64 keys] float32 in the Q rows no live row uses (rows 16 and up).
+        float2 *s_share = reinterpret_cast<float2 *>(smem + 16 * D * 2);
+        const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+        for (int nb = 0; nb < 8; ++nb)
+          if (nb / 2 == warp)
+#pragma unroll
+            for (int i = 0; i < 2; ++i) s_share[((g + 8 * i) * 64 + nb * 8 + 2 * t) / 2] = make_float2(s[nb][2 * i], s[nb][2 * i + 1]);
+        __syncthreads();  // spread is uniform: every warp is here
+#pragma unroll
+        for (int nb = 0; nb < 8; ++nb)
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            const float2 v = s_share[((g + 8 * i) * 64 + nb * 8 + 2 * t) / 2];
+            s[nb][2 * i] = v.x;
+            s[nb][2 * i + 1] = v.y;
+          }
+      }
       const uint32_t v_tile = v_s + stage * L::kTileBytes;
       if (!kWhole && p.softmax_keys == 32) {
-        softmax_step<T, D, 0, 4>(st, s, v_tile, lane);
-        softmax_step<T, D, 4, 8>(st, s, v_tile, lane);
+        softmax_step<T, D, 0, 4>(st, s, v_tile, lane, owned);
+        softmax_step<T, D, 4, 8>(st, s, v_tile, lane, owned);
       } else {
-        softmax_step<T, D, 0, 8>(st, s, v_tile, lane);
+        softmax_step<T, D, 0, 8>(st, s, v_tile, lane, owned);
       }
     }
   }
@@ -317,7 +350,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
   const int t = lane & 3;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const int r = warp * 16 + (lane >> 2) + 8 * i;
+    const int r = row_block * 16 + (lane >> 2) + 8 * i;
     if (r >= live_rows || (!kWhole && split * p.split_tokens >= visible[i])) continue;  // nothing of it here
     const int64_t row_head = static_cast<int64_t>(q_start + q0 + r / group) * p.h_q + kvh * group + r % group;
     const int splits = (visible[i] + p.split_tokens - 1) / p.split_tokens;
@@ -326,6 +359,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
       const float den = kWhole ? merged_l[i] : st.l[i];
 #pragma unroll
       for (int nb = 0; nb < D / 8; ++nb) {
+        if (owned >= 0 && nb / (D / 32) != owned) continue;
         const float o0 = kWhole ? merged_o[kWhole ? nb : 0][2 * i] : st.acc[nb][2 * i];
         const float o1 = kWhole ? merged_o[kWhole ? nb : 0][2 * i + 1] : st.acc[nb][2 * i + 1];
         out[nb * 4 + t] = pack2(__fdiv_rn(o0, den), __fdiv_rn(o1, den), std::is_same<T, __nv_bfloat16>::value);
@@ -334,8 +368,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
       const int64_t slot = row_head * p.max_splits + split;
       float2 *part = reinterpret_cast<float2 *>(p.part_acc + slot * D);
 #pragma unroll
-      for (int nb = 0; nb < D / 8; ++nb) part[nb * 4 + t] = make_float2(st.acc[nb][2 * i], st.acc[nb][2 * i + 1]);
-      if (t == 0) reinterpret_cast<float2 *>(p.part_ml)[slot] = make_float2(st.m[i], st.l[i]);
+      for (int nb = 0; nb < D / 8; ++nb)
+        if (owned < 0 || nb / (D / 32) == owned) part[nb * 4 + t] = make_float2(st.acc[nb][2 * i], st.acc[nb][2 * i + 1]);
+      if (t == 0 && owned <= 0) reinterpret_cast<float2 *>(p.part_ml)[slot] = make_float2(st.m[i], st.l[i]);
     }
   }
 }
