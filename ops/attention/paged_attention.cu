@@ -107,11 +107,16 @@ struct RowState {
   }
 };
 
+// Output column blocks (8 columns each) whose accumulators a warp holds: all D / 8, or a quarter
+// when the tile is spread (warp w: blocks w * D / 32 ...; its accumulators acc[0 .. D/32)).
+template <int D, bool kSpread>
+constexpr int kAccBlocks = kSpread ? D / 32 : D / 8;
+
 // One online-softmax step over the key columns of n-blocks [NB0, NB1) of the warp's S tile:
 // rescale the state, then accumulate round(p) V over those keys (k-steps NB0/2 .. NB1/2 - 1)
-// into the output columns the warp owns (all of them, or a quarter when the tile is spread).
-template <typename T, int D, int NB0, int NB1>
-__device__ __forceinline__ void softmax_step(RowState<D> &st, float (&s)[8][4], uint32_t v_tile, int lane, int owned) {
+// into the warp's output columns.
+template <typename T, int D, bool kSpread, int NB0, int NB1>
+__device__ __forceinline__ void softmax_step(RowState<D> &st, float (&s)[8][4], uint32_t v_tile, int lane, int warp) {
   constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
   float a[2];
 #pragma unroll
@@ -140,12 +145,13 @@ __device__ __forceinline__ void softmax_step(RowState<D> &st, float (&s)[8][4], 
     st.m[i] = m_new;
   }
 #pragma unroll
-  for (int nb = 0; nb < D / 8; ++nb) {
+  for (int nb = 0; nb < kAccBlocks<D, kSpread>; ++nb) {
     st.acc[nb][0] = __fmul_rn(st.acc[nb][0], a[0]);
     st.acc[nb][1] = __fmul_rn(st.acc[nb][1], a[0]);
     st.acc[nb][2] = __fmul_rn(st.acc[nb][2], a[1]);
     st.acc[nb][3] = __fmul_rn(st.acc[nb][3], a[1]);
   }
+  const int first_pair = kSpread ? warp * (D / 64) : 0;  // first column-block pair of the warp
 #pragma unroll
   for (int kk = NB0 / 2; kk < NB1 / 2; ++kk) {
     // P as the A operand of k-step kk: the C fragments of n-blocks 2kk and 2kk + 1.
@@ -154,13 +160,74 @@ __device__ __forceinline__ void softmax_step(RowState<D> &st, float (&s)[8][4], 
                             pack2(s[2 * kk + 1][2], s[2 * kk + 1][3], kBf16)};
     const int key = kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
 #pragma unroll
-    for (int nb2 = 0; nb2 < D / 16; ++nb2) {
-      if (owned >= 0 && nb2 / (D / 64) != owned) continue;
+    for (int j = 0; j < kAccBlocks<D, kSpread> / 2; ++j) {
       uint32_t b[4];
-      ldmatrix_x4_trans(b, v_tile + Layout<D>::offset(key, nb2 * 2 + (lane >> 4)));
-      mma16816<T>(st.acc[2 * nb2], pa, {b[0], b[1]});
-      mma16816<T>(st.acc[2 * nb2 + 1], pa, {b[2], b[3]});
+      ldmatrix_x4_trans(b, v_tile + Layout<D>::offset(key, (first_pair + j) * 2 + (lane >> 4)));
+      mma16816<T>(st.acc[2 * j], pa, {b[0], b[1]});
+      mma16816<T>(st.acc[2 * j + 1], pa, {b[2], b[3]});
     }
+  }
+}
+
+// One 64-key tile for the warp's 16 rows: S = Q K^T, scale and mask, then the online-softmax
+// step(s). Spread: warp w computes S for keys 16w .. 16w + 15 only, the four warps exchange S
+// through `s_share` (every warp of the CTA must call this), and each then holds the whole S.
+template <typename T, int D, bool kSpread>
+__device__ __forceinline__ void tile_step(RowState<D> &st, uint32_t q_s, uint32_t k_tile, uint32_t v_tile,
+                                          float2 *s_share, int row_block, int t0, const int (&visible)[2],
+                                          float scale_log2, bool half_steps, int lane, int warp) {
+  using L = Layout<D>;
+  float s[8][4];
+#pragma unroll
+  for (int nb = 0; nb < 8; ++nb)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[nb][e] = 0.f;
+  constexpr int kPairs = kSpread ? 1 : 4;  // n-block pairs (16 keys) of S this warp computes
+  const int first_key = kSpread ? warp * 16 : 0;
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    uint32_t a[4];
+    ldmatrix_x4(a, q_s + L::offset(row_block * 16 + (lane & 15), ks * 2 + (lane >> 4)));
+#pragma unroll
+    for (int j = 0; j < kPairs; ++j) {
+      uint32_t b[4];
+      ldmatrix_x4(b, k_tile + L::offset(first_key + j * 16 + (lane >> 4) * 8 + (lane & 7), ks * 2 + ((lane >> 3) & 1)));
+      mma16816<T>(s[2 * j], a, {b[0], b[1]});
+      mma16816<T>(s[2 * j + 1], a, {b[2], b[3]});
+    }
+  }
+#pragma unroll
+  for (int nb = 0; nb < 2 * kPairs; ++nb)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = t0 + first_key + nb * 8 + 2 * (lane & 3) + (e & 1);
+      s[nb][e] = key < visible[e >> 1] ? __fmul_rn(s[nb][e], scale_log2) : -INFINITY;
+    }
+  if constexpr (kSpread) {
+    // [16 rows][64 keys] float32, rows 72 floats apart: a half-warp's float2 accesses (4 rows x
+    // 4 lanes) fall in 16 different bank pairs.
+    constexpr int kStride = 72;
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int nb = 0; nb < 2; ++nb)
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+        s_share[((g + 8 * i) * kStride + first_key + nb * 8 + 2 * t) / 2] = make_float2(s[nb][2 * i], s[nb][2 * i + 1]);
+    __syncthreads();
+#pragma unroll
+    for (int nb = 0; nb < 8; ++nb)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const float2 v = s_share[((g + 8 * i) * kStride + nb * 8 + 2 * t) / 2];
+        s[nb][2 * i] = v.x;
+        s[nb][2 * i + 1] = v.y;
+      }
+  }
+  if (half_steps) {
+    softmax_step<T, D, kSpread, 0, 4>(st, s, v_tile, lane, warp);
+    softmax_step<T, D, kSpread, 4, 8>(st, s, v_tile, lane, warp);
+  } else {
+    softmax_step<T, D, kSpread, 0, 8>(st, s, v_tile, lane, warp);
   }
 }
 
@@ -201,8 +268,10 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
   // Every value is computed by the same operations in the same order as in the unspread layout.
   const bool spread = live_rows <= 16;  // uniform over the CTA
   const int row_block = spread ? 0 : warp;  // the 16 M rows whose state this warp holds
-  const int owned = spread ? warp : -1;     // the quarter of the output columns it owns, -1: all
   const bool warp_live = row_block * 16 < live_rows;
+  // Spread tiles share S through the Q rows no live row uses (rows 16 and up; 16 x 72 floats fit).
+  float2 *s_share = reinterpret_cast<float2 *>(smem + 16 * D * 2);
+  static_assert(16 * 72 * 4 <= 48 * 64 * 2, "S exchange buffer must fit in Q rows 16..63");
   int visible[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -288,66 +357,19 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
       }
     }
     if (warp_live) {
-      float s[8][4];
-#pragma unroll
-      for (int nb = 0; nb < 8; ++nb)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[nb][e] = 0.f;
-      const uint32_t k_tile = k_s + stage * L::kTileBytes;
-      // S = Q K^T for n-block pairs [nb2_begin, nb2_end): all four, or the warp's one when spread.
-      const int nb2_begin = spread ? warp : 0, nb2_end = spread ? warp + 1 : 4;
-#pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks) {
-        uint32_t a[4];
-        ldmatrix_x4(a, q_s + L::offset(row_block * 16 + (lane & 15), ks * 2 + (lane >> 4)));
-#pragma unroll
-        for (int nb2 = 0; nb2 < 4; ++nb2) {
-          if (nb2 < nb2_begin || nb2 >= nb2_end) continue;
-          uint32_t b[4];
-          ldmatrix_x4(b, k_tile + L::offset(nb2 * 16 + (lane >> 4) * 8 + (lane & 7), ks * 2 + ((lane >> 3) & 1)));
-          mma16816<T>(s[2 * nb2], a, {b[0], b[1]});
-          mma16816<T>(s[2 * nb2 + 1], a, {b[2], b[3]});
-        }
-      }
-#pragma unroll
-      for (int nb = 0; nb < 8; ++nb)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = t0 + nb * 8 + 2 * (lane & 3) + (e & 1);
-          s[nb][e] = key < visible[e >> 1] ? __fmul_rn(s[nb][e], p.scale_log2) : -INFINITY;
-        }
-      if (spread) {
-        // Share S: [16 rows][64 keys] float32 in the Q rows no live row uses (rows 16 and up).
-        float2 *s_share = reinterpret_cast<float2 *>(smem + 16 * D * 2);
-        const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-        for (int nb = 0; nb < 8; ++nb)
-          if (nb / 2 == warp)
-#pragma unroll
-            for (int i = 0; i < 2; ++i) s_share[((g + 8 * i) * 64 + nb * 8 + 2 * t) / 2] = make_float2(s[nb][2 * i], s[nb][2 * i + 1]);
-        __syncthreads();  // spread is uniform: every warp is here
-#pragma unroll
-        for (int nb = 0; nb < 8; ++nb)
-#pragma unroll
-          for (int i = 0; i < 2; ++i) {
-            const float2 v = s_share[((g + 8 * i) * 64 + nb * 8 + 2 * t) / 2];
-            s[nb][2 * i] = v.x;
-            s[nb][2 * i + 1] = v.y;
-          }
-      }
-      const uint32_t v_tile = v_s + stage * L::kTileBytes;
-      if (!kWhole && p.softmax_keys == 32) {
-        softmax_step<T, D, 0, 4>(st, s, v_tile, lane, owned);
-        softmax_step<T, D, 4, 8>(st, s, v_tile, lane, owned);
-      } else {
-        softmax_step<T, D, 0, 8>(st, s, v_tile, lane, owned);
-      }
+      const uint32_t k_tile = k_s + stage * L::kTileBytes, v_tile = v_s + stage * L::kTileBytes;
+      const bool half_steps = !kWhole && p.softmax_keys == 32;
+      if (spread)
+        tile_step<T, D, true>(st, q_s, k_tile, v_tile, s_share, row_block, t0, visible, p.scale_log2, half_steps, lane, warp);
+      else
+        tile_step<T, D, false>(st, q_s, k_tile, v_tile, s_share, row_block, t0, visible, p.scale_log2, half_steps, lane, warp);
     }
   }
   if (!warp_live) return;
 
   if constexpr (kWhole) fold_split((key_end - 1) / p.split_tokens);
   const int t = lane & 3;
+  const int first_block = spread ? warp * (D / 32) : 0;  // output column block of acc[0]
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int r = row_block * 16 + (lane >> 2) + 8 * i;
@@ -359,18 +381,20 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
       const float den = kWhole ? merged_l[i] : st.l[i];
 #pragma unroll
       for (int nb = 0; nb < D / 8; ++nb) {
-        if (owned >= 0 && nb / (D / 32) != owned) continue;
+        if (spread && nb >= D / 32) break;
         const float o0 = kWhole ? merged_o[kWhole ? nb : 0][2 * i] : st.acc[nb][2 * i];
         const float o1 = kWhole ? merged_o[kWhole ? nb : 0][2 * i + 1] : st.acc[nb][2 * i + 1];
-        out[nb * 4 + t] = pack2(__fdiv_rn(o0, den), __fdiv_rn(o1, den), std::is_same<T, __nv_bfloat16>::value);
+        out[(first_block + nb) * 4 + t] = pack2(__fdiv_rn(o0, den), __fdiv_rn(o1, den), std::is_same<T, __nv_bfloat16>::value);
       }
     } else {
       const int64_t slot = row_head * p.max_splits + split;
       float2 *part = reinterpret_cast<float2 *>(p.part_acc + slot * D);
 #pragma unroll
-      for (int nb = 0; nb < D / 8; ++nb)
-        if (owned < 0 || nb / (D / 32) == owned) part[nb * 4 + t] = make_float2(st.acc[nb][2 * i], st.acc[nb][2 * i + 1]);
-      if (t == 0 && owned <= 0) reinterpret_cast<float2 *>(p.part_ml)[slot] = make_float2(st.m[i], st.l[i]);
+      for (int nb = 0; nb < D / 8; ++nb) {
+        if (spread && nb >= D / 32) break;
+        part[(first_block + nb) * 4 + t] = make_float2(st.acc[nb][2 * i], st.acc[nb][2 * i + 1]);
+      }
+      if (t == 0 && warp == row_block) reinterpret_cast<float2 *>(p.part_ml)[slot] = make_float2(st.m[i], st.l[i]);
     }
   }
 }
