@@ -57,14 +57,16 @@ constexpr int kKeys = 64;   // keys per K/V tile
 constexpr int kThreads = 128;
 constexpr int kStages = 3;
 
-// Shared memory: Q [64 rows][D], then kStages K tiles and kStages V tiles [64 keys][D], 16-bit.
+// Shared memory: Q [64 rows][D], then kStages K tiles and kStages V tiles [64 keys][D], 16-bit,
+// then the page ids of kStages tiles.
 // A row's 16-byte chunk c sits at chunk c ^ (row & 7), so the 8 rows an ldmatrix phase reads
 // fall in 8 different bank groups.
 template <int D>
 struct Layout {
   static constexpr int kTileBytes = kKeys * D * 2;
   static constexpr int kQBytes = kRows * D * 2;
-  static constexpr int kBytes = kQBytes + 2 * kStages * kTileBytes;
+  static constexpr int kPagesBytes = kStages * kKeys * 4;  // page ids of the tiles in flight
+  static constexpr int kBytes = kQBytes + 2 * kStages * kTileBytes + kPagesBytes;
   static __device__ __forceinline__ uint32_t offset(int row, int chunk) {
     return static_cast<uint32_t>((row * (D / 8) + (chunk ^ (row & 7))) * 16);
   }
@@ -240,6 +242,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
   const uint32_t q_s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const uint32_t k_s = q_s + L::kQBytes;
   const uint32_t v_s = k_s + kStages * L::kTileBytes;
+  int *page_s = reinterpret_cast<int *>(smem + L::kQBytes + 2 * kStages * L::kTileBytes);
 
   // blockIdx.x = kvh + h_kv * (split + splits * reversed tile): the KV heads of one (tile, split)
   // are neighbours, so CTAs running together read the same tokens' rows (adjacent in the pool);
@@ -290,14 +293,20 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
     const int64_t src = ok ? (static_cast<int64_t>(q_start + q0 + r / group) * p.h_q + kvh * group + r % group) * D + part * 8 : 0;
     cp_async16(q_s + L::offset(r, part), q + src, ok);
   }
+  // The page of key t0 + tid (threads tid < 64), 0 past kv_len: fetched a tile ahead of its use.
+  auto page_of = [&](int t0) {
+    const int key = t0 + tid;
+    return tid < kKeys && key < kv_len ? table[key / p.block_size] : 0;
+  };
+  // Issues the cp.async of the tile at key t0 into `stage`; its page ids are in page_s[stage].
   auto load_tile = [&](int t0, int stage) {
-#pragma unroll 1
+#pragma unroll
     for (int c = tid; c < kKeys * kChunks; c += kThreads) {
       const int kk = c / kChunks, part = c % kChunks, key = t0 + kk;
       const bool ok = key < kv_len;
       int64_t off = 0;
       if (ok) {
-        const int64_t slot = static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
+        const int64_t slot = static_cast<int64_t>(page_s[stage * kKeys + kk]) * p.block_size + key % p.block_size;
         off = (slot * p.h_kv + kvh) * D + part * 8;
       }
       const uint32_t dst = stage * L::kTileBytes + L::offset(kk, part);
@@ -340,6 +349,13 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
   const int n_tiles = (key_end - key_begin + kKeys - 1) / kKeys;
   // Pipeline: tiles it + 1 and it + 2 are in flight while tile it is computed. One commit group
   // per tile (empty past the end), so "all groups but the newest done" means tile it arrived.
+  // Page ids run one step further ahead: those of tile it + 3 go to shared memory during tile it
+  // (into the slot of tile it, issued long before), those of tile it + 4 are being fetched.
+  if (tid < kKeys)
+#pragma unroll
+    for (int j = 0; j < kStages; ++j) page_s[j * kKeys + tid] = page_of(key_begin + j * kKeys);
+  int next_pages = page_of(key_begin + kStages * kKeys);
+  __syncthreads();
   load_tile(key_begin, 0);
   cp_async_commit();  // Q and tile 0
   if (n_tiles > 1) load_tile(key_begin + kKeys, 1);
@@ -350,6 +366,10 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
     __syncthreads();  // tile it visible to all; tile it - 1 consumed by all, so its stage is free
     if (it + 2 < n_tiles) load_tile(t0 + 2 * kKeys, (it + 2) % kStages);
     cp_async_commit();
+    if (tid < kKeys) {
+      page_s[stage * kKeys + tid] = next_pages;  // tile it + 3's, read after the next barrier
+      next_pages = page_of(t0 + (kStages + 1) * kKeys);
+    }
     if constexpr (kWhole) {
       if (it > 0 && t0 % p.split_tokens == 0) {
         if (warp_live) fold_split(t0 / p.split_tokens - 1);
