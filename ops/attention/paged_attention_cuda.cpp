@@ -55,20 +55,24 @@ PagedAttentionCudaPlan::PagedAttentionCudaPlan(const at::Tensor &q, const at::Te
 
   // The grid: query tiles of the longest q_len, splits of the longest kv_len.
   const int64_t rows_per_tile = attention_rows_per_tile(static_cast<int>(h_q_ / h_kv_));
-  int64_t max_q = 0, max_kv = 0, tiles = 0;
+  const int64_t group = h_q_ / h_kv_;
+  int64_t max_q = 0, max_kv = 0, full_tiles = 0;
   for (int64_t s = 0; s < num_seqs_; ++s) {
     max_q = std::max(max_q, m.q_len(s));
     max_kv = std::max<int64_t>(max_kv, m.kv_len[s]);
-    tiles += (m.q_len(s) + rows_per_tile - 1) / rows_per_tile;
+    // Query tiles with more than 16 live (row, head) pairs: the ones worth a CTA of their own.
+    for (int64_t q0 = 0; q0 < m.q_len(s); q0 += rows_per_tile)
+      full_tiles += std::min(rows_per_tile, m.q_len(s) - q0) * group > 16;
   }
   q_tiles_ = std::max<int64_t>(1, (max_q + rows_per_tile - 1) / rows_per_tile);
   max_splits_ = std::max<int64_t>(1, (max_kv + options.split_tokens - 1) / options.split_tokens);
-  // whole_rows once the query tiles alone give every SM two CTAs; split_per_cta below that (the
-  // splits supply the parallelism), and always for D = 256.
+  // whole_rows once the full query tiles (prefill work) alone give every SM two CTAs;
+  // split_per_cta otherwise (decode: the splits supply the parallelism, and on an H200 a CTA per
+  // split streams KV faster than a CTA walking all of them), and always for D = 256.
   using Schedule = CudaAttentionOptions::Schedule;
   const int64_t sms = at::cuda::getDeviceProperties(q.device().index())->multiProcessorCount;
   whole_rows_ = options.schedule == Schedule::whole_rows ||
-                (options.schedule == Schedule::automatic && head_dim_ <= 128 && tiles * h_kv_ >= 2 * sms);
+                (options.schedule == Schedule::automatic && head_dim_ <= 128 && full_tiles * h_kv_ >= 2 * sms);
   TORCH_CHECK(!(whole_rows_ && head_dim_ > 128), "paged_attention (CUDA): the whole_rows schedule needs D <= 128, got ",
               head_dim_);
   TORCH_CHECK(!(whole_rows_ && options.softmax_keys != kKvTile),
