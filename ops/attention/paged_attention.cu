@@ -8,12 +8,12 @@
 // slot k % BS of page block_table[s][k / BS]), streaming 64-key K and V tiles through shared
 // memory with cp.async (3 stages, 16-byte chunks XOR-swizzled so ldmatrix is conflict-free; keys
 // past kv_len are zero-filled), and computes per tile, with mma.sync.m16n8k16 and float32 accumulators:
-//   S = Q K^T (k-steps over D in order), s = S * scale*log2(e), masked to -inf past the row's
-//   visible keys (bottom-right causal: row q of a sequence sees keys 0 .. kv_len - q_len + q);
-//   per online-softmax step of 64 keys: m_new = max(m, step max), a = exp2(m - m_new),
-//   p = exp2(s - m_new), l = l * a + (row sum of p: each lane's columns in order, then its quad),
-//   acc = acc * a, then acc += round(p) V (P rounded to the input dtype, k-steps over keys in
-//   order).
+//   S = Q K^T (k-steps over D in order), masked to -inf past the row's visible keys
+//   (bottom-right causal: row q of a sequence sees keys 0 .. kv_len - q_len + q); with
+//   c = scale * log2(e), per online-softmax step of 64 keys: m_new = max(m, (step max of S) * c),
+//   a = 2^(m - m_new), p = 2^fma(S, c, -m_new), l = l * a + (row sum of p: each lane's columns in
+//   order, then its quad), acc = acc * a, then acc += round(p) V (P rounded to the input dtype,
+//   k-steps over keys in order). 2^x is ex2.approx.ftz (subnormal results flush to 0).
 // The keys a row sees are cut into splits at absolute positions (split j = keys [256 j, 256 j +
 // 256)), each split starting from (m, l, acc) = (-inf, 0, 0). A row's result merges its splits in
 // order: (M, L, O) = split 0, then for j = 1, 2, ...: M' = max(M, m_j), L = L a + l_j b,
@@ -72,13 +72,20 @@ struct Layout {
   }
 };
 
+// 2^x, flushing subnormal results to 0 (one MUFU.EX2): the kernel's only exponential.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // One step of the sequential split merge, shared by the whole_rows kernel and the merge kernel.
 struct MergeWeights {
   float m, a, b;
 };
 __device__ __forceinline__ MergeWeights merge_weights(float M, float m_j) {
   const float mn = fmaxf(M, m_j);
-  return {mn, exp2f(__fsub_rn(M, mn)), exp2f(__fsub_rn(m_j, mn))};
+  return {mn, exp2_ftz(__fsub_rn(M, mn)), exp2_ftz(__fsub_rn(m_j, mn))};
 }
 __device__ __forceinline__ float merged(float acc, float part, const MergeWeights &w) {
   return __fadd_rn(__fmul_rn(acc, w.a), __fmul_rn(part, w.b));
@@ -118,7 +125,8 @@ constexpr int kAccBlocks = kSpread ? D / 32 : D / 8;
 // rescale the state, then accumulate round(p) V over those keys (k-steps NB0/2 .. NB1/2 - 1)
 // into the warp's output columns.
 template <typename T, int D, bool kSpread, int NB0, int NB1>
-__device__ __forceinline__ void softmax_step(RowState<D> &st, float (&s)[8][4], uint32_t v_tile, int lane, int warp) {
+__device__ __forceinline__ void softmax_step(RowState<D> &st, float (&s)[8][4], float scale_log2, uint32_t v_tile, int lane,
+                                             int warp) {
   constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
   float a[2];
 #pragma unroll
@@ -128,17 +136,17 @@ __device__ __forceinline__ void softmax_step(RowState<D> &st, float (&s)[8][4], 
     for (int nb = NB0; nb < NB1; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * i], s[nb][2 * i + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = fmaxf(st.m[i], mx);
+    const float m_new = fmaxf(st.m[i], __fmul_rn(mx, scale_log2));  // the log2 domain
     // A row that has seen no key yet has m_new = -inf: use 0 so p and a are 0, not NaN (such a
     // row is either past its last split, whose state is never merged, or a dead row).
     const float m_use = m_new == -INFINITY ? 0.f : m_new;
-    a[i] = exp2f(__fsub_rn(st.m[i], m_use));
+    a[i] = exp2_ftz(__fsub_rn(st.m[i], m_use));
     float sum = 0.f;
 #pragma unroll
     for (int nb = NB0; nb < NB1; ++nb)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        s[nb][2 * i + e] = exp2f(__fsub_rn(s[nb][2 * i + e], m_use));
+        s[nb][2 * i + e] = exp2_ftz(__fmaf_rn(s[nb][2 * i + e], scale_log2, -m_use));
         sum = __fadd_rn(sum, s[nb][2 * i + e]);
       }
     sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
@@ -171,13 +179,13 @@ __device__ __forceinline__ void softmax_step(RowState<D> &st, float (&s)[8][4], 
   }
 }
 
-// One 64-key tile for the warp's 16 rows: S = Q K^T, scale and mask, then the online-softmax
-// step(s). Spread: warp w computes S for keys 16w .. 16w + 15 only, the four warps exchange S
+// One 64-key tile for the warp's 16 rows: S = Q K^T, the mask (skipped when every key of the
+// tile is visible to all the warp's rows), then the online-softmax step(s). Spread: warp w computes S for keys 16w .. 16w + 15 only, the four warps exchange S
 // through `s_share` (every warp of the CTA must call this), and each then holds the whole S.
 template <typename T, int D, bool kSpread>
 __device__ __forceinline__ void tile_step(RowState<D> &st, uint32_t q_s, uint32_t k_tile, uint32_t v_tile,
                                           float2 *s_share, int row_block, int t0, const int (&visible)[2],
-                                          float scale_log2, bool half_steps, int lane, int warp) {
+                                          int min_visible, float scale_log2, bool half_steps, int lane, int warp) {
   using L = Layout<D>;
   float s[8][4];
 #pragma unroll
@@ -198,13 +206,15 @@ __device__ __forceinline__ void tile_step(RowState<D> &st, uint32_t q_s, uint32_
       mma16816<T>(s[2 * j + 1], a, {b[2], b[3]});
     }
   }
+  if (t0 + kKeys > min_visible) {
 #pragma unroll
-  for (int nb = 0; nb < 2 * kPairs; ++nb)
+    for (int nb = 0; nb < 2 * kPairs; ++nb)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int key = t0 + first_key + nb * 8 + 2 * (lane & 3) + (e & 1);
-      s[nb][e] = key < visible[e >> 1] ? __fmul_rn(s[nb][e], scale_log2) : -INFINITY;
-    }
+      for (int e = 0; e < 4; ++e) {
+        const int key = t0 + first_key + nb * 8 + 2 * (lane & 3) + (e & 1);
+        if (key >= visible[e >> 1]) s[nb][e] = -INFINITY;
+      }
+  }
   if constexpr (kSpread) {
     // [16 rows][64 keys] float32, rows 72 floats apart: a half-warp's float2 accesses (4 rows x
     // 4 lanes) fall in 16 different bank pairs.
@@ -226,10 +236,10 @@ __device__ __forceinline__ void tile_step(RowState<D> &st, uint32_t q_s, uint32_
       }
   }
   if (half_steps) {
-    softmax_step<T, D, kSpread, 0, 4>(st, s, v_tile, lane, warp);
-    softmax_step<T, D, kSpread, 4, 8>(st, s, v_tile, lane, warp);
+    softmax_step<T, D, kSpread, 0, 4>(st, s, scale_log2, v_tile, lane, warp);
+    softmax_step<T, D, kSpread, 4, 8>(st, s, scale_log2, v_tile, lane, warp);
   } else {
-    softmax_step<T, D, kSpread, 0, 8>(st, s, v_tile, lane, warp);
+    softmax_step<T, D, kSpread, 0, 8>(st, s, scale_log2, v_tile, lane, warp);
   }
 }
 
@@ -281,6 +291,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
     const int r = row_block * 16 + (lane >> 2) + 8 * i;
     visible[i] = r < live_rows ? first_visible + r / group : 0;
   }
+  const int min_visible = __reduce_min_sync(0xffffffffu, min(visible[0], visible[1]));  // over the warp's rows
 
   const T *q = static_cast<const T *>(p.q);
   const T *k_pool = static_cast<const T *>(p.k_pool);
@@ -380,9 +391,11 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
       const uint32_t k_tile = k_s + stage * L::kTileBytes, v_tile = v_s + stage * L::kTileBytes;
       const bool half_steps = !kWhole && p.softmax_keys == 32;
       if (spread)
-        tile_step<T, D, true>(st, q_s, k_tile, v_tile, s_share, row_block, t0, visible, p.scale_log2, half_steps, lane, warp);
+        tile_step<T, D, true>(st, q_s, k_tile, v_tile, s_share, row_block, t0, visible, min_visible, p.scale_log2,
+                              half_steps, lane, warp);
       else
-        tile_step<T, D, false>(st, q_s, k_tile, v_tile, s_share, row_block, t0, visible, p.scale_log2, half_steps, lane, warp);
+        tile_step<T, D, false>(st, q_s, k_tile, v_tile, s_share, row_block, t0, visible, min_visible, p.scale_log2,
+                               half_steps, lane, warp);
     }
   }
   if (!warp_live) return;

@@ -14,9 +14,9 @@
 //     Per-row by construction. The executable spec of the metadata semantics.
 //   Fixed split (paged_attention_split_cpu, and the CUDA kernel in paged_attention.cu): the
 //     keys a row sees are cut at absolute positions into splits of kKvSplit tokens and each split
-//     into online-softmax steps of kKvTile tokens. Scores live in the log2 domain:
-//     s = (q . k) * (scale * log2 e). Within a split, from (m, l, acc) = (-inf, 0, 0), step by
-//     step: m_new = max(m, step max), a = exp2(m - m_new), p = exp2(s - m_new),
+//     into online-softmax steps of kKvTile tokens. With s = q . k and c = scale * log2(e), the
+//     maxima live in the log2 domain. Within a split, from (m, l, acc) = (-inf, 0, 0), step by
+//     step: m_new = max(m, (step max of s) * c), a = exp2(m - m_new), p = exp2(fma(s, c, -m_new)),
 //     l = l*a + sum p, acc = acc*a + sum round(p)*v (round() = to the input dtype, as a
 //     tensor-core kernel rounds P for its MMA). Across splits, sequentially in split order:
 //     (M, L, O) = split 0's state, then M' = max(M, m_j), L = L*a + l_j*b, O = O*a + acc_j*b with
@@ -24,7 +24,7 @@
 //     position alone, so a row's bits depend on its own q vector and visible keys only: never on
 //     the batch, its padding, q_len or the page layout. The CPU and CUDA versions run the same
 //     algorithm but not the same bits (tensor cores sum a dot product in their own order; CUDA's
-//     exp2f is not glibc's).
+//     ex2.approx is not glibc's exp2).
 #pragma once
 
 #include "ops/attention/kv_cache.h"

@@ -14,7 +14,12 @@ float softmax_scale(double alpha, int64_t head_dim) {
 }
 
 float softmax_scale_log2(double alpha, int64_t head_dim) {
-  return softmax_scale(alpha, head_dim) * 1.4426950408889634f;
+  const float scale = softmax_scale(alpha, head_dim);
+  // The fixed-split algorithm takes the step max of the raw scores, which is the max of the
+  // scaled ones only for a positive scale.
+  TORCH_CHECK(scale > 0.f && std::isfinite(scale), "paged_attention: softmax scale ", scale,
+              " (alpha) must be positive and finite");
+  return scale * 1.4426950408889634f;
 }
 
 at::Tensor paged_attention_reference(const at::Tensor &q, const at::Tensor &k_pool, const at::Tensor &v_pool,

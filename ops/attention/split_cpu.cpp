@@ -70,15 +70,15 @@ at::Tensor paged_attention_split_cpu(const at::Tensor &q, const at::Tensor &k_po
               const float *kv = krow[k] + off;
               float dot = 0.f;
               for (int64_t d = 0; d < D; ++d) dot += qv[d] * kv[d];
-              s_tile[k - t0] = dot * scale;
-              tmax = std::max(tmax, s_tile[k - t0]);
+              s_tile[k - t0] = dot;
+              tmax = std::max(tmax, dot);
             }
-            const float mnew = std::max(mrun, tmax);
+            const float mnew = std::max(mrun, tmax * scale);  // the log2 domain
             const float a = std::exp2(mrun - mnew);  // exp2(-inf) = 0 on the first tile
             float lt = 0.f;
             std::fill(pv.begin(), pv.end(), 0.f);
             for (int64_t k = t0; k < t1; ++k) {
-              const float pk = std::exp2(s_tile[k - t0] - mnew);
+              const float pk = std::exp2(std::fma(s_tile[k - t0], scale, -mnew));
               lt += pk;
               const float pr = round_p(pk);
               const float *vv = vrow[k] + off;
