@@ -6,8 +6,8 @@
 // of one KV head (GQA packed into the MMA's M dimension, so the group shares every K/V tile);
 // warp w owns M rows 16w .. 16w + 15. It walks the block table itself (key k of sequence s is
 // slot k % BS of page block_table[s][k / BS]), streaming 64-key K and V tiles through shared
-// memory with cp.async (3 stages, 16-byte chunks XOR-swizzled so ldmatrix is conflict-free; keys
-// past kv_len are zero-filled), and computes per tile, with mma.sync.m16n8k16 and float32 accumulators:
+// memory with cp.async (2 or 3 stages, 16-byte chunks XOR-swizzled so ldmatrix is conflict-free;
+// keys past kv_len are zero-filled), and computes per tile, with mma.sync.m16n8k16 and float32 accumulators:
 //   S = Q K^T (k-steps over D in order), masked to -inf past the row's visible keys
 //   (bottom-right causal: row q of a sequence sees keys 0 .. kv_len - q_len + q); with
 //   c = scale * log2(e), per online-softmax step of 64 keys: m_new = max(m, (step max of S) * c),
@@ -29,8 +29,8 @@
 //
 // Rows past the tile's live rows are zero and their results are dropped; a warp whose 16 rows
 // are all dead skips the math, except in a spread tile (see `spread`), where four warps share one
-// warp's 16 rows. D = 256 runs split_per_cta only (whole_rows would keep two
-// 16 x 256 accumulators per warp in registers).
+// warp's 16 rows. D = 256 runs split_per_cta only (whole_rows' merged state would not fit in
+// shared memory beside the tiles).
 #include "ops/attention/paged_attention_kernel.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/mma_sm80.cuh"
@@ -55,21 +55,29 @@ using cuda_kernels::mma16816;
 constexpr int kRows = 64;   // M rows per CTA
 constexpr int kKeys = 64;   // keys per K/V tile
 constexpr int kThreads = 128;
-constexpr int kStages = 3;
 
 // Shared memory: Q [64 rows][D], then kStages K tiles and kStages V tiles [64 keys][D], 16-bit,
-// then the page ids of kStages tiles.
+// then the page ids of kStages tiles, then (whole_rows) the merged output state [64 rows][D]
+// float32 in per-thread order. split_per_cta streams through 3 stages (2 CTAs per SM at D = 128);
+// whole_rows keeps its merged state here rather than in registers (which spilled) and so has
+// room for 2 stages.
 // A row's 16-byte chunk c sits at chunk c ^ (row & 7), so the 8 rows an ldmatrix phase reads
 // fall in 8 different bank groups.
 template <int D>
 struct Layout {
   static constexpr int kTileBytes = kKeys * D * 2;
   static constexpr int kQBytes = kRows * D * 2;
-  static constexpr int kPagesBytes = kStages * kKeys * 4;  // page ids of the tiles in flight
-  static constexpr int kBytes = kQBytes + 2 * kStages * kTileBytes + kPagesBytes;
   static __device__ __forceinline__ uint32_t offset(int row, int chunk) {
     return static_cast<uint32_t>((row * (D / 8) + (chunk ^ (row & 7))) * 16);
   }
+};
+template <int D, KvSchedule kSchedule>
+struct Smem : Layout<D> {
+  static constexpr bool kWhole = kSchedule == KvSchedule::whole_rows;
+  static constexpr int kStages = kWhole ? 2 : 3;
+  static constexpr int kPagesOffset = Layout<D>::kQBytes + 2 * kStages * Layout<D>::kTileBytes;
+  static constexpr int kMergedOffset = kPagesOffset + kStages * kKeys * 4;
+  static constexpr int kBytes = kMergedOffset + (kWhole ? kRows * D * 4 : 0);
 };
 
 // 2^x, flushing subnormal results to 0 (one MUFU.EX2): the kernel's only exponential.
@@ -245,14 +253,15 @@ __device__ __forceinline__ void tile_step(RowState<D> &st, uint32_t q_s, uint32_
 
 template <typename T, int D, KvSchedule kSchedule>
 __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAttnLaunch p) {
-  using L = Layout<D>;
+  using L = Smem<D, kSchedule>;
+  constexpr int kStages = L::kStages;
   constexpr int kChunks = D / 8;  // 16-byte chunks per row
   constexpr bool kWhole = kSchedule == KvSchedule::whole_rows;
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t q_s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const uint32_t k_s = q_s + L::kQBytes;
   const uint32_t v_s = k_s + kStages * L::kTileBytes;
-  int *page_s = reinterpret_cast<int *>(smem + L::kQBytes + 2 * kStages * L::kTileBytes);
+  int *page_s = reinterpret_cast<int *>(smem + L::kPagesOffset);
 
   // blockIdx.x = kvh + h_kv * (split + splits * reversed tile): the KV heads of one (tile, split)
   // are neighbours, so CTAs running together read the same tokens' rows (adjacent in the pool);
@@ -328,9 +337,11 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
 
   RowState<D> st;
   st.reset();
-  // whole_rows: the merged state of the splits finished so far (empty array otherwise).
+  // whole_rows: the merged state of the splits finished so far; the output part in shared
+  // memory, [warp][block][element][lane], each thread touching only its own entries.
   float merged_m[2], merged_l[2];
-  float merged_o[kWhole ? D / 8 : 1][4];
+  float *merged_o = reinterpret_cast<float *>(smem + L::kMergedOffset) + warp * (D / 8) * 4 * 32 + lane;
+  auto merged_at = [&](int nb, int e) -> float & { return merged_o[(nb * 4 + e) * 32]; };
   // Folds the finished split `j` into the merged state, for the rows that see any key of it.
   auto fold_split = [&](int j) {
 #pragma unroll
@@ -340,17 +351,17 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
         merged_m[i] = st.m[i];
         merged_l[i] = st.l[i];
 #pragma unroll
-        for (int nb = 0; nb < (kWhole ? D / 8 : 1); ++nb) {
-          merged_o[nb][2 * i] = st.acc[nb][2 * i];
-          merged_o[nb][2 * i + 1] = st.acc[nb][2 * i + 1];
+        for (int nb = 0; nb < D / 8; ++nb) {
+          merged_at(nb, 2 * i) = st.acc[nb][2 * i];
+          merged_at(nb, 2 * i + 1) = st.acc[nb][2 * i + 1];
         }
       } else {
         const MergeWeights w = merge_weights(merged_m[i], st.m[i]);
         merged_l[i] = merged(merged_l[i], st.l[i], w);
 #pragma unroll
-        for (int nb = 0; nb < (kWhole ? D / 8 : 1); ++nb) {
-          merged_o[nb][2 * i] = merged(merged_o[nb][2 * i], st.acc[nb][2 * i], w);
-          merged_o[nb][2 * i + 1] = merged(merged_o[nb][2 * i + 1], st.acc[nb][2 * i + 1], w);
+        for (int nb = 0; nb < D / 8; ++nb) {
+          merged_at(nb, 2 * i) = merged(merged_at(nb, 2 * i), st.acc[nb][2 * i], w);
+          merged_at(nb, 2 * i + 1) = merged(merged_at(nb, 2 * i + 1), st.acc[nb][2 * i + 1], w);
         }
         merged_m[i] = w.m;
       }
@@ -358,27 +369,29 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
   };
 
   const int n_tiles = (key_end - key_begin + kKeys - 1) / kKeys;
-  // Pipeline: tiles it + 1 and it + 2 are in flight while tile it is computed. One commit group
-  // per tile (empty past the end), so "all groups but the newest done" means tile it arrived.
-  // Page ids run one step further ahead: those of tile it + 3 go to shared memory during tile it
-  // (into the slot of tile it, issued long before), those of tile it + 4 are being fetched.
+  // Pipeline: tiles it + 1 .. it + kStages - 1 are in flight while tile it is computed. One
+  // commit group per tile (empty past the end), so "all groups but the newest kStages - 2 done"
+  // means tile it arrived. Page ids run one step further ahead: those of tile it + kStages go to
+  // shared memory during tile it (into the slot of tile it, issued long before), those of the
+  // tile after are being fetched.
   if (tid < kKeys)
 #pragma unroll
     for (int j = 0; j < kStages; ++j) page_s[j * kKeys + tid] = page_of(key_begin + j * kKeys);
   int next_pages = page_of(key_begin + kStages * kKeys);
   __syncthreads();
-  load_tile(key_begin, 0);
-  cp_async_commit();  // Q and tile 0
-  if (n_tiles > 1) load_tile(key_begin + kKeys, 1);
-  cp_async_commit();
+#pragma unroll
+  for (int j = 0; j < kStages - 1; ++j) {
+    if (j < n_tiles) load_tile(key_begin + j * kKeys, j);
+    cp_async_commit();  // the first group carries Q too
+  }
   for (int it = 0; it < n_tiles; ++it) {
     const int t0 = key_begin + it * kKeys, stage = it % kStages;
-    cp_async_wait<1>();
+    cp_async_wait<kStages - 2>();
     __syncthreads();  // tile it visible to all; tile it - 1 consumed by all, so its stage is free
-    if (it + 2 < n_tiles) load_tile(t0 + 2 * kKeys, (it + 2) % kStages);
+    if (it + kStages - 1 < n_tiles) load_tile(t0 + (kStages - 1) * kKeys, (it + kStages - 1) % kStages);
     cp_async_commit();
     if (tid < kKeys) {
-      page_s[stage * kKeys + tid] = next_pages;  // tile it + 3's, read after the next barrier
+      page_s[stage * kKeys + tid] = next_pages;  // tile it + kStages's, read after the next barrier
       next_pages = page_of(t0 + (kStages + 1) * kKeys);
     }
     if constexpr (kWhole) {
@@ -415,8 +428,8 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
 #pragma unroll
       for (int nb = 0; nb < D / 8; ++nb) {
         if (spread && nb >= D / 32) break;
-        const float o0 = kWhole ? merged_o[kWhole ? nb : 0][2 * i] : st.acc[nb][2 * i];
-        const float o1 = kWhole ? merged_o[kWhole ? nb : 0][2 * i + 1] : st.acc[nb][2 * i + 1];
+        const float o0 = kWhole ? merged_at(nb, 2 * i) : st.acc[nb][2 * i];
+        const float o1 = kWhole ? merged_at(nb, 2 * i + 1) : st.acc[nb][2 * i + 1];
         out[(first_block + nb) * 4 + t] = pack2(__fdiv_rn(o0, den), __fdiv_rn(o1, den), std::is_same<T, __nv_bfloat16>::value);
       }
     } else {
@@ -467,10 +480,10 @@ void launch_kernel(const PagedAttnLaunch &p, cudaStream_t stream) {
   int device = 0;
   DETFUZZ_CUDA_CHECK(cudaGetDevice(&device));
   std::call_once(configured[device % 64], [&] {
-    DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout<D>::kBytes));
+    DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Smem<D, kSchedule>::kBytes));
   });
   const unsigned x = static_cast<unsigned>(p.h_kv) * (kSchedule == KvSchedule::whole_rows ? 1 : p.max_splits) * p.q_tiles;
-  kernel<<<dim3(x, p.num_seqs), kThreads, Layout<D>::kBytes, stream>>>(p);
+  kernel<<<dim3(x, p.num_seqs), kThreads, Smem<D, kSchedule>::kBytes, stream>>>(p);
   DETFUZZ_LAUNCH_CHECK();
 }
 
