@@ -449,6 +449,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
 // single split were written by the attention kernel.
 template <typename T>
 __global__ void paged_attention_merge_kernel(const PagedAttnLaunch p) {
+  // Launched as a programmatic dependent of the attention kernel: wait here until that grid has
+  // finished and its writes are visible (the launch itself overlapped its tail).
+  asm volatile("griddepcontrol.wait;" ::: "memory");
   const int row = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
   int lo = 0, hi = p.num_seqs;  // the last sequence s with cu_seqlens_q[s] <= row
   while (hi - lo > 1) {
@@ -495,8 +498,16 @@ void launch_typed(const PagedAttnLaunch &p, cudaStream_t stream) {
   }
   launch_kernel<T, D, KvSchedule::split_per_cta>(p, stream);
   if (p.max_splits > 1) {
-    paged_attention_merge_kernel<T><<<dim3(p.num_rows, p.h_q), D, 0, stream>>>(p);
-    DETFUZZ_LAUNCH_CHECK();
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(p.num_rows, p.h_q);
+    config.blockDim = dim3(D);
+    config.stream = stream;
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[0].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+    DETFUZZ_CUDA_CHECK(cudaLaunchKernelEx(&config, paged_attention_merge_kernel<T>, p));
   }
 }
 

@@ -36,7 +36,8 @@ struct PagedAttnLaunch {
 constexpr int attention_rows_per_tile(int group) { return 64 / group; }
 
 // One or two launches on `stream`: the attention kernel over the whole mixed batch, then (split
-// per CTA, when some row has more than one split) the merge. Throws std::runtime_error naming
+// per CTA, when some row has more than one split) the merge, launched as a programmatic dependent
+// so that its launch overlaps the attention kernel's tail. Throws std::runtime_error naming
 // file:line on any CUDA error.
 void launch_paged_attention(const PagedAttnLaunch &p, cudaStream_t stream);
 
