@@ -162,12 +162,16 @@ __device__ __forceinline__ void softmax_step(RowState<D> &st, float (&s)[8][4], 
     st.l[i] = __fadd_rn(__fmul_rn(st.l[i], a[i]), sum);
     st.m[i] = m_new;
   }
+  // acc * 1 is acc, bit for bit (the accumulators are finite or NaN from the MMA, whose NaN is
+  // the canonical one a multiply returns): when no row of the warp raised its max, skip.
+  if (__any_sync(0xffffffffu, a[0] != 1.f || a[1] != 1.f)) {
 #pragma unroll
-  for (int nb = 0; nb < kAccBlocks<D, kSpread>; ++nb) {
-    st.acc[nb][0] = __fmul_rn(st.acc[nb][0], a[0]);
-    st.acc[nb][1] = __fmul_rn(st.acc[nb][1], a[0]);
-    st.acc[nb][2] = __fmul_rn(st.acc[nb][2], a[1]);
-    st.acc[nb][3] = __fmul_rn(st.acc[nb][3], a[1]);
+    for (int nb = 0; nb < kAccBlocks<D, kSpread>; ++nb) {
+      st.acc[nb][0] = __fmul_rn(st.acc[nb][0], a[0]);
+      st.acc[nb][1] = __fmul_rn(st.acc[nb][1], a[0]);
+      st.acc[nb][2] = __fmul_rn(st.acc[nb][2], a[1]);
+      st.acc[nb][3] = __fmul_rn(st.acc[nb][3], a[1]);
+    }
   }
   const int first_pair = kSpread ? warp * (D / 64) : 0;  // first column-block pair of the warp
 #pragma unroll
@@ -257,18 +261,20 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
   constexpr int kStages = L::kStages;
   constexpr int kChunks = D / 8;  // 16-byte chunks per row
   constexpr bool kWhole = kSchedule == KvSchedule::whole_rows;
+  constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t q_s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const uint32_t k_s = q_s + L::kQBytes;
   const uint32_t v_s = k_s + kStages * L::kTileBytes;
   int *page_s = reinterpret_cast<int *>(smem + L::kPagesOffset);
 
-  // blockIdx.x = kvh + h_kv * (split + splits * reversed tile): the KV heads of one (tile, split)
-  // are neighbours, so CTAs running together read the same tokens' rows (adjacent in the pool);
-  // the longest query tiles (the last ones under the causal mask) start first.
-  const int grid_splits = kWhole ? 1 : p.max_splits;
-  const int kvh = blockIdx.x % p.h_kv, split = (blockIdx.x / p.h_kv) % grid_splits;
-  const int tile = p.q_tiles - 1 - static_cast<int>(blockIdx.x / (p.h_kv * grid_splits));
+  // blockIdx.x = kvh + h_kv * (split group + groups * reversed tile): the KV heads of one (tile,
+  // split group) are neighbours, so CTAs running together read the same tokens' rows (adjacent in
+  // the pool); the longest query tiles (the last ones under the causal mask) start first. A split
+  // group is splits_per_cta consecutive splits (split_per_cta) or all of them (whole_rows).
+  const int groups = kWhole ? 1 : (p.max_splits + p.splits_per_cta - 1) / p.splits_per_cta;
+  const int kvh = blockIdx.x % p.h_kv, split_group = (blockIdx.x / p.h_kv) % groups;
+  const int tile = p.q_tiles - 1 - static_cast<int>(blockIdx.x / (p.h_kv * groups));
   const int seq = blockIdx.y;
   const int group = p.h_q / p.h_kv;
   const int q_start = p.cu_seqlens_q[seq], q_len = p.cu_seqlens_q[seq + 1] - q_start;
@@ -278,9 +284,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
   const int kv_len = p.seq_lens_kv[seq];
   const int first_visible = kv_len - q_len + q0 + 1;          // keys seen by the tile's first query row
   const int last_visible = first_visible + live_rows / group - 1;
-  const int key_begin = kWhole ? 0 : split * p.split_tokens;
+  const int key_begin = kWhole ? 0 : split_group * p.splits_per_cta * p.split_tokens;
   if (key_begin >= last_visible) return;  // uniform over the CTA
-  const int key_end = kWhole ? last_visible : min(key_begin + p.split_tokens, last_visible);
+  const int key_end = kWhole ? last_visible : min(key_begin + p.splits_per_cta * p.split_tokens, last_visible);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   // Spread: when all live rows fit in the first 16 (decode, short chunks), the four warps share
@@ -342,7 +348,8 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
   float merged_m[2], merged_l[2];
   float *merged_o = reinterpret_cast<float *>(smem + L::kMergedOffset) + warp * (D / 8) * 4 * 32 + lane;
   auto merged_at = [&](int nb, int e) -> float & { return merged_o[(nb * 4 + e) * 32]; };
-  // Folds the finished split `j` into the merged state, for the rows that see any key of it.
+  // whole_rows: folds the finished split `j` into the merged state, for the rows that see any key
+  // of it.
   auto fold_split = [&](int j) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -366,6 +373,41 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
         merged_m[i] = w.m;
       }
     }
+  };
+
+  // split_per_cta: writes the finished split `j` of each row that sees a key of it: the output
+  // itself when it is the row's only split, else the split's state for the merge kernel.
+  const int t = lane & 3;
+  const int first_block = spread ? warp * (D / 32) : 0;  // output column block of acc[0]
+  auto write_split = [&](int j) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = row_block * 16 + (lane >> 2) + 8 * i;
+      if (r >= live_rows || j * p.split_tokens >= visible[i]) continue;  // nothing of it here
+      const int64_t row_head = static_cast<int64_t>(q_start + q0 + r / group) * p.h_q + kvh * group + r % group;
+      if (visible[i] <= p.split_tokens) {
+        uint32_t *out = reinterpret_cast<uint32_t *>(static_cast<T *>(p.out) + row_head * D);
+#pragma unroll
+        for (int nb = 0; nb < D / 8; ++nb) {
+          if (spread && nb >= D / 32) break;
+          out[(first_block + nb) * 4 + t] = pack2(__fdiv_rn(st.acc[nb][2 * i], st.l[i]),
+                                                  __fdiv_rn(st.acc[nb][2 * i + 1], st.l[i]), kBf16);
+        }
+      } else {
+        const int64_t slot = row_head * p.max_splits + j;
+        float2 *part = reinterpret_cast<float2 *>(p.part_acc + slot * D);
+#pragma unroll
+        for (int nb = 0; nb < D / 8; ++nb) {
+          if (spread && nb >= D / 32) break;
+          part[(first_block + nb) * 4 + t] = make_float2(st.acc[nb][2 * i], st.acc[nb][2 * i + 1]);
+        }
+        if (t == 0 && warp == row_block) reinterpret_cast<float2 *>(p.part_ml)[slot] = make_float2(st.m[i], st.l[i]);
+      }
+    }
+  };
+  auto finish_split = [&](int j) {
+    if constexpr (kWhole) fold_split(j);
+    else write_split(j);
   };
 
   const int n_tiles = (key_end - key_begin + kKeys - 1) / kKeys;
@@ -394,11 +436,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
       page_s[stage * kKeys + tid] = next_pages;  // tile it + kStages's, read after the next barrier
       next_pages = page_of(t0 + (kStages + 1) * kKeys);
     }
-    if constexpr (kWhole) {
-      if (it > 0 && t0 % p.split_tokens == 0) {
-        if (warp_live) fold_split(t0 / p.split_tokens - 1);
-        st.reset();
-      }
+    if (it > 0 && t0 % p.split_tokens == 0) {  // a split ended with the previous tile
+      if (warp_live) finish_split(t0 / p.split_tokens - 1);
+      st.reset();
     }
     if (warp_live) {
       const uint32_t k_tile = k_s + stage * L::kTileBytes, v_tile = v_s + stage * L::kTileBytes;
@@ -412,35 +452,20 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
     }
   }
   if (!warp_live) return;
-
-  if constexpr (kWhole) fold_split((key_end - 1) / p.split_tokens);
-  const int t = lane & 3;
-  const int first_block = spread ? warp * (D / 32) : 0;  // output column block of acc[0]
+  finish_split((key_end - 1) / p.split_tokens);
+  if constexpr (kWhole) {
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int r = row_block * 16 + (lane >> 2) + 8 * i;
-    if (r >= live_rows || (!kWhole && split * p.split_tokens >= visible[i])) continue;  // nothing of it here
-    const int64_t row_head = static_cast<int64_t>(q_start + q0 + r / group) * p.h_q + kvh * group + r % group;
-    const int splits = (visible[i] + p.split_tokens - 1) / p.split_tokens;
-    if (kWhole || splits == 1) {
+    for (int i = 0; i < 2; ++i) {
+      const int r = row_block * 16 + (lane >> 2) + 8 * i;
+      if (r >= live_rows) continue;
+      const int64_t row_head = static_cast<int64_t>(q_start + q0 + r / group) * p.h_q + kvh * group + r % group;
       uint32_t *out = reinterpret_cast<uint32_t *>(static_cast<T *>(p.out) + row_head * D);
-      const float den = kWhole ? merged_l[i] : st.l[i];
 #pragma unroll
       for (int nb = 0; nb < D / 8; ++nb) {
         if (spread && nb >= D / 32) break;
-        const float o0 = kWhole ? merged_at(nb, 2 * i) : st.acc[nb][2 * i];
-        const float o1 = kWhole ? merged_at(nb, 2 * i + 1) : st.acc[nb][2 * i + 1];
-        out[(first_block + nb) * 4 + t] = pack2(__fdiv_rn(o0, den), __fdiv_rn(o1, den), std::is_same<T, __nv_bfloat16>::value);
+        out[(first_block + nb) * 4 + t] = pack2(__fdiv_rn(merged_at(nb, 2 * i), merged_l[i]),
+                                                __fdiv_rn(merged_at(nb, 2 * i + 1), merged_l[i]), kBf16);
       }
-    } else {
-      const int64_t slot = row_head * p.max_splits + split;
-      float2 *part = reinterpret_cast<float2 *>(p.part_acc + slot * D);
-#pragma unroll
-      for (int nb = 0; nb < D / 8; ++nb) {
-        if (spread && nb >= D / 32) break;
-        part[(first_block + nb) * 4 + t] = make_float2(st.acc[nb][2 * i], st.acc[nb][2 * i + 1]);
-      }
-      if (t == 0 && warp == row_block) reinterpret_cast<float2 *>(p.part_ml)[slot] = make_float2(st.m[i], st.l[i]);
     }
   }
 }
@@ -485,7 +510,8 @@ void launch_kernel(const PagedAttnLaunch &p, cudaStream_t stream) {
   std::call_once(configured[device % 64], [&] {
     DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Smem<D, kSchedule>::kBytes));
   });
-  const unsigned x = static_cast<unsigned>(p.h_kv) * (kSchedule == KvSchedule::whole_rows ? 1 : p.max_splits) * p.q_tiles;
+  const int groups = kSchedule == KvSchedule::whole_rows ? 1 : (p.max_splits + p.splits_per_cta - 1) / p.splits_per_cta;
+  const unsigned x = static_cast<unsigned>(p.h_kv) * groups * p.q_tiles;
   kernel<<<dim3(x, p.num_seqs), kThreads, Smem<D, kSchedule>::kBytes, stream>>>(p);
   DETFUZZ_LAUNCH_CHECK();
 }
@@ -535,6 +561,7 @@ void launch_paged_attention(const PagedAttnLaunch &p, cudaStream_t stream) {
   if (group < 1 || group > 8 || p.h_q != group * p.h_kv)
     throw std::runtime_error("paged_attention: GQA group H_q/H_kv = " + std::to_string(p.h_q) + "/" +
                              std::to_string(p.h_kv) + " not an integer in 1..8");
+  if (p.splits_per_cta < 1) throw std::runtime_error("paged_attention: splits_per_cta " + std::to_string(p.splits_per_cta));
   const long long x = static_cast<long long>(p.h_kv) * (p.schedule == KvSchedule::whole_rows ? 1 : p.max_splits) * p.q_tiles;
   if (p.q_tiles < 1 || p.num_seqs < 1 || p.num_seqs > 65535 || p.max_splits < 1 || x > 0x7fffffffLL)
     throw std::runtime_error("paged_attention: grid (" + std::to_string(x) + ", " + std::to_string(p.num_seqs) +

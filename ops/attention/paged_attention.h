@@ -77,6 +77,7 @@ struct CudaAttentionOptions {
   // How CTAs share out a row's splits; "automatic" picks from the batch's size. Every choice
   // gives the same bits.
   enum class Schedule { automatic, split_per_cta, whole_rows } schedule = Schedule::automatic;
+  int64_t splits_per_cta = 0;  // split_per_cta: consecutive splits per CTA, 0 = from the batch's size
 };
 
 // can_implement says why the kernel cannot take these tensors, or "" when it can.
@@ -96,7 +97,7 @@ class PagedAttentionCudaPlan {
  private:
   at::Tensor cu_seqlens_q_, seq_lens_kv_, block_table_;
   int64_t num_q_ = 0, num_seqs_ = 0, max_blocks_ = 0, block_size_ = 0, h_q_ = 0, h_kv_ = 0, head_dim_ = 0;
-  int64_t num_blocks_ = 0, q_tiles_ = 0, max_splits_ = 0;
+  int64_t num_blocks_ = 0, q_tiles_ = 0, max_splits_ = 0, splits_per_cta_ = 1;
   CudaAttentionOptions options_;
   bool whole_rows_ = false;
 };

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 namespace detfuzz::attention {
 
@@ -57,12 +58,17 @@ PagedAttentionCudaPlan::PagedAttentionCudaPlan(const at::Tensor &q, const at::Te
   const int64_t rows_per_tile = attention_rows_per_tile(static_cast<int>(h_q_ / h_kv_));
   const int64_t group = h_q_ / h_kv_;
   int64_t max_q = 0, max_kv = 0, full_tiles = 0;
+  std::vector<int64_t> tile_splits;  // splits of each query tile's last row
   for (int64_t s = 0; s < num_seqs_; ++s) {
     max_q = std::max(max_q, m.q_len(s));
     max_kv = std::max<int64_t>(max_kv, m.kv_len[s]);
-    // Query tiles with more than 16 live (row, head) pairs: the ones worth a CTA of their own.
-    for (int64_t q0 = 0; q0 < m.q_len(s); q0 += rows_per_tile)
-      full_tiles += std::min(rows_per_tile, m.q_len(s) - q0) * group > 16;
+    for (int64_t q0 = 0; q0 < m.q_len(s); q0 += rows_per_tile) {
+      const int64_t rows = std::min(rows_per_tile, m.q_len(s) - q0);
+      // Query tiles with more than 16 live (row, head) pairs: the ones worth a CTA of their own.
+      full_tiles += rows * group > 16;
+      const int64_t last_visible = m.kv_len[s] - m.q_len(s) + q0 + rows;
+      tile_splits.push_back((last_visible + options.split_tokens - 1) / options.split_tokens);
+    }
   }
   q_tiles_ = std::max<int64_t>(1, (max_q + rows_per_tile - 1) / rows_per_tile);
   max_splits_ = std::max<int64_t>(1, (max_kv + options.split_tokens - 1) / options.split_tokens);
@@ -77,6 +83,19 @@ PagedAttentionCudaPlan::PagedAttentionCudaPlan(const at::Tensor &q, const at::Te
               head_dim_);
   TORCH_CHECK(!(whole_rows_ && options.softmax_keys != kKvTile),
               "paged_attention (CUDA): the whole_rows schedule has 64-key softmax steps only");
+  // split_per_cta: the most consecutive splits per CTA (1, 2, 4 or 8) that still leave four CTAs
+  // per SM; each CTA then pays its prologue (metadata, page ids, first tiles) for more keys.
+  TORCH_CHECK(options.splits_per_cta >= 0, "paged_attention (CUDA): splits_per_cta ", options.splits_per_cta, " < 0");
+  splits_per_cta_ = options.splits_per_cta;
+  if (splits_per_cta_ == 0) {
+    splits_per_cta_ = 1;
+    for (int64_t spc : {2, 4, 8}) {
+      int64_t ctas = 0;
+      for (int64_t n : tile_splits) ctas += (n + spc - 1) / spc;
+      if (ctas * h_kv_ < 4 * sms) break;
+      splits_per_cta_ = spc;
+    }
+  }
 }
 
 at::Tensor PagedAttentionCudaPlan::run(const at::Tensor &q, const at::Tensor &k_pool, const at::Tensor &v_pool,
@@ -119,6 +138,7 @@ at::Tensor PagedAttentionCudaPlan::run(const at::Tensor &q, const at::Tensor &k_
   p.softmax_keys = static_cast<int>(options_.softmax_keys);
   p.q_tiles = static_cast<int>(q_tiles_);
   p.max_splits = static_cast<int>(max_splits_);
+  p.splits_per_cta = static_cast<int>(splits_per_cta_);
   p.schedule = whole_rows_ ? KvSchedule::whole_rows : KvSchedule::split_per_cta;
   p.scale_log2 = softmax_scale_log2(alpha, head_dim_);
   at::Tensor part_acc, part_ml;

@@ -10,7 +10,8 @@ namespace detfuzz::attention {
 // How the CTAs share out a row's KV splits. Both give every row the same bits (the merge is the
 // same sequence of float operations); they differ in speed only.
 enum class KvSchedule {
-  split_per_cta,  // one CTA per (query tile, KV head, split); a second kernel merges the splits
+  split_per_cta,  // one CTA per (query tile, KV head, splits_per_cta splits), writing each split's
+                  // state; a second kernel merges the splits
   whole_rows,     // one CTA per (query tile, KV head) walks every split and merges in registers
 };
 
@@ -26,7 +27,8 @@ struct PagedAttnLaunch {
   int split_tokens = 256;  // keys per split: a positive multiple of 64
   int softmax_keys = 64;   // keys per online-softmax step: 64, or 32 (the planted qtile bug)
   int q_tiles = 0;         // grid x: ceil(longest q_len / query rows per tile)
-  int max_splits = 0;      // ceil(longest kv_len / split_tokens): grid z per KV head, workspace stride
+  int max_splits = 0;      // ceil(longest kv_len / split_tokens): workspace stride
+  int splits_per_cta = 1;  // split_per_cta: consecutive splits one CTA walks (fewer CTA prologues)
   KvSchedule schedule = KvSchedule::split_per_cta;
   float scale_log2 = 1.f;  // softmax scale times log2(e): scores are kept in the log2 domain
 };

@@ -104,25 +104,30 @@ TEST(PagedAttentionCuda, PropertiesHoldOnGeneratedCases) {
 }
 
 #ifdef DETFUZZ_WITH_CUDA
-// The two schedules run the same arithmetic: on generated batches (mixed prefill, chunk and
-// decode sequences, every head dim, page size and GQA group) they must give the same bits.
+// The schedules run the same arithmetic: on generated batches (mixed prefill, chunk and decode
+// sequences, every head dim, page size and GQA group) a CTA per split, three splits per CTA and
+// whole rows must give the same bits.
 TEST(PagedAttentionCuda, SchedulesGiveTheSameBits) {
   NEED_GPU();
   using Schedule = attention::CudaAttentionOptions::Schedule;
   int compared = 0;
-  const auto result = rc::check("split_per_cta and whole_rows agree bit for bit", [&] {
+  const auto result = rc::check("split_per_cta (1 and 3 splits per CTA) and whole_rows agree bit for bit", [&] {
     const CaseSpec c = *gen_attention_case("invariant", "repeat", Backend::cuda,
                                            *rc::gen::element(at::kBFloat16, at::kHalf));
     RC_PRE(c.shape[2] <= 128);  // whole_rows exists for D <= 128
     const auto b = attention_case::build(c, attention_case::sequences(c), 11, 5, false);
     const auto &t = b.args.tensors;
-    attention::CudaAttentionOptions split, whole;
-    split.schedule = Schedule::split_per_cta;
+    attention::CudaAttentionOptions split, split3, whole;
+    split.schedule = split3.schedule = Schedule::split_per_cta;
+    split.splits_per_cta = 1;
+    split3.splits_per_cta = 3;  // a CTA walks three splits, writing each one's state
     whole.schedule = Schedule::whole_rows;
     const auto x = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha, split);
     const auto y = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha, whole);
+    const auto z = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha, split3);
     RC_LOG() << c.describe() << "\n";
     RC_ASSERT(x.view(at::kShort).equal(y.view(at::kShort)));
+    RC_ASSERT(x.view(at::kShort).equal(z.view(at::kShort)));
     ++compared;
   });
   EXPECT_TRUE(result);
