@@ -162,16 +162,12 @@ __device__ __forceinline__ void softmax_step(RowState<D> &st, float (&s)[8][4], 
     st.l[i] = __fadd_rn(__fmul_rn(st.l[i], a[i]), sum);
     st.m[i] = m_new;
   }
-  // acc * 1 is acc, bit for bit (the accumulators are finite or NaN from the MMA, whose NaN is
-  // the canonical one a multiply returns): when no row of the warp raised its max, skip.
-  if (__any_sync(0xffffffffu, a[0] != 1.f || a[1] != 1.f)) {
 #pragma unroll
-    for (int nb = 0; nb < kAccBlocks<D, kSpread>; ++nb) {
-      st.acc[nb][0] = __fmul_rn(st.acc[nb][0], a[0]);
-      st.acc[nb][1] = __fmul_rn(st.acc[nb][1], a[0]);
-      st.acc[nb][2] = __fmul_rn(st.acc[nb][2], a[1]);
-      st.acc[nb][3] = __fmul_rn(st.acc[nb][3], a[1]);
-    }
+  for (int nb = 0; nb < kAccBlocks<D, kSpread>; ++nb) {
+    st.acc[nb][0] = __fmul_rn(st.acc[nb][0], a[0]);
+    st.acc[nb][1] = __fmul_rn(st.acc[nb][1], a[0]);
+    st.acc[nb][2] = __fmul_rn(st.acc[nb][2], a[1]);
+    st.acc[nb][3] = __fmul_rn(st.acc[nb][3], a[1]);
   }
   const int first_pair = kSpread ? warp * (D / 64) : 0;  // first column-block pair of the warp
 #pragma unroll
