@@ -1,13 +1,14 @@
 // Fused paged attention on tensor cores, batch invariant by construction.
 //
 // Design. One launch covers the whole mixed batch (prefills, prefill chunks and decodes alike):
-// grid (KV head x split x query tile, sequence), 4 warps per CTA. A CTA holds 64 "M rows", the
+// grid (KV head x split group x query tile, sequence), 4 warps per CTA. A CTA holds 64 "M rows", the
 // (query row, query head) pairs of up to 64 / G query rows of one sequence and the G query heads
 // of one KV head (GQA packed into the MMA's M dimension, so the group shares every K/V tile);
 // warp w owns M rows 16w .. 16w + 15. It walks the block table itself (key k of sequence s is
 // slot k % BS of page block_table[s][k / BS]), streaming 64-key K and V tiles through shared
 // memory with cp.async (2 or 3 stages, 16-byte chunks XOR-swizzled so ldmatrix is conflict-free;
-// keys past kv_len are zero-filled), and computes per tile, with mma.sync.m16n8k16 and float32 accumulators:
+// keys past kv_len are zero-filled), and computes per tile, with mma.sync.m16n8k16 and float32
+// accumulators:
 //   S = Q K^T (k-steps over D in order), masked to -inf past the row's visible keys
 //   (bottom-right causal: row q of a sequence sees keys 0 .. kv_len - q_len + q); with
 //   c = scale * log2(e), per online-softmax step of 64 keys: m_new = max(m, (step max of S) * c),
@@ -19,10 +20,10 @@
 // order: (M, L, O) = split 0, then for j = 1, 2, ...: M' = max(M, m_j), L = L a + l_j b,
 // O = O a + acc_j b with a = exp2(M - M'), b = exp2(m_j - M'); out = O / L (written with _rn
 // intrinsics, never contracted). Two schedules run that same arithmetic: split_per_cta (a CTA per
-// split, partial states through a workspace, merge kernel) for batches too small to fill the GPU,
-// and whole_rows (a CTA walks all splits of its rows and merges in registers). So the host may
-// choose the schedule, the tile's row count and the grid from the batch: none of them reaches a
-// row's bits, which depend only on the row's own q vector, its visible keys and the constants.
+// 1..8 consecutive splits, each split's state through a workspace, merge kernel) for decode, and
+// whole_rows (a CTA walks all splits of its rows and merges in shared memory) for prefill. So the
+// host may choose the schedule, the splits per CTA and the grid from the batch: none of them
+// reaches a row's bits, which depend only on the row's own q vector, its visible keys and the constants.
 // Tensor cores compute every output element of an mma the same way wherever it sits in the tile,
 // and a key a row does not see enters its sums only as p = 0 (its p*v is +-0; V past kv_len is
 // zero-filled, and V the row does not see is assumed finite, as in FlashAttention).
