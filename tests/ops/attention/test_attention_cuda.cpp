@@ -114,7 +114,6 @@ TEST(PagedAttentionCuda, SchedulesGiveTheSameBits) {
   const auto result = rc::check("split_per_cta (1 and 3 splits per CTA) and whole_rows agree bit for bit", [&] {
     const CaseSpec c = *gen_attention_case("invariant", "repeat", Backend::cuda,
                                            *rc::gen::element(at::kBFloat16, at::kHalf));
-    RC_PRE(c.shape[2] <= 128);  // whole_rows exists for D <= 128
     const auto b = attention_case::build(c, attention_case::sequences(c), 11, 5, false);
     const auto &t = b.args.tensors;
     attention::CudaAttentionOptions split, split3, whole;
@@ -123,11 +122,13 @@ TEST(PagedAttentionCuda, SchedulesGiveTheSameBits) {
     split3.splits_per_cta = 3;  // a CTA walks three splits, writing each one's state
     whole.schedule = Schedule::whole_rows;
     const auto x = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha, split);
-    const auto y = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha, whole);
     const auto z = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha, split3);
     RC_LOG() << c.describe() << "\n";
-    RC_ASSERT(x.view(at::kShort).equal(y.view(at::kShort)));
     RC_ASSERT(x.view(at::kShort).equal(z.view(at::kShort)));
+    if (c.shape[2] <= 128) {  // whole_rows exists for D <= 128
+      const auto y = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha, whole);
+      RC_ASSERT(x.view(at::kShort).equal(y.view(at::kShort)));
+    }
     ++compared;
   });
   EXPECT_TRUE(result);
