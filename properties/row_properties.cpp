@@ -2,6 +2,7 @@
 
 #include "ops/reference.h"
 #include "properties/data.h"
+#include "properties/streams.h"
 
 #include <algorithm>
 #include <numeric>
@@ -9,7 +10,6 @@
 #include <stdexcept>
 
 #ifdef DETFUZZ_WITH_CUDA
-#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -54,15 +54,6 @@ std::vector<int64_t> reduced_dims(const CaseSpec &c) {
 }
 
 at::Tensor run_impl(const ImplInfo &impl, const OpArgs &args) { return impl.run(args); }
-
-#ifdef DETFUZZ_WITH_CUDA
-// Makes `waiter` wait for the work queued so far on `producer`.
-void stream_wait(const c10::cuda::CUDAStream &waiter, const c10::cuda::CUDAStream &producer) {
-  at::cuda::CUDAEvent done;
-  done.record(producer);
-  done.block(waiter);
-}
-#endif
 
 // Values (contiguous CPU tensors) of every input, before layouts.
 std::vector<at::Tensor> input_values(const CaseSpec &c) {
@@ -160,22 +151,7 @@ Verdict permute(const CaseSpec &c, const ImplInfo &impl) {
 
 Verdict repeat(const CaseSpec &c, const ImplInfo &impl) {
   const OpArgs args = make_row_args(c);
-  const at::Tensor a = run_impl(impl, args);
-#ifdef DETFUZZ_WITH_CUDA
-  if (c.backend == Backend::cuda) {
-    const c10::cuda::CUDAStream main = c10::cuda::getCurrentCUDAStream();
-    const c10::cuda::CUDAStream other = c10::cuda::getStreamFromPool();
-    stream_wait(other, main);
-    at::Tensor b;
-    {
-      c10::cuda::CUDAStreamGuard guard(other);
-      b = run_impl(impl, args);
-    }
-    stream_wait(main, other);
-    return Verdict::from_diff(a, b, "two runs on two streams");
-  }
-#endif
-  return Verdict::from_diff(a, run_impl(impl, args), "two runs");
+  return second_run_agrees(c.backend, run_impl(impl, args), [&] { return run_impl(impl, args); }, "two runs");
 }
 
 Verdict variant_agree(const CaseSpec &c, const ImplInfo &impl) {

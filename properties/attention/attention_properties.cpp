@@ -1,14 +1,10 @@
 #include "properties/attention/attention_properties.h"
 
 #include "properties/data.h"
+#include "properties/streams.h"
 
 #include "ops/attention/kv_cache.h"
 #include "ops/attention/paged_attention.h"
-
-#ifdef DETFUZZ_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAGuard.h>
-#endif
 
 #include <algorithm>
 #include <cmath>
@@ -286,23 +282,7 @@ Verdict check_attention_case(const CaseSpec &c) {
     }
     if (c.property == "repeat") {
       const Batch b = build(c, seqs, place, extra, false);
-      const at::Tensor first = run(b).to(at::kCPU);
-      at::Tensor second;
-#ifdef DETFUZZ_WITH_CUDA
-      if (c.backend == Backend::cuda) {
-        at::cuda::CUDAStream side = at::cuda::getStreamFromPool();
-        side.synchronize();
-        at::cuda::getCurrentCUDAStream().synchronize();
-        {
-          c10::cuda::CUDAStreamGuard guard(side);
-          second = run(b);
-          side.synchronize();
-        }
-        second = second.to(at::kCPU);
-      }
-#endif
-      if (!second.defined()) second = run(b).to(at::kCPU);
-      return Verdict::from_diff(first, second, "two runs of the same batch");
+      return second_run_agrees(c.backend, run(b), [&] { return run(b); }, "two runs of the same batch");
     }
     // accuracy
     const Batch b = build(c, seqs, place, extra, false);

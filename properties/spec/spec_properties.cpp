@@ -1,6 +1,7 @@
 #include "properties/spec/spec_properties.h"
 
 #include "properties/data.h"
+#include "properties/streams.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
@@ -9,12 +10,6 @@
 #include <numeric>
 #include <sstream>
 #include <stdexcept>
-
-#ifdef DETFUZZ_WITH_CUDA
-#include <ATen/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
 
 namespace detfuzz {
 namespace {
@@ -28,15 +23,6 @@ struct OpFailure : std::runtime_error {
 };
 
 std::string first_line(const std::string &s) { return s.substr(0, s.find('\n')); }
-
-#ifdef DETFUZZ_WITH_CUDA
-// Makes `waiter` wait for the work queued so far on `producer`.
-void stream_wait(const c10::cuda::CUDAStream &waiter, const c10::cuda::CUDAStream &producer) {
-  at::cuda::CUDAEvent done;
-  done.record(producer);
-  done.block(waiter);
-}
-#endif
 
 const OpSpec &spec_of(const std::string &op) {
   const OpSpec *s = find_op_spec(op);
@@ -246,21 +232,7 @@ Verdict repeat(const SpecCase &s) {
   const auto args = s.laid_out(s.values(), false);
   const at::Tensor a = s.call(args);
   s.check_output(a);
-#ifdef DETFUZZ_WITH_CUDA
-  if (s.c.backend == Backend::cuda) {
-    const c10::cuda::CUDAStream main = c10::cuda::getCurrentCUDAStream();
-    const c10::cuda::CUDAStream other = c10::cuda::getStreamFromPool();
-    stream_wait(other, main);
-    at::Tensor b;
-    {
-      c10::cuda::CUDAStreamGuard guard(other);
-      b = s.call(args);
-    }
-    stream_wait(main, other);
-    return Verdict::from_diff(a, b, "two runs on two streams");
-  }
-#endif
-  return Verdict::from_diff(a, s.call(args), "two runs");
+  return second_run_agrees(s.c.backend, a, [&] { return s.call(args); }, "two runs");
 }
 
 Verdict variant_agree(const SpecCase &s) {
