@@ -99,20 +99,29 @@ std::vector<ImplInfo> attention_impls(Backend backend) {
   if (backend == Backend::cuda) {
     const std::vector<at::ScalarType> dt = {at::kHalf, at::kBFloat16};
     using Schedule = CudaAttentionOptions::Schedule;
-    auto fused = [](std::function<CudaAttentionOptions(const MetadataHost &)> options) -> OpFn {
+    using OptionsFn = std::function<CudaAttentionOptions(const OpArgs &)>;
+    auto fused = [](OptionsFn options) -> OpFn {
       return [options](const OpArgs &a) {
         check_arity(a);
         const auto &t = a.tensors;
-        const CudaAttentionOptions o =
-            options ? options(validate_paged_inputs(t[0], t[1], t[2], t[3], t[4], t[5])) : CudaAttentionOptions{};
+        const CudaAttentionOptions o = options ? options(a) : CudaAttentionOptions{};
         return paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], a.alpha, o);
       };
     };
-    auto pinned = [](Schedule schedule) {
-      return [schedule](const MetadataHost &m) {
+    auto pinned = [](Schedule schedule) -> OptionsFn {
+      return [schedule](const OpArgs &a) {
         CudaAttentionOptions o;
-        o.schedule = schedule == Schedule::whole_rows && m.head_dim > 128 ? Schedule::split_per_cta : schedule;
+        const at::Tensor &q = a.tensors[0];  // [T_q, H_q, D]; whole_rows exists for D <= 128
+        o.schedule = schedule == Schedule::whole_rows && q.dim() == 3 && q.size(2) > 128 ? Schedule::split_per_cta : schedule;
         return o;
+      };
+    };
+    // The mutants size their launch from the batch's metadata: a host copy of it (the plan makes
+    // its own), which only they pay for.
+    auto from_batch = [](std::function<CudaAttentionOptions(const MetadataHost &)> f) -> OptionsFn {
+      return [f](const OpArgs &a) {
+        const auto &t = a.tensors;
+        return f(validate_paged_inputs(t[0], t[1], t[2], t[3], t[4], t[5]));
       };
     };
     out.push_back({"invariant", op, backend, dt, must,
@@ -137,21 +146,21 @@ std::vector<ImplInfo> attention_impls(Backend backend) {
     // FlashAttention-2's split-KV partition from the batch's max_seqlen_k.
     out.push_back({"mutant-splits-from-maxlen", op, backend, dt, must,
                    "planted bug: the fused kernel with its KV split size from the batch's max_seqlen_k",
-                   fused(split_from(Mutant::splits_from_maxlen))});
+                   fused(from_batch(split_from(Mutant::splits_from_maxlen)))});
     // FlashInfer's query tile from the average query length, and with it the KV step (the
     // kernel's steps are 32 or 64 keys: the plan's 128 runs as 64).
     out.push_back({"mutant-qtile-from-avg", op, backend, dt, must,
                    "planted bug: the fused kernel with its online-softmax step from the batch's average query length",
-                   fused([](const MetadataHost &m) {
+                   fused(from_batch([](const MetadataHost &m) {
                      CudaAttentionOptions o;
                      o.schedule = Schedule::split_per_cta;  // the 32-key step exists in that schedule only
                      if (m.num_seqs) o.softmax_keys = std::min<int64_t>(64, mutant_plan(Mutant::qtile_from_avg)(m, 0).tile);
                      return o;
-                   })});
+                   }))});
     // A graph-padded grid reading the uninitialised seq_lens tail into a shared max_seqlen_k.
     out.push_back({"mutant-padded-grid", op, backend, dt, must,
                    "planted bug: the fused kernel, split size from max_seqlen_k over a padded bucket's stale tail",
-                   fused(split_from(Mutant::padded_grid))});
+                   fused(from_batch(split_from(Mutant::padded_grid)))});
     out.push_back({"reference", op, backend, dt, must,
                    "Path A on the host: per-sequence gather, two-pass float32 softmax attention", run_reference});
     out.push_back({"torch-sdpa", op, backend, dt, Expectation::observed,
