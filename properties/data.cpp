@@ -25,20 +25,9 @@ double normal(uint64_t seed, uint64_t tensor, uint64_t i) {
 
 }  // namespace
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 const std::vector<std::string> &distributions() {
   static const std::vector<std::string> d = {"normal", "uniform", "linspace", "wide", "special"};
   return d;
-}
-
-uint64_t counter_bits(uint64_t seed, uint64_t tensor, uint64_t index) {
-  return splitmix64(splitmix64(splitmix64(seed) ^ tensor) + index);
 }
 
 at::Tensor make_values(uint64_t seed, uint64_t tensor, at::IntArrayRef sizes, at::ScalarType dtype,

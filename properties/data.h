@@ -5,6 +5,7 @@
 // requested strides, so an impl that reads outside its view sees NaN.
 #pragma once
 
+#include "ops/counter_rng.h"
 #include "ops/registry.h"
 
 #include <string>
@@ -15,11 +16,7 @@ namespace detfuzz {
 // The distributions of the catalogue.
 const std::vector<std::string> &distributions();  // normal uniform linspace wide special
 
-// The splitmix64 finaliser: a bijective mix of 64 bits, for deriving keys and shuffles.
-uint64_t splitmix64(uint64_t x);
-
-// A uniform 64-bit value keyed by (seed, tensor, index): the counter-based generator.
-uint64_t counter_bits(uint64_t seed, uint64_t tensor, uint64_t index);
+// splitmix64 and counter_bits (the counter-based generator) live in ops/counter_rng.h.
 
 // Contiguous CPU tensor of `sizes` and `dtype` drawn from `dist` (integers: uniform in [-100, 100]).
 // Throws std::invalid_argument for an unknown distribution.

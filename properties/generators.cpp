@@ -120,6 +120,25 @@ rc::Gen<CaseSpec> gen_reduction_case(const Target &t, const SizeLimits &lim) {
       gen_dist(), rc::gen::inRange<uint64_t>(0, 1ull << 48), gen_slice_raw());
 }
 
+// rms_norm {T, H}, silu_and_mul {T, I}, rope {T, H, D}, embedding {T, V, H}: T tokens (the
+// batch), one layout code for the float input (the index inputs are contiguous).
+rc::Gen<CaseSpec> gen_transformer_op_case(const Target &t, const SizeLimits &lim) {
+  return rc::gen::apply(
+      [t](int64_t tokens, int64_t width, int64_t heads, int64_t half_dim, int64_t vocab, std::string layout,
+          std::string dist, uint64_t seed, SliceRaw raw, int eps_kind) {
+        std::vector<int64_t> shape;
+        if (t.op == "rope") shape = {tokens, heads, 2 * half_dim};
+        else if (t.op == "embedding") shape = {tokens, vocab, width};
+        else shape = {tokens, width};
+        CaseSpec c = base_case(t, shape, layout, dist, seed);
+        if (t.op == "rms_norm" && eps_kind) c.params["eps"] = double_to_hex(eps_kind == 1 ? 1e-5 : 0.0);
+        add_property_params(c, raw);
+        return c;
+      },
+      gen_dim(0, lim.rows), gen_dim(1, lim.reduce), gen_dim(1, 9), gen_dim(1, 128), gen_dim(1, 300), gen_layout(1),
+      gen_dist(), rc::gen::inRange<uint64_t>(0, 1ull << 48), gen_slice_raw(), rc::gen::inRange(0, 3));
+}
+
 }  // namespace
 
 std::string Target::name() const { return op + "/" + impl + "/" + property + "/" + dtype_name(dtype); }
@@ -144,6 +163,8 @@ rc::Gen<int64_t> gen_dim(int64_t lo, int64_t hi) {
 rc::Gen<CaseSpec> gen_row_case(const Target &t) {
   const SizeLimits lim = size_limits(t.backend);
   if (t.op == "mm" || t.op == "addmm" || t.op == "bmm") return gen_matmul_case(t, lim);
+  if (t.op == "rms_norm" || t.op == "silu_and_mul" || t.op == "rope" || t.op == "embedding")
+    return gen_transformer_op_case(t, lim);
   return gen_reduction_case(t, lim);
 }
 

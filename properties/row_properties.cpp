@@ -55,11 +55,23 @@ std::vector<int64_t> reduced_dims(const CaseSpec &c) {
 
 at::Tensor run_impl(const ImplInfo &impl, const OpArgs &args) { return impl.run(args); }
 
+// Input `t` of a case drawn as tensor `tensor_id`: the dtype's data from the case's distribution,
+// except the index inputs (rope's positions in [0, 4096), embedding's ids in [0, V)), int64.
+at::Tensor input_tensor(const CaseSpec &c, size_t t, uint64_t tensor_id, at::IntArrayRef sizes) {
+  const bool index = t == 1 && (c.op == "rope" || c.op == "embedding");
+  if (!index) return make_values(c.seed, tensor_id, sizes, c.dtype, c.dist);
+  const int64_t range = c.op == "rope" ? 4096 : std::max<int64_t>(1, c.shape[1]);
+  at::Tensor v = at::empty(sizes, at::kLong);
+  int64_t *p = v.data_ptr<int64_t>();
+  for (int64_t e = 0; e < v.numel(); ++e) p[e] = static_cast<int64_t>(counter_bits(c.seed, tensor_id, e) % range);
+  return v;
+}
+
 // Values (contiguous CPU tensors) of every input, before layouts.
 std::vector<at::Tensor> input_values(const CaseSpec &c) {
   const auto sizes = row_input_sizes(c);
   std::vector<at::Tensor> v;
-  for (size_t t = 0; t < sizes.size(); ++t) v.push_back(make_values(c.seed, t, sizes[t], c.dtype, c.dist));
+  for (size_t t = 0; t < sizes.size(); ++t) v.push_back(input_tensor(c, t, t, sizes[t]));
   return v;
 }
 
@@ -80,6 +92,8 @@ OpArgs args_from_values(const CaseSpec &c, const std::vector<at::Tensor> &values
     a.dims = parse_dims(c.param("dims"));
     a.keepdim = c.param_int("keepdim", 0) != 0;
   }
+  a.eps = c.param_double("eps", 1e-6);
+  a.theta = c.param_double("theta", 10000.0);
   return a;
 }
 
@@ -123,7 +137,7 @@ Verdict batch_compose(const CaseSpec &c, const ImplInfo &impl) {
   for (auto [t, d] : ax.inputs) {
     auto sizes = values[t].sizes().vec();
     sizes[d] = offset + len + tail;
-    at::Tensor fresh = make_values(c.seed, kFreshRowsTensor + t, sizes, c.dtype, c.dist);
+    at::Tensor fresh = input_tensor(c, t, kFreshRowsTensor + t, sizes);
     fresh.narrow(d, offset, len).copy_(values[t].narrow(d, i, len));
     composed[t] = fresh;
   }
@@ -240,6 +254,24 @@ std::vector<std::vector<int64_t>> row_input_sizes(const CaseSpec &c) {
     need_rank(c, 1, 4);
     return {s};
   }
+  if (c.op == "rms_norm") {
+    need_rank(c, 2, 2);  // T H
+    return {s, {s[1]}};
+  }
+  if (c.op == "silu_and_mul") {
+    need_rank(c, 2, 2);  // T I
+    return {{s[0], 2 * s[1]}};
+  }
+  if (c.op == "rope") {
+    need_rank(c, 3, 3);  // T H D
+    if (s[2] % 2 != 0) throw std::invalid_argument("rope needs an even head dim, got shape '" + c.shape_string() + "'");
+    return {s, {s[0]}};
+  }
+  if (c.op == "embedding") {
+    need_rank(c, 3, 3);  // T V H
+    if (s[1] < 1) throw std::invalid_argument("embedding needs a vocabulary of at least 1, got shape '" + c.shape_string() + "'");
+    return {{s[1], s[2]}, {s[0]}};
+  }
   throw std::invalid_argument("unknown row op '" + c.op + "'");
 }
 
@@ -257,6 +289,15 @@ BatchAxis row_batch_axis(const CaseSpec &c) {
     ax.inputs = {{0, 1}};
     ax.out_dim = 1;
     ax.size = c.shape[1];
+  } else if (c.op == "rms_norm" || c.op == "silu_and_mul") {  // tokens
+    ax.inputs = {{0, 0}};
+    ax.size = c.shape[0];
+  } else if (c.op == "rope") {  // tokens and their positions
+    ax.inputs = {{0, 0}, {1, 0}};
+    ax.size = c.shape[0];
+  } else if (c.op == "embedding") {  // ids; the table is shared by every row
+    ax.inputs = {{1, 0}};
+    ax.size = c.shape[0];
   } else {
     const int64_t rank = c.shape.size();
     std::vector<int64_t> reduced;

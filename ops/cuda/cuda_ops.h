@@ -14,4 +14,13 @@ at::Tensor bmm(const at::Tensor &a, const at::Tensor &b);
 at::Tensor log_softmax(const at::Tensor &x, int64_t dim, bool half_to_float);
 at::Tensor mean(const at::Tensor &x, at::IntArrayRef dims, bool keepdim, std::optional<at::ScalarType> dtype);
 
+// The transformer's row and element-wise ops (transformer_ops_host.cpp, kernels in transformer_ops.cu).
+at::Tensor rms_norm(const at::Tensor &x, const at::Tensor &weight, double eps);
+at::Tensor silu_and_mul(const at::Tensor &x);
+at::Tensor rope(const at::Tensor &x, const at::Tensor &positions, double theta);
+at::Tensor embedding(const at::Tensor &weight, const at::Tensor &ids);
+
+// Whether x's current stream is capturing a CUDA graph (host checks that sync must not run then).
+bool capturing(const at::Tensor &x);
+
 }  // namespace detfuzz::cuda_ops

@@ -22,6 +22,15 @@ std::vector<ImplInfo> cuda_invariant_impls() {
       {"invariant", "mean", b, float_and_int_dtypes(), e,
        "row mean over any dims (one fixed-order reduction, integers promoted to float32)",
        [](const OpArgs &x) { return cuda_ops::mean(x.tensors.at(0), x.dims, x.keepdim, x.out_dtype); }},
+      {"invariant", "rms_norm", b, float_dtypes(), e,
+       "one CTA per row, 64-element block partials summed in block order (the CPU's bits)",
+       [](const OpArgs &x) { return cuda_ops::rms_norm(x.tensors.at(0), x.tensors.at(1), x.eps); }},
+      {"invariant", "rope", b, float_dtypes(), e, "NeoX RoPE, a thread per rotated pair, float64 angles",
+       [](const OpArgs &x) { return cuda_ops::rope(x.tensors.at(0), x.tensors.at(1), x.theta); }},
+      {"invariant", "silu_and_mul", b, float_dtypes(), e, "silu(gate) * up, a thread per element",
+       [](const OpArgs &x) { return cuda_ops::silu_and_mul(x.tensors.at(0)); }},
+      {"invariant", "embedding", b, float_dtypes(), e, "row gather (index_select of whole rows)",
+       [](const OpArgs &x) { return cuda_ops::embedding(x.tensors.at(0), x.tensors.at(1)); }},
   };
 }
 
