@@ -83,7 +83,7 @@ bool eager_input_no_copy_from_env();
 // exceeds it; computed slots skip global_num_tokens so a value on the batch survives.
 class EagerInputs {
  public:
-  EagerInputs(const Model &model, int64_t max_blocks, bool no_copy);
+  EagerInputs(const Model &model, int64_t max_blocks, bool no_copy = eager_input_no_copy_from_env());
   // The batch as the forward should see it: through the registry, or (no_copy) the batch itself.
   ForwardBatch view(const ForwardBatch &batch);
   int64_t capacity_bs() const { return registry_ ? registry_->max_bs() : 0; }
