@@ -170,13 +170,16 @@ Kernels torch_kernels(Backend) {
   return k;
 }
 
-std::unique_ptr<AttentionStep> invariant_attention(const ForwardBatch &batch, const at::Tensor &q_like,
+std::unique_ptr<AttentionStep> invariant_attention(const ForwardBatch &batch, const ModelConfig &config,
                                                    const attention::KVCache &cache, bool rows_without_keys) {
-  if (!q_like.is_cuda()) return std::make_unique<SplitCpuAttention>(batch, rows_without_keys);
+  if (!cache.k(0).is_cuda()) return std::make_unique<SplitCpuAttention>(batch, rows_without_keys);
 #ifdef DETFUZZ_WITH_CUDA
+  // The plan validates q's shape against the metadata (it reads no q values).
+  const at::Tensor q_like = at::empty({batch.num_tokens, config.q_heads, config.head_dim},
+                                      cache.k(0).options().dtype(config.dtype));
   return std::make_unique<FusedCudaAttention>(batch, q_like, cache);
 #else
-  (void)cache;
+  (void)config;
   TORCH_CHECK(false, "invariant_attention: this build has no CUDA");
 #endif
 }

@@ -86,7 +86,7 @@ class AttentionStep {
 };
 // Our fixed-split attention (CPU) or fused kernel (CUDA) over the batch's metadata.
 // rows_without_keys: the batch has graph slots whose padding rows see no key (see the runner).
-std::unique_ptr<AttentionStep> invariant_attention(const ForwardBatch &batch, const at::Tensor &q_like,
+std::unique_ptr<AttentionStep> invariant_attention(const ForwardBatch &batch, const ModelConfig &config,
                                                    const attention::KVCache &cache, bool rows_without_keys);
 // libtorch's SDPA per sequence (the `torch-sdpa` baseline of paged_attention), eager only.
 std::unique_ptr<AttentionStep> torch_attention(const ForwardBatch &batch, Backend backend);

@@ -87,10 +87,9 @@ RunResult run_eager(const Model &model, attention::KVCache &cache, const std::ve
   check_sequences(seqs, model, cache.config().block_size, max_blocks);
   const ForwardBatch packed = pack_batch(seqs, cache.config().block_size, max_blocks, model.device());
   const ForwardBatch view = inputs ? inputs->view(packed) : packed;
-  const auto q_like = at::empty({0}, at::TensorOptions().dtype(model.config().dtype).device(model.device()));
   const std::unique_ptr<AttentionStep> attention = model.kernels().name == "torch"
                                                        ? torch_attention(view, model.backend())
-                                                       : invariant_attention(view, q_like, cache, false);
+                                                       : invariant_attention(view, model.config(), cache, false);
   RunResult r;
   r.logprobs = model.forward(view, cache, *attention);
   return r;
@@ -191,8 +190,7 @@ BatchPrefillGraphRunner::Captured &BatchPrefillGraphRunner::captured(const Bucke
   registry_.fill_from(widest);
   auto cap = std::make_unique<Captured>();
   cap->views = registry_.extract_buffer(b.bs, b.bs * b.seq_len, widest);
-  const auto q_like = at::empty({0}, at::TensorOptions().dtype(model_.config().dtype).device(model_.device()));
-  cap->attention = invariant_attention(cap->views, q_like, cache_, /*rows_without_keys=*/true);
+  cap->attention = invariant_attention(cap->views, model_.config(), cache_, /*rows_without_keys=*/true);
 #ifdef DETFUZZ_WITH_CUDA
   if (model_.backend() == Backend::cuda) {
     const c10::cuda::CUDAStream main = c10::cuda::getCurrentCUDAStream();
