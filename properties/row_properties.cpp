@@ -55,11 +55,12 @@ std::vector<int64_t> reduced_dims(const CaseSpec &c) {
 
 at::Tensor run_impl(const ImplInfo &impl, const OpArgs &args) { return impl.run(args); }
 
-// Values (contiguous CPU tensors) of every input, before layouts.
+// Values (contiguous tensors, made on the case's device) of every input, before layouts.
 std::vector<at::Tensor> input_values(const CaseSpec &c) {
   const auto sizes = row_input_sizes(c);
+  const at::Device device = device_of(c.backend);
   std::vector<at::Tensor> v;
-  for (size_t t = 0; t < sizes.size(); ++t) v.push_back(make_values(c.seed, t, sizes[t], c.dtype, c.dist));
+  for (size_t t = 0; t < sizes.size(); ++t) v.push_back(make_values(c.seed, t, sizes[t], c.dtype, c.dist, device));
   return v;
 }
 
@@ -91,11 +92,20 @@ const ImplInfo &impl_of(const CaseSpec &c) {
   return *impl;
 }
 
-// Slice range [i, j) of the batch from the case's parameters, clamped to the batch size.
+// Slice range [i, j) of the batch from the case's parameters. A record whose range does not fit
+// the batch is malformed (std::invalid_argument naming the parameter), never clamped: a replayed
+// record must check exactly what it says.
 std::pair<int64_t, int64_t> slice_of(const CaseSpec &c, int64_t batch) {
-  if (batch == 0) return {0, 0};
-  const int64_t i = std::clamp<int64_t>(c.param_int("i", 0), 0, batch - 1);
-  const int64_t j = std::clamp<int64_t>(c.param_int("j", batch), i + 1, batch);
+  const int64_t i = c.param_int("i", 0), j = c.param_int("j", batch);
+  const std::string of_batch = " (the case's batch has " + std::to_string(batch) + " rows)";
+  if (batch == 0) {
+    if (i != 0 || j != 0) throw std::invalid_argument("parameters i=" + std::to_string(i) + " j=" + std::to_string(j) + " must be 0 for an empty batch");
+    return {0, 0};
+  }
+  if (i < 0 || i >= batch) throw std::invalid_argument("parameter i=" + std::to_string(i) + " is outside [0, " + std::to_string(batch) + ")" + of_batch);
+  if (j <= i || j > batch)
+    throw std::invalid_argument("parameter j=" + std::to_string(j) + " is outside (i, " + std::to_string(batch) + "] = (" + std::to_string(i) + ", " +
+                                std::to_string(batch) + "]" + of_batch);
   return {i, j};
 }
 
@@ -123,7 +133,7 @@ Verdict batch_compose(const CaseSpec &c, const ImplInfo &impl) {
   for (auto [t, d] : ax.inputs) {
     auto sizes = values[t].sizes().vec();
     sizes[d] = offset + len + tail;
-    at::Tensor fresh = make_values(c.seed, kFreshRowsTensor + t, sizes, c.dtype, c.dist);
+    at::Tensor fresh = make_values(c.seed, kFreshRowsTensor + t, sizes, c.dtype, c.dist, values[t].device());
     fresh.narrow(d, offset, len).copy_(values[t].narrow(d, i, len));
     composed[t] = fresh;
   }
@@ -140,13 +150,13 @@ Verdict permute(const CaseSpec &c, const ImplInfo &impl) {
   std::iota(perm.begin(), perm.end(), 0);
   const uint64_t key = static_cast<uint64_t>(c.param_int("perm", 0));
   for (int64_t k = ax.size - 1; k > 0; --k) std::swap(perm[k], perm[counter_bits(key, 7, k) % (k + 1)]);
-  const at::Tensor index = at::tensor(perm, at::kLong);
   const auto values = input_values(c);
+  const at::Tensor index = at::tensor(perm, at::kLong).to(device_of(c.backend));
   auto permuted = values;
   for (auto [t, d] : ax.inputs) permuted[t] = values[t].index_select(d, index);
   const at::Tensor a = run_impl(impl, args_from_values(c, values, false));
   const at::Tensor b = run_impl(impl, args_from_values(c, permuted, false));
-  return Verdict::from_diff(a.index_select(ax.out_dim, index.to(a.device())), b, "op(x[perm]) vs op(x)[perm]");
+  return Verdict::from_diff(a.index_select(ax.out_dim, index), b, "op(x[perm]) vs op(x)[perm]");
 }
 
 Verdict repeat(const CaseSpec &c, const ImplInfo &impl) {
@@ -253,10 +263,21 @@ BatchAxis row_batch_axis(const CaseSpec &c) {
     ax.inputs = {{1, 0}};
     if (c.param_int("bias", 1) == 2) ax.inputs.push_back({0, 0});
     ax.size = c.shape[0];
-  } else if (c.op == "bmm") {  // rows of each matrix: the tokens
-    ax.inputs = {{0, 1}};
-    ax.out_dim = 1;
-    ax.size = c.shape[1];
+  } else if (c.op == "bmm") {
+    // axis=matrices (the default): the batch of matrices, dimension 0, which grows with the
+    // serving batch; axis=rows: the rows of each matrix (dimension 1 of the first operand).
+    const std::string axis = c.param("axis", "matrices");
+    if (axis == "matrices") {
+      ax.inputs = {{0, 0}, {1, 0}};
+      ax.out_dim = 0;
+      ax.size = c.shape[0];
+    } else if (axis == "rows") {
+      ax.inputs = {{0, 1}};
+      ax.out_dim = 1;
+      ax.size = c.shape[1];
+    } else {
+      throw std::invalid_argument("parameter axis='" + axis + "' (expected matrices or rows)");
+    }
   } else {
     const int64_t rank = c.shape.size();
     std::vector<int64_t> reduced;
