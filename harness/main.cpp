@@ -13,7 +13,6 @@
 #include "harness/gate.h"
 #include "harness/html_report.h"
 #include "harness/junit.h"
-#include "harness/openmp_waits.h"
 #include "harness/target_table.h"
 #include "ops/torch/batch_invariant_mode.h"
 #include "properties/properties.h"
@@ -272,7 +271,6 @@ int run_list(const std::string &what) {
 
 int main(int argc, char **argv) {
   using namespace detfuzz;
-  if (argc > 1 && (std::string(argv[1]) == "fuzz" || std::string(argv[1]) == "replay")) relaunch_with_passive_openmp_waits(argv);
   CLI::App app{"detfuzz: proves bit for bit that inference kernels give a row the same result alone as in a batch,\n"
                "and shrinks the cases where they do not. Exit: 0 all must-hold properties held, 1 one failed, 2 usage error."};
   app.require_subcommand(1);

@@ -41,15 +41,27 @@ DETFUZZ_HOST_DEVICE inline uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// counter_bits(seed, tensor, index) = keyed_bits(tensor_key(seed, tensor), index): loops over a
+// tensor's elements derive the key once.
+DETFUZZ_HOST_DEVICE inline uint64_t tensor_key(uint64_t seed, uint64_t tensor) { return splitmix64(splitmix64(seed) ^ tensor); }
+DETFUZZ_HOST_DEVICE inline uint64_t keyed_bits(uint64_t key, uint64_t index) { return splitmix64(key + index); }
 DETFUZZ_HOST_DEVICE inline uint64_t counter_bits(uint64_t seed, uint64_t tensor, uint64_t index) {
-  return splitmix64(splitmix64(splitmix64(seed) ^ tensor) + index);
+  return keyed_bits(tensor_key(seed, tensor), index);
+}
+
+// The keys of one tensor: its values, and (distribution `special`) where its constants go.
+struct Keys {
+  uint64_t values, specials;
+};
+DETFUZZ_HOST_DEVICE inline Keys keys_of(uint64_t seed, uint64_t tensor) {
+  return {tensor_key(seed, tensor), tensor_key(seed, tensor ^ 0x5bd1e995ull)};
 }
 
 // Uniform in [0, 1) with 53 random bits.
 DETFUZZ_HOST_DEVICE inline double unit(uint64_t bits) { return static_cast<double>(bits >> 11) * 0x1.0p-53; }
 
-DETFUZZ_HOST_DEVICE inline double normal(uint64_t seed, uint64_t tensor, uint64_t i) {
-  const double u1 = unit(counter_bits(seed, tensor, 2 * i)), u2 = unit(counter_bits(seed, tensor, 2 * i + 1));
+DETFUZZ_HOST_DEVICE inline double normal(uint64_t key, uint64_t i) {
+  const double u1 = unit(keyed_bits(key, 2 * i)), u2 = unit(keyed_bits(key, 2 * i + 1));
   return sqrt(-2.0 * log1p(-u1)) * cos(6.283185307179586 * u2);
 }
 
@@ -59,18 +71,18 @@ DETFUZZ_HOST_DEVICE inline bool exact_dist(Dist dist) { return dist == Dist::uni
 
 // Element i of n of a floating tensor, in float64. `subnormal` is the dtype's smallest positive
 // subnormal (the `special` distribution uses it).
-DETFUZZ_HOST_DEVICE inline double float_value(uint64_t seed, uint64_t tensor, uint64_t i, uint64_t n, Dist dist, double subnormal) {
+DETFUZZ_HOST_DEVICE inline double float_value(const Keys &k, uint64_t i, uint64_t n, Dist dist, double subnormal) {
   switch (dist) {
-    case Dist::uniform: return 2.0 * unit(counter_bits(seed, tensor, i)) - 1.0;
+    case Dist::uniform: return 2.0 * unit(keyed_bits(k.values, i)) - 1.0;
     case Dist::linspace:  // as the seed's tests: linspace(-100, 100, numel)
       return n == 1 ? -100.0 : -100.0 + 200.0 * static_cast<double>(i) / static_cast<double>(n - 1);
     case Dist::wide: {  // magnitudes 1e-30 .. 1e30, both signs
-      const uint64_t b = counter_bits(seed, tensor, i);
+      const uint64_t b = keyed_bits(k.values, i);
       return ((b & 1) ? -1.0 : 1.0) * pow(10.0, 60.0 * unit(b) - 30.0);
     }
     case Dist::special: {  // a quarter of the elements are +-0, denormals, +-inf or NaN
-      const uint64_t b = counter_bits(seed, tensor ^ 0x5bd1e995ull, i);
-      if (b % 4 != 0) return normal(seed, tensor, i);
+      const uint64_t b = keyed_bits(k.specials, i);
+      if (b % 4 != 0) return normal(k.values, i);
       switch ((b >> 8) % 7) {
         case 0: return 0.0;
         case 1: return -0.0;
@@ -81,19 +93,15 @@ DETFUZZ_HOST_DEVICE inline double float_value(uint64_t seed, uint64_t tensor, ui
         default: return NAN;
       }
     }
-    default: return normal(seed, tensor, i);
+    default: return normal(k.values, i);
   }
 }
 
 // Whether element i of a `special` tensor is one of the exact constants (not a normal draw).
-DETFUZZ_HOST_DEVICE inline bool special_constant(uint64_t seed, uint64_t tensor, uint64_t i) {
-  return counter_bits(seed, tensor ^ 0x5bd1e995ull, i) % 4 == 0;
-}
+DETFUZZ_HOST_DEVICE inline bool special_constant(const Keys &k, uint64_t i) { return keyed_bits(k.specials, i) % 4 == 0; }
 
 // Element i of an integer tensor: uniform in [-100, 100].
-DETFUZZ_HOST_DEVICE inline int64_t int_value(uint64_t seed, uint64_t tensor, uint64_t i) {
-  return static_cast<int64_t>(counter_bits(seed, tensor, i) % 201) - 100;
-}
+DETFUZZ_HOST_DEVICE inline int64_t int_value(const Keys &k, uint64_t i) { return static_cast<int64_t>(keyed_bits(k.values, i) % 201) - 100; }
 
 // float64 -> float32 bits as x86-64 converts (round to nearest even; NaN keeps its sign and the
 // top of its payload, so the quiet NaN becomes 0x7fc00000). CUDA's __double2float_rn makes a

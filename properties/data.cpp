@@ -67,12 +67,13 @@ at::Tensor host_values(uint64_t seed, uint64_t tensor, at::IntArrayRef sizes, at
   auto wide = at::empty(sizes, at::TensorOptions().dtype(at::kDouble));
   double *v = wide.data_ptr<double>();
   const int64_t n = wide.numel();
+  const counter_data::Keys keys = counter_data::keys_of(seed, tensor);
   if (at::isIntegralType(dtype, /*includeBool=*/false)) {
-    for (int64_t i = 0; i < n; ++i) v[i] = static_cast<double>(counter_data::int_value(seed, tensor, i));
+    for (int64_t i = 0; i < n; ++i) v[i] = static_cast<double>(counter_data::int_value(keys, i));
     return wide.to(dtype);
   }
   const double subnormal = smallest_subnormal(dtype);
-  for (int64_t i = 0; i < n; ++i) v[i] = counter_data::float_value(seed, tensor, i, n, dist, subnormal);
+  for (int64_t i = 0; i < n; ++i) v[i] = counter_data::float_value(keys, i, n, dist, subnormal);
   OutType type;
   if (!rounded_here(dtype, type)) return wide.to(dtype);
   at::Tensor out = at::empty(sizes, at::TensorOptions().dtype(dtype));
@@ -116,7 +117,8 @@ at::Tensor device_values(uint64_t seed, uint64_t tensor, at::IntArrayRef sizes, 
   const at::Tensor index = scratch.narrow(0, 1, static_cast<int64_t>(flagged)).cpu();
   const int64_t *where = index.data_ptr<int64_t>();
   std::vector<double> exact(flagged);
-  for (size_t k = 0; k < exact.size(); ++k) exact[k] = counter_data::float_value(seed, tensor, where[k], n, dist, subnormal);
+  const counter_data::Keys keys = counter_data::keys_of(seed, tensor);
+  for (size_t k = 0; k < exact.size(); ++k) exact[k] = counter_data::float_value(keys, where[k], n, dist, subnormal);
   at::Tensor fixed = at::empty({static_cast<int64_t>(flagged)}, at::TensorOptions().dtype(dtype));
   store_rounded(fixed, type, exact.data(), static_cast<int64_t>(flagged));
   out.view(-1).index_copy_(0, index.to(device), fixed.to(device));

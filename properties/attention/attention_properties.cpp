@@ -1,5 +1,6 @@
 #include "properties/attention/attention_properties.h"
 
+#include "properties/counter_data.h"
 #include "properties/data.h"
 #include "properties/streams.h"
 
@@ -39,10 +40,12 @@ std::string join(const std::vector<int64_t> &v) {
   return s;
 }
 
-float value(uint64_t seed, uint64_t tensor, uint64_t index) {
+float value(uint64_t seed, uint64_t tensor, uint64_t index) { return keyed_value(counter_data::tensor_key(seed, tensor), index); }
+
+float keyed_value(uint64_t key, uint64_t index) {
   // One splitmix64 per element: its four 16-bit quarters are four uniforms whose centred sum
   // (Irwin-Hall) is normal-ish with variance 1 and |v| < 3.47.
-  const uint64_t h = counter_bits(seed, tensor, index);
+  const uint64_t h = counter_data::keyed_bits(key, index);
   const int64_t sum = static_cast<int64_t>(h & 0xffff) + static_cast<int64_t>((h >> 16) & 0xffff) +
                       static_cast<int64_t>((h >> 32) & 0xffff) + static_cast<int64_t>(h >> 48) - 2 * 65535;
   const float v = static_cast<float>(static_cast<double>(sum) * (1.7320508075688772 / 65536.0));
@@ -126,17 +129,18 @@ Batch build(const CaseSpec &c, const std::vector<Seq> &seqs, int64_t place_seed,
       if (in_prefix && share_physical) continue;
       const uint64_t uid = in_prefix ? src_shared : static_cast<uint64_t>(s.uid);
       sp[t] = slot_of(blocks[i], BS, pos);
+      const uint64_t k_key = counter_data::tensor_key(seed, 3 * uid + 1), v_key = counter_data::tensor_key(seed, 3 * uid + 2);
       for (int64_t e = 0; e < g.h_kv * D; ++e) {
-        kp[t * g.h_kv * D + e] = value(seed, 3 * uid + 1, static_cast<uint64_t>(pos * g.h_kv * D + e));
-        vp[t * g.h_kv * D + e] = value(seed, 3 * uid + 2, static_cast<uint64_t>(pos * g.h_kv * D + e));
+        kp[t * g.h_kv * D + e] = keyed_value(k_key, static_cast<uint64_t>(pos * g.h_kv * D + e));
+        vp[t * g.h_kv * D + e] = keyed_value(v_key, static_cast<uint64_t>(pos * g.h_kv * D + e));
       }
       ++t;
     }
     b.row_begin.push_back(r);
+    const uint64_t q_key = counter_data::tensor_key(seed, 3 * static_cast<uint64_t>(s.uid));
     for (int64_t qi = 0; qi < s.q_len; ++qi, ++r) {
       const int64_t pos = s.kv_len - s.q_len + qi;
-      for (int64_t e = 0; e < g.h_q * D; ++e)
-        qp[r * g.h_q * D + e] = value(seed, 3 * static_cast<uint64_t>(s.uid), static_cast<uint64_t>(pos * g.h_q * D + e));
+      for (int64_t e = 0; e < g.h_q * D; ++e) qp[r * g.h_q * D + e] = keyed_value(q_key, static_cast<uint64_t>(pos * g.h_q * D + e));
     }
   }
   b.row_begin.push_back(r);

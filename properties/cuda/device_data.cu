@@ -22,14 +22,15 @@ using counter_data::OutType;
 template <typename Word>
 __global__ void counter_fill_kernel(Word *out, OutType type, int64_t n, uint64_t seed, uint64_t tensor, Dist dist, double subnormal,
                                     unsigned long long *flagged_count, int64_t *flagged, int64_t capacity) {
+  const counter_data::Keys keys = counter_data::keys_of(seed, tensor);
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     if (type == OutType::int32 || type == OutType::int64) {
-      out[i] = static_cast<Word>(counter_data::int_value(seed, tensor, i));
+      out[i] = static_cast<Word>(counter_data::int_value(keys, i));
       continue;
     }
-    const double v = counter_data::float_value(seed, tensor, i, n, dist, subnormal);
+    const double v = counter_data::float_value(keys, i, n, dist, subnormal);
     out[i] = static_cast<Word>(counter_data::rounded_bits(v, type));
-    const bool exact = counter_data::exact_dist(dist) || (dist == Dist::special && counter_data::special_constant(seed, tensor, i));
+    const bool exact = counter_data::exact_dist(dist) || (dist == Dist::special && counter_data::special_constant(keys, i));
     if (!exact && !counter_data::rounds_unambiguously(v, type)) {
       const unsigned long long k = atomicAdd(flagged_count, 1ull);
       if (static_cast<int64_t>(k) < capacity) flagged[k] = i;

@@ -73,16 +73,17 @@ TEST(CounterData, TheDeviceAlgorithmGivesTheHostValues) {
       const std::string &name = distributions()[k];
       const at::Tensor host = make_values(7, 3, {n}, dtype, name);
       const double subnormal = dtype == at::kHalf ? 0x1.0p-24 : dtype == at::kBFloat16 ? 0x1.0p-133 : 0x1.0p-149;
+      const counter_data::Keys keys = counter_data::keys_of(7, 3);
       int64_t flagged = 0, mismatches = 0;
       for (int64_t i = 0; i < n; ++i) {
         uint64_t ours;
         if (type == OutType::int32 || type == OutType::int64) {
-          ours = static_cast<uint64_t>(counter_data::int_value(7, 3, i));
+          ours = static_cast<uint64_t>(counter_data::int_value(keys, i));
           if (type == OutType::int32) ours &= 0xffffffffull;
         } else {
-          const double v = counter_data::float_value(7, 3, i, n, dists[k], subnormal);
+          const double v = counter_data::float_value(keys, i, n, dists[k], subnormal);
           ours = counter_data::rounded_bits(v, type);
-          const bool exact = counter_data::exact_dist(dists[k]) || (dists[k] == Dist::special && counter_data::special_constant(7, 3, i));
+          const bool exact = counter_data::exact_dist(dists[k]) || (dists[k] == Dist::special && counter_data::special_constant(keys, i));
           if (!exact && !counter_data::rounds_unambiguously(v, type)) ++flagged;
         }
         uint64_t theirs = 0;
