@@ -85,7 +85,12 @@ BenchPlan plan_bench(const BenchConfig &cfg) {
         plan.notes.push_back("bench: skipping " + op + "/" + impl + ": " + op + " has no CUDA impl '" + impl + "'");
       }
     }
-    if (!anywhere) throw std::invalid_argument("bench: impl '" + impl + "' is not a CUDA impl of any selected op (see detfuzz list impls)");
+#ifdef DETFUZZ_WITH_CUDA
+    const std::string hint = " (see detfuzz list impls)";
+#else
+    const std::string hint = " (this detfuzz was built without CUDA)";
+#endif
+    if (!anywhere) throw std::invalid_argument("bench: impl '" + impl + "' is not a CUDA impl of any selected op" + hint);
   }
   return plan;
 }
