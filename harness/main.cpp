@@ -10,6 +10,7 @@
 #include "harness/bench.h"
 #include "harness/campaign.h"
 #include "harness/cli_common.h"
+#include "harness/cpu_threads.h"
 #include "harness/gate.h"
 #include "harness/html_report.h"
 #include "harness/junit.h"
@@ -19,6 +20,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iomanip>
@@ -57,6 +59,7 @@ struct FuzzOptions {
   std::vector<std::string> libraries, specs;
   std::string seed, budget = "60s", shrink_budget = "30s", out, junit;
   int64_t cases = 0;
+  int cpu_threads = -1;  // harness/cpu_threads.h
   std::vector<std::string> corpora;
   bool no_corpus = false, no_shrink = false, quiet = false, stop_on_failure = false;
 };
@@ -87,6 +90,7 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
   }
   const fs::path out = o.out.empty() ? default_report_dir(to_string(backend), cfg.seed) : fs::path(o.out);
   if (!o.junit.empty()) check_junit_path(o.junit);
+  apply_cpu_threads(o.cpu_threads, backend == Backend::cpu);
   ReportWriter report(out);
 
   std::cout << "Using configuration: seed=" << cfg.seed << " backend=" << to_string(backend) << " budget=" << cfg.budget_s << "s"
@@ -118,6 +122,7 @@ struct ReplayOptions {
   std::vector<std::string> paths, cases, libraries, specs;
   std::string mode = "native";
   bool expect_reproduce = false;
+  int cpu_threads = -1;  // harness/cpu_threads.h
 };
 
 int run_replay(const ReplayOptions &o, const std::string &program) {
@@ -129,6 +134,7 @@ int run_replay(const ReplayOptions &o, const std::string &program) {
       for (auto &r : read_records(f)) records.push_back(std::move(r));
   for (const auto &line : o.cases) records.push_back(parse_record_line(line));
   if (records.empty()) throw UsageError("nothing to replay: give record files or folders, or --case");
+  apply_cpu_threads(o.cpu_threads, std::all_of(records.begin(), records.end(), [](const Record &r) { return r.spec.backend == Backend::cpu; }));
   apply_mode(batch_invariant);
 
   int64_t pass = 0, fail = 0, must_fail = 0, skipped = 0, recorded_fail = 0, reproduced_fail = 0, not_reproduced = 0;
@@ -294,6 +300,8 @@ int main(int argc, char **argv) {
   fuzz->add_flag("--no-shrink", fo.no_shrink, "record first failures as found, without shrinking");
   fuzz->add_option("--shrink-budget", fo.shrink_budget, "time allowed to shrink one failure")->default_val("30s");
   fuzz->add_flag("--quiet", fo.quiet, "no progress lines");
+  fuzz->add_option("--cpu-threads", fo.cpu_threads, "ATen threads: default 1 on the CPU backend (many small cases), libtorch's own on CUDA; 0 libtorch's")
+      ->check(CLI::Range(0, 1024));
   fuzz->add_option("--junit", fo.junit, "also write JUnit XML here: a testcase per target, failures with their shrunk record and repro");
   fuzz->add_flag("--stop-on-failure", fo.stop_on_failure, "end the campaign at the first failure, once it is shrunk");
   fuzz->add_option("--mode", fo.mode, "native, or batch-invariant: our kernels behind libtorch's dispatcher (impl torch then must hold)")
@@ -307,6 +315,7 @@ int main(int argc, char **argv) {
   replay->add_option("--case", ro.cases, "one record line, as printed in a repro command");
   replay->add_flag("--expect-reproduce", ro.expect_reproduce, "exit 1 unless every record's outcome and diff come back bit for bit");
   replay->add_option("--mode", ro.mode, "native or batch-invariant, as for fuzz")->default_val("native");
+  replay->add_option("--cpu-threads", ro.cpu_threads, "ATen threads, as for fuzz (default 1 when every record is a CPU one)")->check(CLI::Range(0, 1024));
   replay->add_option("--load", ro.libraries, "kernel libraries to load first");
   replay->add_option("--spec", ro.specs, "op spec files to load first");
 
