@@ -52,13 +52,17 @@ bool rounded_here(at::ScalarType t, OutType &out) {
   }
 }
 
-// Writes the rounded bits of `values[k]` into element index[k] of `out` (contiguous, CPU).
-void store_rounded(at::Tensor &out, OutType type, const double *values, int64_t count, const int64_t *index = nullptr) {
-  for (int64_t k = 0; k < count; ++k) {
-    const int64_t i = index ? index[k] : k;
-    const uint32_t bits = counter_data::rounded_bits(values[k], type);
-    if (type == OutType::float32) static_cast<uint32_t *>(out.data_ptr())[i] = bits;
-    else static_cast<uint16_t *>(out.data_ptr())[i] = static_cast<uint16_t>(bits);
+template <typename Word, OutType type>
+void store_rounded_as(Word *out, const double *values, int64_t count) {
+  for (int64_t k = 0; k < count; ++k) out[k] = static_cast<Word>(counter_data::rounded_bits(values[k], type));
+}
+
+// Writes the rounded bits of values[0..count) into `out` (contiguous, CPU, count elements).
+void store_rounded(at::Tensor &out, OutType type, const double *values, int64_t count) {
+  switch (type) {
+    case OutType::float16: store_rounded_as<uint16_t, OutType::float16>(static_cast<uint16_t *>(out.data_ptr()), values, count); break;
+    case OutType::bfloat16: store_rounded_as<uint16_t, OutType::bfloat16>(static_cast<uint16_t *>(out.data_ptr()), values, count); break;
+    default: store_rounded_as<uint32_t, OutType::float32>(static_cast<uint32_t *>(out.data_ptr()), values, count); break;
   }
 }
 
