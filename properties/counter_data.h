@@ -103,6 +103,18 @@ DETFUZZ_HOST_DEVICE inline bool special_constant(const Keys &k, uint64_t i) { re
 // Element i of an integer tensor: uniform in [-100, 100].
 DETFUZZ_HOST_DEVICE inline int64_t int_value(const Keys &k, uint64_t i) { return static_cast<int64_t>(keyed_bits(k.values, i) % 201) - 100; }
 
+// The paged-attention data: one splitmix64 per element, whose four 16-bit quarters are four
+// uniforms with a centred sum (Irwin-Hall) that is normal-ish with variance 1 and |v| < 3.47;
+// never 0 (0 becomes 0.5). Integer arithmetic and one correctly rounded multiply: the same bits
+// on both sides.
+DETFUZZ_HOST_DEVICE inline float irwin_hall_value(uint64_t key, uint64_t index) {
+  const uint64_t h = keyed_bits(key, index);
+  const int64_t sum = static_cast<int64_t>(h & 0xffff) + static_cast<int64_t>((h >> 16) & 0xffff) +
+                      static_cast<int64_t>((h >> 32) & 0xffff) + static_cast<int64_t>(h >> 48) - 2 * 65535;
+  const float v = static_cast<float>(static_cast<double>(sum) * (1.7320508075688772 / 65536.0));
+  return v == 0.f ? 0.5f : v;
+}
+
 // float64 -> float32 bits as x86-64 converts (round to nearest even; NaN keeps its sign and the
 // top of its payload, so the quiet NaN becomes 0x7fc00000). CUDA's __double2float_rn makes a
 // canonical 0x7fffffff of every NaN, so NaN is done by hand.

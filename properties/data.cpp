@@ -152,6 +152,33 @@ at::Tensor make_values(uint64_t seed, uint64_t tensor, at::IntArrayRef sizes, at
   return device.is_cpu() ? values : values.to(device);
 }
 
+at::Tensor keyed_rows(const std::vector<uint64_t> &keys, const std::vector<uint64_t> &first, int64_t width, const at::Device &device) {
+  if (keys.size() != first.size() || width < 0) throw std::invalid_argument("keyed_rows: keys and first differ in length, or width < 0");
+  const int64_t rows = static_cast<int64_t>(keys.size());
+#ifdef DETFUZZ_WITH_CUDA
+  if (device.is_cuda() && rows > 0 && width > 0) {
+    const c10::cuda::CUDAGuard guard(device);
+    // One transfer of the (key, first) pairs, then a kernel writes every element.
+    at::Tensor pairs = at::empty({rows, 2}, at::TensorOptions().dtype(at::kLong));
+    auto *p = reinterpret_cast<uint64_t *>(pairs.data_ptr<int64_t>());
+    for (int64_t r = 0; r < rows; ++r) {
+      p[2 * r] = keys[r];
+      p[2 * r + 1] = first[r];
+    }
+    const at::Tensor on_device = pairs.to(device);
+    at::Tensor out = at::empty({rows, width}, at::TensorOptions().dtype(at::kFloat).device(device));
+    device_kernels::launch_keyed_rows(out.data_ptr<float>(), reinterpret_cast<const uint64_t *>(on_device.data_ptr<int64_t>()), rows, width,
+                                      at::cuda::getCurrentCUDAStream());
+    return out;
+  }
+#endif
+  at::Tensor out = at::empty({rows, width}, at::TensorOptions().dtype(at::kFloat));
+  float *o = out.data_ptr<float>();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t e = 0; e < width; ++e) o[r * width + e] = counter_data::irwin_hall_value(keys[r], first[r] + static_cast<uint64_t>(e));
+  return device.is_cpu() ? out : out.to(device);
+}
+
 at::Device device_of(Backend b) { return b == Backend::cpu ? at::Device(at::kCPU) : at::Device(at::kCUDA, 0); }
 
 at::Tensor with_layout(const at::Tensor &values, char layout, const at::Device &device) {

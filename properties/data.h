@@ -28,6 +28,11 @@ uint64_t counter_bits(uint64_t seed, uint64_t tensor, uint64_t index);
 at::Tensor make_values(uint64_t seed, uint64_t tensor, at::IntArrayRef sizes, at::ScalarType dtype,
                        const std::string &dist, const at::Device &device = at::Device(at::kCPU));
 
+// Rows of the paged-attention data (counter_data::irwin_hall_value): row r holds the values of
+// key keys[r] at indices first[r] .. first[r] + width - 1, as a float32 [rows, width] tensor
+// made on `device` (on a CUDA device by a kernel, with the host's bits).
+at::Tensor keyed_rows(const std::vector<uint64_t> &keys, const std::vector<uint64_t> &first, int64_t width, const at::Device &device);
+
 // The same values seen through a layout: 'c' contiguous, 't' transposed storage (last two dims),
 // 'p' padded rows plus a storage offset, 'g' every other element of a twice-as-wide buffer.
 // The result lives on `device`. Throws std::invalid_argument for an unknown code.

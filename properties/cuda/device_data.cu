@@ -7,7 +7,9 @@
 // log1p, cos or pow (normal, wide, the normal draws of special), CUDA's libm and the host's may
 // differ in the last bits; the thread rounds value*(1 -+ 2^-40) too and, when the ends round
 // differently, appends its index to a list the host recomputes (properties/data.cpp). Exact
-// distributions (uniform, linspace, integers, the constants of special) never flag.
+// distributions (uniform, linspace, integers, the constants of special) never flag. The paged-
+// attention data (keyed_rows: runs of counter_data::irwin_hall_value) is integer arithmetic and
+// one multiply, exact on both sides.
 #include "ops/cuda/cuda_check.h"
 #include "properties/cuda/device_kernels.h"
 
@@ -48,7 +50,24 @@ void launch(void *out, OutType type, int64_t n, uint64_t seed, uint64_t tensor, 
   DETFUZZ_LAUNCH_CHECK();
 }
 
+__global__ void keyed_rows_kernel(float *out, const uint64_t *key_first, int64_t rows, int64_t width) {
+  const int64_t n = rows * width;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / width, e = i - r * width;
+    out[i] = counter_data::irwin_hall_value(key_first[2 * r], key_first[2 * r + 1] + static_cast<uint64_t>(e));
+  }
+}
+
 }  // namespace
+
+void launch_keyed_rows(float *out, const uint64_t *key_first, int64_t rows, int64_t width, cudaStream_t stream) {
+  const int64_t n = rows * width;
+  if (n == 0) return;
+  constexpr int threads = 256;
+  const int blocks = static_cast<int>(std::min<int64_t>((n + threads - 1) / threads, 4096));
+  keyed_rows_kernel<<<blocks, threads, 0, stream>>>(out, key_first, rows, width);
+  DETFUZZ_LAUNCH_CHECK();
+}
 
 void launch_counter_fill(void *out, OutType type, int64_t n, uint64_t seed, uint64_t tensor, Dist dist, double subnormal,
                          unsigned long long *flagged_count, int64_t *flagged, int64_t capacity, cudaStream_t stream) {

@@ -18,6 +18,10 @@ namespace detfuzz::device_kernels {
 void launch_counter_fill(void *out, counter_data::OutType type, int64_t n, uint64_t seed, uint64_t tensor, counter_data::Dist dist,
                          double subnormal, unsigned long long *flagged_count, int64_t *flagged, int64_t capacity, cudaStream_t stream);
 
+// out[r * width + e] = counter_data::irwin_hall_value(key_first[2r], key_first[2r+1] + e) for
+// r < rows, e < width (the paged-attention data); key_first is device memory.
+void launch_keyed_rows(float *out, const uint64_t *key_first, int64_t rows, int64_t width, cudaStream_t stream);
+
 // What the host diff engine (harness/diff.h) measures, computed on the device.
 enum class DiffKind : int { float64, float32, float16, bfloat16, int32, int64 };
 struct DeviceDiff {

@@ -121,5 +121,19 @@ TEST(CounterData, SpecialNaNsHaveOnePattern) {
   }
 }
 
+// keyed_rows (the paged-attention data, made on the GPU for CUDA cases) is, row by row, the
+// values of its key from its first index.
+TEST(CounterData, KeyedRowsAreRunsOfKeyedValues) {
+  const std::vector<uint64_t> keys = {counter_data::tensor_key(1, 4), counter_data::tensor_key(9, 2), counter_data::tensor_key(1, 4)};
+  const std::vector<uint64_t> first = {0, 640, 128};
+  const at::Tensor rows = keyed_rows(keys, first, 256, at::kCPU);
+  ASSERT_EQ(rows.sizes(), (at::IntArrayRef{3, 256}));
+  for (int64_t r = 0; r < 3; ++r)
+    for (int64_t e = 0; e < 256; ++e) ASSERT_EQ(rows[r][e].item<float>(), counter_data::irwin_hall_value(keys[r], first[r] + e));
+  // Row 2 starts where row 0's index 128 is: the same values.
+  EXPECT_TRUE(at::equal(rows[0].narrow(0, 128, 128), rows[2].narrow(0, 0, 128)));
+  EXPECT_THROW(keyed_rows(keys, {0}, 4, at::kCPU), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace detfuzz

@@ -33,6 +33,22 @@ TEST(DeviceData, BitIdenticalToTheHostForEveryDistributionAndDtype) {
       }
 }
 
+// The paged-attention data made on the device equals the host's.
+TEST(DeviceData, KeyedRowsBitIdenticalToTheHost) {
+  REQUIRE_GPU();
+  std::vector<uint64_t> keys, first;
+  for (uint64_t r = 0; r < 777; ++r) {
+    keys.push_back(counter_bits(5, r % 7, r));
+    first.push_back(r * 1024 + (r % 3));
+  }
+  for (int64_t width : {1, 128, 1024, 4096}) {
+    const at::Tensor host = keyed_rows(keys, first, width, at::kCPU), device = keyed_rows(keys, first, width, kGpu);
+    ASSERT_TRUE(device.is_cuda());
+    EXPECT_TRUE(bitwise_diff(host, device.cpu()).equal()) << "width " << width;
+  }
+  EXPECT_EQ(keyed_rows({}, {}, 64, kGpu).numel(), 0);
+}
+
 // Float64 has no device path: it is made on the host and moved, with the same bits.
 TEST(DeviceData, OtherDtypesFallBackToTheHost) {
   REQUIRE_GPU();
