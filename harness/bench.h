@@ -16,6 +16,7 @@
 
 #include <iosfwd>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -44,9 +45,22 @@ std::vector<BenchShape> default_bench_shapes();
 // A user CSV with header op,M,N,K (reductions: M rows, N columns, K empty or 0).
 std::vector<BenchShape> read_bench_shapes(const std::string &path);  // throws std::invalid_argument
 
+// The (op, impl) pairs a bench will time, checked before anything is timed. Throws
+// std::invalid_argument (one line) for an op that cannot be benchmarked, an impl that no selected
+// op has on CUDA, or a selection that leaves nothing to time. A selected impl that some selected
+// ops lack (cublaslt-noworkspace of log_softmax) is skipped for those ops, with a note in `notes`.
+struct BenchPlan {
+  std::vector<std::pair<std::string, std::string>> pairs;  // (op, impl), baselines excluded
+  std::vector<std::string> notes;                          // one line per skipped pair
+  bool times(const std::string &op, const std::string &impl) const;
+};
+BenchPlan plan_bench(const BenchConfig &cfg);
+
 // Runs the benchmark; returns bench.csv's content and prints progress and the geomeans to `log`.
-// Throws std::invalid_argument when CUDA is unavailable.
-std::string run_bench(const BenchConfig &cfg, std::ostream &log);
+// When a benchmark throws part way, `stopped` receives the error and the rows finished so far are
+// returned (a report of what was measured rather than nothing). Throws std::invalid_argument
+// when the selection is invalid (plan_bench) or CUDA is unavailable, before timing anything.
+std::string run_bench(const BenchConfig &cfg, std::ostream &log, std::string *stopped = nullptr);
 
 struct ScanConfig {
   int64_t n = 4096, k = 4096, max_m = 1024;

@@ -151,6 +151,7 @@ class Round {
         return;
       }
       shrinking_ = true;
+      shrink_started_ = Clock::now();
       shrink_deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(cfg_.shrink_budget_s));
       last_failure_ = rec;
       RC_FAIL(v.detail);
@@ -163,7 +164,13 @@ class Round {
     rc::detail::TestMetadata meta;
     meta.id = meta.description = t.name();
     SilentListener listener;
+    const auto started = Clock::now();
     rc::detail::checkProperty(rc::detail::toProperty(property), meta, params, listener);
+    // Everything after the first failure's RC_FAIL is shrinking.
+    const double total = seconds_since(started);
+    const double shrink = shrinking_ ? seconds_since(shrink_started_) : 0.0;
+    stats_.seconds += total - shrink;
+    stats_.shrink_seconds += shrink;
     if (!shrinking_) return false;
     keep_minimal(last_failure_);
     return true;
@@ -192,7 +199,7 @@ class Round {
   int64_t &index_;
   const std::function<bool()> &out_of_budget_;
   bool shrinking_ = false;
-  Clock::time_point shrink_deadline_;
+  Clock::time_point shrink_started_, shrink_deadline_;
   Record last_failure_;
 };
 
@@ -229,7 +236,9 @@ nlohmann::json CampaignResult::to_json() const {
                         {"failure_rate", s.cases ? double(s.failures + s.errors) / s.cases : 0.0},
                         {"max_ulp", ulp_text(s.max_ulp)},
                         {"max_abs_diff", s.max_abs_diff},
-                        {"shrink_steps", s.shrink_steps}};
+                        {"shrink_steps", s.shrink_steps},
+                        {"seconds", s.seconds},
+                        {"cases_per_s", s.cases_per_s()}};
     if (s.has_minimal) t["minimal"] = record_row(s.minimal);
     ts.push_back(t);
   }

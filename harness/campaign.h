@@ -33,6 +33,9 @@ struct CampaignConfig {
 struct TargetStats {
   Target target;
   int64_t cases = 0, failures = 0, errors = 0, shrink_steps = 0;
+  double seconds = 0;         // wall time spent generating and checking this target's cases (not shrinking)
+  double shrink_seconds = 0;  // wall time spent shrinking its first failure
+  double cases_per_s() const { return seconds > 0 ? cases / seconds : 0.0; }
   uint64_t max_ulp = 0;
   double max_abs_diff = 0;
   bool has_minimal = false;

@@ -4,15 +4,23 @@
 //   detfuzz list     ops, impls (with expectations), properties
 //   detfuzz bench    CUDA kernels vs cuBLAS / torch: bench.csv of medians and speedups
 //   detfuzz scan     every M where a baseline's rows change bits: scan.csv
+//   detfuzz gate     CI's verdict over report folders: must-hold failures, speed against a stored bench.csv
+//   detfuzz report   one self-contained HTML file of report folders (reports/html_report.py)
 // Exit codes: 0 every must-hold property held, 1 one failed, 2 usage or environment error.
 #include "harness/bench.h"
 #include "harness/campaign.h"
 #include "harness/cli_common.h"
+#include "harness/cpu_threads.h"
+#include "harness/gate.h"
+#include "harness/html_report.h"
+#include "harness/junit.h"
+#include "harness/target_table.h"
 #include "ops/torch/batch_invariant_mode.h"
 #include "properties/properties.h"
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iomanip>
@@ -49,25 +57,12 @@ struct FuzzOptions {
   Selection sel;
   std::string mode = "native";
   std::vector<std::string> libraries, specs;
-  std::string seed, budget = "60s", shrink_budget = "30s", out;
+  std::string seed, budget = "60s", shrink_budget = "30s", out, junit;
   int64_t cases = 0;
+  int cpu_threads = -1;  // harness/cpu_threads.h
   std::vector<std::string> corpora;
   bool no_corpus = false, no_shrink = false, quiet = false, stop_on_failure = false;
 };
-
-void print_target_table(const CampaignResult &r, std::ostream &os) {
-  os << std::left << std::setw(44) << "target" << std::setw(11) << "expect" << std::right << std::setw(8) << "cases" << std::setw(9)
-     << "failed" << std::setw(8) << "rate" << std::setw(12) << "max_ulp" << "\n";
-  for (const auto &s : r.targets) {
-    if (s.cases == 0) continue;
-    const double rate = 100.0 * (s.failures + s.errors) / s.cases;
-    char pct[16];
-    std::snprintf(pct, sizeof pct, "%.1f%%", rate);
-    os << std::left << std::setw(44) << s.target.name() << std::setw(11) << to_string(s.target.expectation) << std::right << std::setw(8)
-       << s.cases << std::setw(9) << (s.failures + s.errors) << std::setw(8) << pct << std::setw(12)
-       << (s.max_ulp == UINT64_MAX ? std::string("inf") : std::to_string(s.max_ulp)) << "\n";
-  }
-}
 
 int run_fuzz(FuzzOptions o, const std::string &program, const std::string &command_line) {
   const Backend backend = resolve_backend(o.sel.backend);
@@ -94,6 +89,8 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
     for (const auto &c : cfg.corpora) record_files(c);  // fail early on a missing corpus
   }
   const fs::path out = o.out.empty() ? default_report_dir(to_string(backend), cfg.seed) : fs::path(o.out);
+  if (!o.junit.empty()) check_junit_path(o.junit);
+  apply_cpu_threads(o.cpu_threads, backend == Backend::cpu);
   ReportWriter report(out);
 
   std::cout << "Using configuration: seed=" << cfg.seed << " backend=" << to_string(backend) << " budget=" << cfg.budget_s << "s"
@@ -111,6 +108,8 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
                             {"results", result.to_json()},
                             {"exit_code", exit_code}});
   report.finish(summary);
+  if (!o.junit.empty())
+    write_junit(o.junit, junit_xml(result, {program, to_string(backend), cfg.seed, started, report.path().string()}));
   std::cout << "\n";
   print_target_table(result, std::cout);
   std::cout << "\n" << result.cases << " cases in " << std::fixed << std::setprecision(1) << result.elapsed_s << "s; report: " << report.path().string()
@@ -123,6 +122,7 @@ struct ReplayOptions {
   std::vector<std::string> paths, cases, libraries, specs;
   std::string mode = "native";
   bool expect_reproduce = false;
+  int cpu_threads = -1;  // harness/cpu_threads.h
 };
 
 int run_replay(const ReplayOptions &o, const std::string &program) {
@@ -134,6 +134,7 @@ int run_replay(const ReplayOptions &o, const std::string &program) {
       for (auto &r : read_records(f)) records.push_back(std::move(r));
   for (const auto &line : o.cases) records.push_back(parse_record_line(line));
   if (records.empty()) throw UsageError("nothing to replay: give record files or folders, or --case");
+  apply_cpu_threads(o.cpu_threads, std::all_of(records.begin(), records.end(), [](const Record &r) { return r.spec.backend == Backend::cpu; }));
   apply_mode(batch_invariant);
 
   int64_t pass = 0, fail = 0, must_fail = 0, skipped = 0, recorded_fail = 0, reproduced_fail = 0, not_reproduced = 0;
@@ -192,15 +193,19 @@ int run_bench_command(const BenchOptions &o, const std::string &command_line) {
   cfg.dtypes = parse_dtypes(o.dtypes);
   cfg.repetitions = o.repetitions;
   if (!o.shapes.empty()) cfg.shapes = read_bench_shapes(o.shapes);
+  plan_bench(cfg);  // a bad selection fails here, before anything is timed
   if (!backend_available(Backend::cuda)) throw UsageError("bench needs a CUDA GPU: none found");
   ReportWriter report(o.out.empty() ? default_report_dir("bench", 0) : fs::path(o.out), false);
   const std::string started = utc_now();
-  report.add_file("bench.csv", run_bench(cfg, std::cout));
+  std::string stopped;
+  report.add_file("bench.csv", run_bench(cfg, std::cout, &stopped));
   nlohmann::json summary = tool_summary(command_line, started);
   summary["bench"] = {{"ops", cfg.ops}, {"impls", cfg.impls}, {"dtypes", split_list(o.dtypes)}, {"repetitions", cfg.repetitions},
                       {"shapes", o.shapes.empty() ? "default" : o.shapes}};
+  if (!stopped.empty()) summary["bench"]["stopped"] = stopped;
   report.finish(summary);
   std::cout << "report: " << report.path().string() << std::endl;
+  if (!stopped.empty()) throw UsageError("bench stopped part way (the rows finished are in the report): " + stopped);
   return kExitOk;
 }
 
@@ -295,6 +300,9 @@ int main(int argc, char **argv) {
   fuzz->add_flag("--no-shrink", fo.no_shrink, "record first failures as found, without shrinking");
   fuzz->add_option("--shrink-budget", fo.shrink_budget, "time allowed to shrink one failure")->default_val("30s");
   fuzz->add_flag("--quiet", fo.quiet, "no progress lines");
+  fuzz->add_option("--cpu-threads", fo.cpu_threads, "ATen threads: default 1 on the CPU backend (many small cases), libtorch's own on CUDA; 0 libtorch's")
+      ->check(CLI::Range(0, 1024));
+  fuzz->add_option("--junit", fo.junit, "also write JUnit XML here: a testcase per target, failures with their shrunk record and repro");
   fuzz->add_flag("--stop-on-failure", fo.stop_on_failure, "end the campaign at the first failure, once it is shrunk");
   fuzz->add_option("--mode", fo.mode, "native, or batch-invariant: our kernels behind libtorch's dispatcher (impl torch then must hold)")
       ->default_val("native");
@@ -307,6 +315,7 @@ int main(int argc, char **argv) {
   replay->add_option("--case", ro.cases, "one record line, as printed in a repro command");
   replay->add_flag("--expect-reproduce", ro.expect_reproduce, "exit 1 unless every record's outcome and diff come back bit for bit");
   replay->add_option("--mode", ro.mode, "native or batch-invariant, as for fuzz")->default_val("native");
+  replay->add_option("--cpu-threads", ro.cpu_threads, "ATen threads, as for fuzz (default 1 when every record is a CPU one)")->check(CLI::Range(0, 1024));
   replay->add_option("--load", ro.libraries, "kernel libraries to load first");
   replay->add_option("--spec", ro.specs, "op spec files to load first");
 
@@ -332,6 +341,19 @@ int main(int argc, char **argv) {
   scan->add_option("--impl", so.impls, "comma-separated mm impls")->default_val(so.impls);
   scan->add_option("--out", so.out, "report folder (default: reports/<time>-scan-seed0)");
 
+  GateConfig gc;
+  std::string gate_baseline;
+  std::vector<std::string> gate_runs;
+  auto *gate = app.add_subcommand("gate", "Exit 1 when a must-hold property failed in a run, or a bench speedup fell against a stored bench.csv");
+  gate->add_option("--baseline", gate_baseline, "the stored bench.csv, or a report folder holding one (omit: no speed check)");
+  gate->add_option("--run", gate_runs, "report folders of the run to judge (fuzz, replay, bench); repeatable")->required();
+  gate->add_option("--max-slowdown", gc.max_slowdown, "largest allowed fall of a speedup, as a fraction")->default_val(0.1);
+
+  HtmlReportOptions ho;
+  auto *html = app.add_subcommand("report", "Render report folders (fuzz, bench, scan) as one self-contained HTML file");
+  html->add_option("runs", ho.runs, "report folders")->required();
+  html->add_option("--out", ho.out, "the HTML file (default: report.html in the first folder)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError &e) {
@@ -347,6 +369,12 @@ int main(int argc, char **argv) {
     if (*replay) return run_replay(ro, argv[0]);
     if (*bench) return run_bench_command(bo, command_line);
     if (*scan) return run_scan_command(so, command_line);
+    if (*gate) {
+      gc.baseline = gate_baseline;
+      for (const auto &r : gate_runs) gc.runs.emplace_back(r);
+      return run_gate(gc, std::cout);
+    }
+    if (*html) return render_html_report(ho);
     return run_list(list_what);
   } catch (const UsageError &e) {
     std::cerr << "detfuzz: error: " << e.what() << std::endl;

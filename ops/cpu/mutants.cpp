@@ -21,6 +21,8 @@ namespace {
 
 // From this many rows on (M > 16) the split-K mutant splits.
 constexpr int64_t kSplitKMinRows = 17;
+// From this many matrices on (B >= 3) the batched split-K mutant splits.
+constexpr int64_t kBatchSplitKMinMatrices = 3;
 // From this many rows on the block-size mutant uses the smaller K block.
 constexpr int64_t kSmallBlockMinRows = 8;
 constexpr int64_t kSmallKBlock = 32;
@@ -188,6 +190,14 @@ std::vector<ImplInfo> cpu_mutant_impls() {
                     }));
   const auto e = Expectation::must_hold;
   const auto cpu = Backend::cpu;
+  // Imitates a batched GEMM whose heuristic looks at the number of matrices (it grows with the
+  // serving batch) and switches to split-K for many of them: invariant in the rows of each
+  // matrix, caught only by slicing the batch of matrices.
+  add({{"mutant-batchsplitk", "bmm", cpu, float_dtypes(), e, "split-K in two halves when the batch has >= 3 matrices",
+        [](const OpArgs &x) {
+          const at::Tensor &a = x.tensors.at(0), &b = x.tensors.at(1);
+          return a.size(0) >= kBatchSplitKMinMatrices ? split_k_accumulator(a, b).to(a.scalar_type()) : cpu_ops::bmm(a, b);
+        }}});
   add({
       // Imitates a reduction whose loop direction is chosen by a launch heuristic on the row count.
       {"mutant-roworder", "log_softmax", cpu, float_dtypes(), e, "reversed sum of exp when rows > 4",
