@@ -18,10 +18,11 @@
 //   log_softmax  core = u (2 |x_i - m| + 2 R + 2 n + 8 + 4 |log S|)                + n tiny
 //                with m the row max, S = sum_j exp(x_j - m), R = sum_j p_j |x_j - m| (p = softmax)
 //   mean         core = (n + 2) u mean(|x|)                                        + tiny
-//   rms_norm     core = (H + 10) u |ref|                                          + (H + 10) tiny
-//                (unbounded where sum x^2 exceeds FLT_MAX / 2: the float32 sum overflows)
-//   silu_and_mul core = 8 u |ref| + tiny, plus |ref| itself where gate < -80 (expf(-gate)
-//                overflows to inf there and silu becomes -0; the true value is below 1e-33 |up|)
+//   rms_norm     core = ((H + 10) u + 2^-149 / (ss/H + eps)) |ref| + 2^-149 |w|  + (H + 10) tiny
+//                (ss = sum x^2; the second term covers squares that underflow float32; unbounded
+//                where sum x^2 exceeds FLT_MAX / 2 or ss/H + eps is 0)
+//   silu_and_mul core = 8 u |ref| + tiny, plus |ref| itself where gate < -80 (silu underflows
+//                float32 there; the reference flushes silu to zero where float32 cannot hold it)
 //   rope         core = 4 u (|x_i c| + |x_j s|)                                   + 4 tiny
 //   embedding    core = 0 (a copy)
 //
@@ -160,8 +161,16 @@ at::Tensor core_bound(const std::string &op, const OpArgs &args) {
     const at::Tensor x = f64(input(op, args, 0, 2));
     const double h = static_cast<double>(x.size(1));
     const at::Tensor ref = reference_f64(op, args).abs();
-    const at::Tensor sum_sq = (x * x).sum(1, /*keepdim=*/true).expand_as(ref);
-    return unbounded_where_huge(sum_sq, ref * ((h + 10) * kU32) + (h + 10) * kTiny);
+    const at::Tensor sum_sq = (x * x).sum(1, /*keepdim=*/true);
+    // Squares below float32's range round to its subnormal grid (absolute error <= 2^-150 each):
+    // the mean square is off by up to 2^-150, which moves 1/rms by up to 2^-149 / (ss/H + eps)
+    // relative. Where ss/H + eps is below 2^-140 (it may underflow), the float32 1/rms is unbounded.
+    const at::Tensor denom = (sum_sq / h + args.eps).expand_as(ref);
+    const at::Tensor underflow = at::where(denom > 0x1p-140, 0x1p-149 / denom, at::full_like(denom, INFINITY));
+    // x * (1/rms) may underflow before the weight scales it back up: up to 2^-149 |w| absolute.
+    const at::Tensor w_abs = f64(input(op, args, 1, 2)).abs().unsqueeze(0);
+    const at::Tensor core = ref * ((h + 10) * kU32) + ref * underflow + w_abs * 0x1p-149 + (h + 10) * kTiny;
+    return unbounded_where_huge(sum_sq.expand_as(ref), at::where(underflow.isinf(), at::full_like(core, INFINITY), core));
   }
   if (op == "silu_and_mul") {
     const at::Tensor x = f64(input(op, args, 0, 1));
@@ -216,7 +225,12 @@ at::Tensor reference_f64(const std::string &op, const OpArgs &args) {
     const at::Tensor x = f64(input(op, args, 0, 1));
     const int64_t i = x.size(1) / 2;
     const at::Tensor g = x.narrow(1, 0, i);
-    return g / (1 + (-g).exp()) * x.narrow(1, i, i);
+    // silu in float64, flushed to (signed) zero where the kernels' float32 silu is zero: where
+    // |silu| or exp(gate) (the sigmoid's numerator for gate < 0) is at most half the smallest
+    // float32 subnormal, which rounds to zero. Then silu * inf is NaN in both.
+    at::Tensor silu = g / (1 + (-g).exp());
+    silu = at::where((silu.abs() <= 0x1p-150) | (g.exp() <= 0x1p-150), silu * 0, silu);
+    return silu * x.narrow(1, i, i);
   }
   if (op == "rope") {
     const at::Tensor x = f64(input(op, args, 0, 2));

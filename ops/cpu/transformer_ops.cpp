@@ -5,7 +5,9 @@
 // kRmsBlock elements, then the block partials summed sequentially.
 //
 //   rms_norm      y = round(x * r * w), r = 1 / sqrt(ss / H + eps), ss = sum x^2 (float32)
-//   silu_and_mul  y = round(silu(g) * u), silu(g) = g / (1 + exp(-g)), g = x[:, :I], u = x[:, I:]
+//   silu_and_mul  y = round(silu(g) * u), g = x[:, :I], u = x[:, I:], silu(g) = g * sigmoid(g) with
+//                 sigmoid(g) = 1 / (1 + exp(-g)) for g >= 0 and e / (1 + e), e = exp(g), for g < 0
+//                 (no exp overflow: silu of a large negative g underflows to -0 instead of NaN)
 //   rope          NeoX rotate-half: for i < D/2, f_i = theta^(-2i/D) and a = pos * f_i in float64,
 //                 c = (float) cos(a), s = (float) sin(a); y_i = x_i c - x_{i+D/2} s,
 //                 y_{i+D/2} = x_{i+D/2} c + x_i s (float32, no FMA)
@@ -71,7 +73,14 @@ at::Tensor silu_and_mul(const at::Tensor &x) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t e = 0; e < i; ++e) {
       const float g = xp[r * 2 * i + e], u = xp[r * 2 * i + i + e];
-      yp[r * i + e] = (g / (1.0f + std::exp(-g))) * u;
+      float sig;
+      if (g >= 0.0f) {
+        sig = 1.0f / (1.0f + std::exp(-g));
+      } else {
+        const float ex = std::exp(g);
+        sig = ex / (1.0f + ex);
+      }
+      yp[r * i + e] = (g * sig) * u;
     }
   return to_output(y, x.scalar_type());
 }

@@ -71,7 +71,14 @@ __global__ void silu_and_mul_kernel(const T *x, T *y, int64_t rows, int64_t i) {
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = k / i, e = k % i;
     const float g = load(x, r * 2 * i + e), u = load(x, r * 2 * i + i + e);
-    store(y, k, __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u));
+    float sig;
+    if (g >= 0.0f) {
+      sig = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-g)));
+    } else {
+      const float ex = expf(g);
+      sig = __fdiv_rn(ex, __fadd_rn(1.0f, ex));
+    }
+    store(y, k, __fmul_rn(__fmul_rn(g, sig), u));
   }
 }
 
