@@ -1,5 +1,6 @@
 #include "harness/campaign.h"
 
+#include "harness/signals.h"
 #include "properties/properties.h"
 
 #include <rapidcheck.h>
@@ -79,6 +80,7 @@ void replay_corpus(const CampaignConfig &cfg, ReportWriter &report, CampaignResu
     for (const auto &file : record_files(root)) {
       ++files;
       for (const Record &rec : read_records(file)) {
+        if (interrupt_signal() != 0) return;
         if (!selected(cfg, rec.spec) || !backend_available(rec.spec.backend)) {
           ++result.corpus_skipped;
           continue;
@@ -171,7 +173,8 @@ class Round {
 
  private:
   void shrink_step(const CaseSpec &c) {
-    if (Clock::now() > shrink_deadline_) return;  // out of shrink time: accept no further shrinks
+    // Out of shrink time, or interrupted: accept no further shrinks.
+    if (Clock::now() > shrink_deadline_ || interrupt_signal() != 0) return;
     ++stats_.shrink_steps;
     const Verdict v = check_guarded(c);
     if (v.passed()) return;
@@ -284,7 +287,7 @@ CampaignResult run_campaign(const CampaignConfig &cfg, ReportWriter &report, std
   Progress progress(log, cfg.progress, cfg.budget_s);
   bool stop = false;
   const std::function<bool()> out_of_budget = [&] {
-    return stop || (cfg.budget_s > 0 && seconds_since(start) >= cfg.budget_s) || (cfg.max_cases > 0 && result.cases >= cfg.max_cases);
+    return stop || interrupt_signal() != 0 || (cfg.budget_s > 0 && seconds_since(start) >= cfg.budget_s) || (cfg.max_cases > 0 && result.cases >= cfg.max_cases);
   };
   for (uint64_t round = 0; !result.targets.empty() && !out_of_budget(); ++round) {
     for (size_t k = 0; k < result.targets.size() && !out_of_budget(); ++k) {
@@ -301,6 +304,7 @@ CampaignResult run_campaign(const CampaignConfig &cfg, ReportWriter &report, std
     }
   }
   result.elapsed_s = seconds_since(start);
+  result.interrupted_by = interrupt_signal();
   progress.tick(result, start, true);
   return result;
 }

@@ -44,6 +44,7 @@ struct CampaignResult {
   int64_t corpus_replayed = 0, corpus_skipped = 0, corpus_must_hold_failures = 0, corpus_observed_failures = 0;
   int64_t cases = 0;
   double elapsed_s = 0;
+  int interrupted_by = 0;  // SIGINT or SIGTERM when the campaign stopped early on one, else 0
   bool must_hold_failed() const;
   nlohmann::json to_json() const;
 };

@@ -8,6 +8,7 @@
 #include "harness/bench.h"
 #include "harness/campaign.h"
 #include "harness/cli_common.h"
+#include "harness/signals.h"
 #include "ops/torch/batch_invariant_mode.h"
 #include "properties/properties.h"
 
@@ -95,13 +96,16 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
   }
   const fs::path out = o.out.empty() ? default_report_dir(to_string(backend), cfg.seed) : fs::path(o.out);
   ReportWriter report(out);
+  install_interrupt_handlers();  // from here on, SIGINT/SIGTERM end the campaign with a finished report
 
   std::cout << "Using configuration: seed=" << cfg.seed << " backend=" << to_string(backend) << " budget=" << cfg.budget_s << "s"
             << (cfg.max_cases ? " cases=" + std::to_string(cfg.max_cases) : "") << " targets=" << cfg.targets.size() << std::endl;
   const std::string started = utc_now();
   apply_mode(cfg.batch_invariant_mode);
   const CampaignResult result = run_campaign(cfg, report, std::cout);
-  const int exit_code = result.must_hold_failed() ? kExitMustHoldFailed : kExitOk;
+  // Interrupted: the report is still finished (summary.json says so); the exit code is the shell's 128 + signal.
+  const int exit_code = result.interrupted_by != 0 ? 128 + result.interrupted_by
+                        : result.must_hold_failed() ? kExitMustHoldFailed : kExitOk;
 
   nlohmann::json summary = tool_summary(command_line, started);
   summary.update({{"seed", cfg.seed},
@@ -109,13 +113,16 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
                             {"budget", {{"seconds", cfg.budget_s}, {"cases", cfg.max_cases}}},
                             {"selection", selection_json(o.sel)},
                             {"results", result.to_json()},
+                            {"interrupted", result.interrupted_by != 0},
                             {"exit_code", exit_code}});
   report.finish(summary);
   std::cout << "\n";
   print_target_table(result, std::cout);
   std::cout << "\n" << result.cases << " cases in " << std::fixed << std::setprecision(1) << result.elapsed_s << "s; report: " << report.path().string()
             << "\n"
-            << (exit_code == kExitOk ? "every must-hold property held" : "MUST-HOLD PROPERTY FAILED") << std::endl;
+            << (result.interrupted_by != 0 ? "INTERRUPTED by signal " + std::to_string(result.interrupted_by) + "; "
+                                           : std::string())
+            << (!result.must_hold_failed() ? "every must-hold property held" : "MUST-HOLD PROPERTY FAILED") << std::endl;
   return exit_code;
 }
 
