@@ -6,6 +6,7 @@
 #pragma once
 
 #include "harness/report.h"
+#include "harness/shard.h"
 #include "properties/generators.h"
 
 #include <filesystem>
@@ -28,6 +29,7 @@ struct CampaignConfig {
   bool progress = true;
   bool stop_on_failure = false;  // end the campaign once a failure has been found (and shrunk)
   bool batch_invariant_mode = false;  // corpus records of impl `torch` are then must-hold
+  Shard shard;  // this campaign's share of the targets and corpus records (harness/shard.h)
 };
 
 struct TargetStats {

@@ -8,6 +8,7 @@
 #include "harness/bench.h"
 #include "harness/campaign.h"
 #include "harness/cli_common.h"
+#include "harness/shard.h"
 #include "harness/signals.h"
 #include "ops/torch/batch_invariant_mode.h"
 #include "properties/properties.h"
@@ -50,7 +51,7 @@ struct FuzzOptions {
   Selection sel;
   std::string mode = "native";
   std::vector<std::string> libraries, specs;
-  std::string seed, budget = "60s", shrink_budget = "30s", out;
+  std::string seed, budget = "60s", shrink_budget = "30s", out, shard;
   int64_t cases = 0;
   std::vector<std::string> corpora;
   bool no_corpus = false, no_shrink = false, quiet = false, stop_on_failure = false;
@@ -86,6 +87,7 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
   cfg.program = program;
   cfg.progress = !o.quiet;
   cfg.stop_on_failure = o.stop_on_failure;
+  cfg.shard = resolve_shard(o.shard);
   if (!o.no_corpus) {
     if (o.corpora.empty()) {
       const fs::path dflt = fs::path(DETFUZZ_SOURCE_DIR) / "corpora";
@@ -99,7 +101,8 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
   install_interrupt_handlers();  // from here on, SIGINT/SIGTERM end the campaign with a finished report
 
   std::cout << "Using configuration: seed=" << cfg.seed << " backend=" << to_string(backend) << " budget=" << cfg.budget_s << "s"
-            << (cfg.max_cases ? " cases=" + std::to_string(cfg.max_cases) : "") << " targets=" << cfg.targets.size() << std::endl;
+            << (cfg.max_cases ? " cases=" + std::to_string(cfg.max_cases) : "") << " targets=" << cfg.targets.size()
+            << (cfg.shard.count > 1 ? " shard=" + std::to_string(cfg.shard.index) + "/" + std::to_string(cfg.shard.count) : "") << std::endl;
   const std::string started = utc_now();
   apply_mode(cfg.batch_invariant_mode);
   const CampaignResult result = run_campaign(cfg, report, std::cout);
@@ -113,6 +116,7 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
                             {"budget", {{"seconds", cfg.budget_s}, {"cases", cfg.max_cases}}},
                             {"selection", selection_json(o.sel)},
                             {"results", result.to_json()},
+                            {"shard", {{"index", cfg.shard.index}, {"count", cfg.shard.count}, {"source", cfg.shard.source}}},
                             {"interrupted", result.interrupted_by != 0},
                             {"exit_code", exit_code}});
   report.finish(summary);
@@ -302,6 +306,8 @@ int main(int argc, char **argv) {
   fuzz->add_flag("--no-shrink", fo.no_shrink, "record first failures as found, without shrinking");
   fuzz->add_option("--shrink-budget", fo.shrink_budget, "time allowed to shrink one failure")->default_val("30s");
   fuzz->add_flag("--quiet", fo.quiet, "no progress lines");
+  fuzz->add_option("--shard", fo.shard, "i/n: run shard i of n (targets and corpus records k with k mod n = i); default from "
+                                        "DETFUZZ_SHARD, JOB_COMPLETION_INDEX+DETFUZZ_SHARD_COUNT or SLURM_ARRAY_TASK_*");
   fuzz->add_flag("--stop-on-failure", fo.stop_on_failure, "end the campaign at the first failure, once it is shrunk");
   fuzz->add_option("--mode", fo.mode, "native, or batch-invariant: our kernels behind libtorch's dispatcher (impl torch then must hold)")
       ->default_val("native");
