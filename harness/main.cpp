@@ -3,11 +3,13 @@
 //   detfuzz replay   re-run saved records (failures.csv, corpora/, or one --case line)
 //   detfuzz list     ops, impls (with expectations), properties
 //   detfuzz bench    CUDA kernels vs cuBLAS / torch: bench.csv of medians and speedups
+//   detfuzz merge    combine the reports of a sharded campaign's shards into one
 //   detfuzz scan     every M where a baseline's rows change bits: scan.csv
 // Exit codes: 0 every must-hold property held, 1 one failed, 2 usage or environment error.
 #include "harness/bench.h"
 #include "harness/campaign.h"
 #include "harness/cli_common.h"
+#include "harness/merge.h"
 #include "harness/shard.h"
 #include "harness/signals.h"
 #include "ops/torch/batch_invariant_mode.h"
@@ -337,6 +339,11 @@ int main(int argc, char **argv) {
   bench->add_option("--out", bo.out, "report folder (default: reports/<time>-bench-seed0)");
 
   ScanOptions so;
+  std::string merge_out;
+  std::vector<std::string> merge_shards;
+  auto *merge = app.add_subcommand("merge", "Combine the reports of a sharded campaign's shards (fuzz --shard) into one report");
+  merge->add_option("out", merge_out, "the merged report folder (must not exist or be empty)")->required();
+  merge->add_option("shards", merge_shards, "the shards' report folders")->required();
   auto *scan = app.add_subcommand("scan", "For one (N, K, dtype), list every M where an impl's rows differ from the smaller product");
   scan->add_option("--n", so.n, "N")->default_val(4096);
   scan->add_option("--k", so.k, "K")->default_val(4096);
@@ -357,6 +364,7 @@ int main(int argc, char **argv) {
     fo.sel.properties = split_list(props);
     fo.sel.dtypes = split_list(dtypes);
     if (*fuzz) return run_fuzz(fo, argv[0], command_line);
+    if (*merge) return merge_reports(merge_out, {merge_shards.begin(), merge_shards.end()}, command_line);
     if (*replay) return run_replay(ro, argv[0]);
     if (*bench) return run_bench_command(bo, command_line);
     if (*scan) return run_scan_command(so, command_line);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sharding: 4 shards, run as local processes (one through each way of naming the shard), take
-# disjoint sets of targets and corpus records whose union is the unsharded campaign's; a bad
-# shard is a one-line error, exit 2.
+# disjoint sets of targets and corpus records whose union is the unsharded campaign's; `merge`
+# makes one report that is the union of the four; a bad shard is a one-line error, exit 2.
 set -u
 bin=$1
 work=$(mktemp -d)
@@ -45,6 +45,30 @@ assert seen == full, (len(seen), len(full))
 assert rows == corpus_rows("all") and rows, (len(rows), len(corpus_rows("all")))
 assert full_summary["shard"]["count"] == 1
 PY
+
+# detfuzz merge: the merged report is the union of the four (cases, failures, counts).
+"$bin" merge "$work/merged" "$work/s0" "$work/s1" "$work/s2" "$work/s3" >/dev/null 2>"$work/err"
+merge_rc=$?
+[ "$merge_rc" -le 1 ] && ok || { bad "merge exit $merge_rc"; cat "$work/err"; }
+python3 - "$work" "$merge_rc" <<'PY' && ok || bad "the merged report is not the union of the shards"
+import csv, json, sys
+w, rc = sys.argv[1], int(sys.argv[2])
+def rows(d, f, drop=("case", "us")):
+    return sorted(tuple((k, v) for k, v in r.items() if k not in drop) for r in csv.DictReader(open(f"{w}/{d}/{f}")))
+shards = [f"s{i}" for i in range(4)]
+m = json.load(open(f"{w}/merged/summary.json"))
+assert rows("merged", "cases.csv") == sorted(sum((rows(d, "cases.csv") for d in shards), []))
+assert rows("merged", "failures.csv") == sorted(sum((rows(d, "failures.csv") for d in shards), []))
+assert [r["case"] for r in csv.DictReader(open(f"{w}/merged/cases.csv"))] == [str(i) for i in range(m["results"]["cases"] + m["results"]["corpus"]["replayed"])]
+ss = [json.load(open(f"{w}/{d}/summary.json")) for d in shards]
+assert m["results"]["cases"] == sum(s["results"]["cases"] for s in ss)
+assert m["results"]["corpus"]["replayed"] == sum(s["results"]["corpus"]["replayed"] for s in ss)
+assert len(m["results"]["targets"]) == sum(len(s["results"]["targets"]) for s in ss)
+assert [s["shard"]["index"] for s in m["shards"]] == [0, 1, 2, 3]
+assert m["exit_code"] == rc == max(s["exit_code"] for s in ss)
+PY
+"$bin" merge "$work/merged2" "$work/s0" "$work/nothing" >/dev/null 2>"$work/err"; [ $? -eq 2 ] && ok || bad "merge of a missing shard should exit 2"
+[ -e "$work/merged2" ] && bad "a failed merge left its output" || ok
 
 "$bin" "${common[@]}" --shard 4/4 --out "$work/bad" >/dev/null 2>"$work/err"; [ $? -eq 2 ] && ok || bad "--shard 4/4 should exit 2"
 [ "$(wc -l <"$work/err")" -eq 1 ] && grep -q "shard '4/4'" "$work/err" && ok || { bad "--shard 4/4 error"; cat "$work/err"; }
