@@ -1,5 +1,6 @@
 #include "harness/campaign.h"
 
+#include "harness/signals.h"
 #include "properties/properties.h"
 
 #include <rapidcheck.h>
@@ -75,10 +76,13 @@ bool selected(const CampaignConfig &cfg, const CaseSpec &c) {
 
 void replay_corpus(const CampaignConfig &cfg, ReportWriter &report, CampaignResult &result, std::ostream &log, int64_t &index) {
   int64_t files = 0;
+  size_t record_number = 0;
   for (const auto &root : cfg.corpora) {
     for (const auto &file : record_files(root)) {
       ++files;
       for (const Record &rec : read_records(file)) {
+        if (interrupt_signal() != 0) return;
+        if (!cfg.shard.takes(record_number++)) continue;  // another shard's record
         if (!selected(cfg, rec.spec) || !backend_available(rec.spec.backend)) {
           ++result.corpus_skipped;
           continue;
@@ -178,7 +182,8 @@ class Round {
 
  private:
   void shrink_step(const CaseSpec &c) {
-    if (Clock::now() > shrink_deadline_) return;  // out of shrink time: accept no further shrinks
+    // Out of shrink time, or interrupted: accept no further shrinks.
+    if (Clock::now() > shrink_deadline_ || interrupt_signal() != 0) return;
     ++stats_.shrink_steps;
     const Verdict v = check_guarded(c);
     if (v.passed()) return;
@@ -289,17 +294,23 @@ CampaignResult run_campaign(const CampaignConfig &cfg, ReportWriter &report, std
   int64_t index = 0;
   replay_corpus(cfg, report, result, log, index);
 
-  for (const auto &t : cfg.targets) result.targets.push_back({t});
+  // A target keeps its index in the full list (in its rounds' seeds) whichever shard runs it.
+  std::vector<size_t> global_index;
+  for (size_t k = 0; k < cfg.targets.size(); ++k)
+    if (cfg.shard.takes(k)) {
+      result.targets.push_back({cfg.targets[k]});
+      global_index.push_back(k);
+    }
   Progress progress(log, cfg.progress, cfg.budget_s);
   bool stop = false;
   const std::function<bool()> out_of_budget = [&] {
-    return stop || (cfg.budget_s > 0 && seconds_since(start) >= cfg.budget_s) || (cfg.max_cases > 0 && result.cases >= cfg.max_cases);
+    return stop || interrupt_signal() != 0 || (cfg.budget_s > 0 && seconds_since(start) >= cfg.budget_s) || (cfg.max_cases > 0 && result.cases >= cfg.max_cases);
   };
   for (uint64_t round = 0; !result.targets.empty() && !out_of_budget(); ++round) {
     for (size_t k = 0; k < result.targets.size() && !out_of_budget(); ++k) {
       TargetStats &stats = result.targets[k];
       Round r(cfg, stats, report, result, index, out_of_budget);
-      if (r.run(mix(mix(cfg.seed, k), round))) {
+      if (r.run(mix(mix(cfg.seed, global_index[k]), round))) {
         const bool must = stats.target.expectation == Expectation::must_hold;
         log << (must ? "FAILURE (must-hold) " : "failure (observed) ") << stats.target.name() << ", shrunk in " << stats.shrink_steps
             << " steps to: " << stats.minimal.spec.describe() << "\n  " << stats.minimal.detail << "\n  repro: "
@@ -310,6 +321,7 @@ CampaignResult run_campaign(const CampaignConfig &cfg, ReportWriter &report, std
     }
   }
   result.elapsed_s = seconds_since(start);
+  result.interrupted_by = interrupt_signal();
   progress.tick(result, start, true);
   return result;
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "harness/report.h"
+#include "harness/shard.h"
 #include "properties/generators.h"
 
 #include <filesystem>
@@ -28,6 +29,7 @@ struct CampaignConfig {
   bool progress = true;
   bool stop_on_failure = false;  // end the campaign once a failure has been found (and shrunk)
   bool batch_invariant_mode = false;  // corpus records of impl `torch` are then must-hold
+  Shard shard;  // this campaign's share of the targets and corpus records (harness/shard.h)
 };
 
 struct TargetStats {
@@ -47,6 +49,7 @@ struct CampaignResult {
   int64_t corpus_replayed = 0, corpus_skipped = 0, corpus_must_hold_failures = 0, corpus_observed_failures = 0;
   int64_t cases = 0;
   double elapsed_s = 0;
+  int interrupted_by = 0;  // SIGINT or SIGTERM when the campaign stopped early on one, else 0
   bool must_hold_failed() const;
   nlohmann::json to_json() const;
 };

@@ -3,6 +3,7 @@
 //   detfuzz replay   re-run saved records (failures.csv, corpora/, or one --case line)
 //   detfuzz list     ops, impls (with expectations), properties
 //   detfuzz bench    CUDA kernels vs cuBLAS / torch: bench.csv of medians and speedups
+//   detfuzz merge    combine the reports of a sharded campaign's shards into one
 //   detfuzz scan     every M where a baseline's rows change bits: scan.csv
 //   detfuzz gate     CI's verdict over report folders: must-hold failures, speed against a stored bench.csv
 //   detfuzz report   one self-contained HTML file of report folders (reports/html_report.py)
@@ -14,6 +15,9 @@
 #include "harness/gate.h"
 #include "harness/html_report.h"
 #include "harness/junit.h"
+#include "harness/merge.h"
+#include "harness/shard.h"
+#include "harness/signals.h"
 #include "harness/target_table.h"
 #include "ops/torch/batch_invariant_mode.h"
 #include "properties/properties.h"
@@ -57,7 +61,7 @@ struct FuzzOptions {
   Selection sel;
   std::string mode = "native";
   std::vector<std::string> libraries, specs;
-  std::string seed, budget = "60s", shrink_budget = "30s", out, junit;
+  std::string seed, budget = "60s", shrink_budget = "30s", out, junit, shard;
   int64_t cases = 0;
   int cpu_threads = -1;  // harness/cpu_threads.h
   std::vector<std::string> corpora;
@@ -80,6 +84,7 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
   cfg.program = program;
   cfg.progress = !o.quiet;
   cfg.stop_on_failure = o.stop_on_failure;
+  cfg.shard = resolve_shard(o.shard);
   if (!o.no_corpus) {
     if (o.corpora.empty()) {
       const fs::path dflt = fs::path(DETFUZZ_SOURCE_DIR) / "corpora";
@@ -92,13 +97,17 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
   if (!o.junit.empty()) check_junit_path(o.junit);
   apply_cpu_threads(o.cpu_threads, backend == Backend::cpu);
   ReportWriter report(out);
+  install_interrupt_handlers();  // from here on, SIGINT/SIGTERM end the campaign with a finished report
 
   std::cout << "Using configuration: seed=" << cfg.seed << " backend=" << to_string(backend) << " budget=" << cfg.budget_s << "s"
-            << (cfg.max_cases ? " cases=" + std::to_string(cfg.max_cases) : "") << " targets=" << cfg.targets.size() << std::endl;
+            << (cfg.max_cases ? " cases=" + std::to_string(cfg.max_cases) : "") << " targets=" << cfg.targets.size()
+            << (cfg.shard.count > 1 ? " shard=" + std::to_string(cfg.shard.index) + "/" + std::to_string(cfg.shard.count) : "") << std::endl;
   const std::string started = utc_now();
   apply_mode(cfg.batch_invariant_mode);
   const CampaignResult result = run_campaign(cfg, report, std::cout);
-  const int exit_code = result.must_hold_failed() ? kExitMustHoldFailed : kExitOk;
+  // Interrupted: the report is still finished (summary.json says so); the exit code is the shell's 128 + signal.
+  const int exit_code = result.interrupted_by != 0 ? 128 + result.interrupted_by
+                        : result.must_hold_failed() ? kExitMustHoldFailed : kExitOk;
 
   nlohmann::json summary = tool_summary(command_line, started);
   summary.update({{"seed", cfg.seed},
@@ -106,6 +115,8 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
                             {"budget", {{"seconds", cfg.budget_s}, {"cases", cfg.max_cases}}},
                             {"selection", selection_json(o.sel)},
                             {"results", result.to_json()},
+                            {"shard", {{"index", cfg.shard.index}, {"count", cfg.shard.count}, {"source", cfg.shard.source}}},
+                            {"interrupted", result.interrupted_by != 0},
                             {"exit_code", exit_code}});
   report.finish(summary);
   if (!o.junit.empty())
@@ -114,7 +125,9 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
   print_target_table(result, std::cout);
   std::cout << "\n" << result.cases << " cases in " << std::fixed << std::setprecision(1) << result.elapsed_s << "s; report: " << report.path().string()
             << "\n"
-            << (exit_code == kExitOk ? "every must-hold property held" : "MUST-HOLD PROPERTY FAILED") << std::endl;
+            << (result.interrupted_by != 0 ? "INTERRUPTED by signal " + std::to_string(result.interrupted_by) + "; "
+                                           : std::string())
+            << (!result.must_hold_failed() ? "every must-hold property held" : "MUST-HOLD PROPERTY FAILED") << std::endl;
   return exit_code;
 }
 
@@ -303,6 +316,8 @@ int main(int argc, char **argv) {
   fuzz->add_option("--cpu-threads", fo.cpu_threads, "ATen threads: default 1 on the CPU backend (many small cases), libtorch's own on CUDA; 0 libtorch's")
       ->check(CLI::Range(0, 1024));
   fuzz->add_option("--junit", fo.junit, "also write JUnit XML here: a testcase per target, failures with their shrunk record and repro");
+  fuzz->add_option("--shard", fo.shard, "i/n: run shard i of n (targets and corpus records k with k mod n = i); default from "
+                                        "DETFUZZ_SHARD, JOB_COMPLETION_INDEX+DETFUZZ_SHARD_COUNT or SLURM_ARRAY_TASK_*");
   fuzz->add_flag("--stop-on-failure", fo.stop_on_failure, "end the campaign at the first failure, once it is shrunk");
   fuzz->add_option("--mode", fo.mode, "native, or batch-invariant: our kernels behind libtorch's dispatcher (impl torch then must hold)")
       ->default_val("native");
@@ -333,6 +348,11 @@ int main(int argc, char **argv) {
   bench->add_option("--out", bo.out, "report folder (default: reports/<time>-bench-seed0)");
 
   ScanOptions so;
+  std::string merge_out;
+  std::vector<std::string> merge_shards;
+  auto *merge = app.add_subcommand("merge", "Combine the reports of a sharded campaign's shards (fuzz --shard) into one report");
+  merge->add_option("out", merge_out, "the merged report folder (must not exist or be empty)")->required();
+  merge->add_option("shards", merge_shards, "the shards' report folders")->required();
   auto *scan = app.add_subcommand("scan", "For one (N, K, dtype), list every M where an impl's rows differ from the smaller product");
   scan->add_option("--n", so.n, "N")->default_val(4096);
   scan->add_option("--k", so.k, "K")->default_val(4096);
@@ -366,6 +386,7 @@ int main(int argc, char **argv) {
     fo.sel.properties = split_list(props);
     fo.sel.dtypes = split_list(dtypes);
     if (*fuzz) return run_fuzz(fo, argv[0], command_line);
+    if (*merge) return merge_reports(merge_out, {merge_shards.begin(), merge_shards.end()}, command_line);
     if (*replay) return run_replay(ro, argv[0]);
     if (*bench) return run_bench_command(bo, command_line);
     if (*scan) return run_scan_command(so, command_line);
