@@ -1,6 +1,7 @@
 #include "properties/graph/graph_properties.h"
 
 #include "ops/graph/prefill_runner.h"
+#include "properties/attention/attention_properties.h"
 #include "properties/data.h"
 
 #include <algorithm>
@@ -13,11 +14,6 @@ namespace {
 
 using graph::Bucket;
 using graph::SequenceInput;
-
-const std::vector<std::string> &graph_impls_all() {
-  static const std::vector<std::string> v = {"eager", "graph", "eager-registry", "eager-no-copy", "mutant-left-aligned"};
-  return v;
-}
 
 bool is_runner_impl(const std::string &impl) { return impl == "graph" || impl == "mutant-left-aligned"; }
 
@@ -36,12 +32,6 @@ std::vector<int64_t> parse_list(const CaseSpec &c, const std::string &key, const
     }
   }
   return out;
-}
-
-std::string join(const std::vector<int64_t> &v) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "." : "") + std::to_string(v[i]);
-  return s;
 }
 
 struct GraphCase {
@@ -333,8 +323,8 @@ bool graph_property_applies(const std::string &impl, const std::string &property
 
 Verdict check_graph_case(const CaseSpec &c) {
   const GraphCase g = parse(c);
-  if (std::find(graph_impls_all().begin(), graph_impls_all().end(), c.impl) == graph_impls_all().end())
-    throw std::invalid_argument("prefill_graph case: unknown impl '" + c.impl + "'");
+  if (!find_impl("prefill_graph", c.impl, c.backend))
+    throw std::invalid_argument("prefill_graph case: unknown impl '" + c.impl + "' on backend " + to_string(c.backend));
   const auto props = graph_properties();
   if (std::find(props.begin(), props.end(), c.property) == props.end())
     throw std::invalid_argument("prefill_graph case: unknown property '" + c.property + "'");
@@ -395,11 +385,11 @@ rc::Gen<CaseSpec> gen_graph_case(const std::string &impl, const std::string &pro
       cached.push_back(d.kind == 2 ? 0 : d.cached);
       fresh.push_back(d.kind == 0 ? 1 : d.fresh);
     }
-    c.params["cached"] = join(cached);
-    c.params["new"] = join(fresh);
+    c.params["cached"] = attention_case::join(cached);
+    c.params["new"] = attention_case::join(fresh);
     c.params["page"] = std::to_string(page);
     c.params["bs"] = "1.2.4.8";
-    c.params["len"] = join(lens);
+    c.params["len"] = attention_case::join(lens);
     if (property == "seq_alone_vs_batched")
       c.params["target"] = std::to_string(*rc::gen::inRange<int64_t>(0, static_cast<int64_t>(draws.size())));
     c.seed = *rc::gen::inRange<uint64_t>(0, uint64_t{1} << 32);
