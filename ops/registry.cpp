@@ -48,6 +48,7 @@ const ImplInfo *find_impl(const std::string &op, const std::string &impl, Backen
 }
 
 std::vector<at::ScalarType> float_dtypes() { return {at::kFloat, at::kHalf, at::kBFloat16}; }
+std::vector<at::ScalarType> half_dtypes() { return {at::kHalf, at::kBFloat16}; }
 std::vector<at::ScalarType> float_and_int_dtypes() { return {at::kFloat, at::kHalf, at::kBFloat16, at::kInt, at::kLong}; }
 
 at::ScalarType dtype_from_string(const std::string &s) {

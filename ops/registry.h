@@ -49,6 +49,7 @@ std::vector<ImplInfo> cublas_impls();          // ops/baseline/cublas
 
 // Shorthands for the dtype lists impls declare.
 std::vector<at::ScalarType> float_dtypes();            // float32, float16, bfloat16
+std::vector<at::ScalarType> half_dtypes();             // float16, bfloat16
 std::vector<at::ScalarType> float_and_int_dtypes();    // the above plus int32, int64 (mean)
 at::ScalarType dtype_from_string(const std::string &s);  // throws std::invalid_argument
 std::string dtype_name(at::ScalarType t);                // "float32", "bfloat16", ...

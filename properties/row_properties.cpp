@@ -13,6 +13,8 @@
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+
+#include "ops/cuda/cuda_ops.h"
 #endif
 
 namespace detfuzz {
@@ -212,6 +214,17 @@ Verdict variant_agree(const CaseSpec &c, const ImplInfo &impl) {
     }
     stream_wait(main, side);
     v = Verdict::from_diff(a, captured, "CUDA-graph replay vs eager");
+  }
+  // Every matmul kernel path that may be chosen for some M (persistent or split on Hopper) gives
+  // the automatic choice's bits on the same inputs.
+  const bool matmul = c.op == "mm" || c.op == "addmm" || c.op == "bmm";
+  if (v.passed() && matmul && impl.impl == "invariant" && c.backend == Backend::cuda && a.numel() > 0) {
+    for (const auto path : cuda_ops::equivalent_matmul_paths(a.device().index())) {
+      if (!v.passed()) break;
+      cuda_ops::ScopedMatmulPath forced(path);
+      v = Verdict::from_diff(a, run_impl(impl, laid_out),
+                             std::string("automatic path vs ") + cuda_kernels::gemm_path_name(path));
+    }
   }
 #endif
   return v;

@@ -10,12 +10,28 @@ std::vector<ImplInfo> cuda_invariant_impls() {
   const auto e = Expectation::must_hold;
   return {
       {"invariant", "mm", b, float_dtypes(), e,
-       "persistent matmul, one CTA per SM, fixed 128x128 tiles and K order (mma.sync for 16-bit, FMA for fp32)",
+       "16-bit: Hopper TMA+wgmma, 128x128 tiles, fixed K chunks (persistent or cluster split, same bits); fp32: FMA",
        [](const OpArgs &x) { return cuda_ops::mm(x.tensors.at(0), x.tensors.at(1)); }},
       {"invariant", "addmm", b, float_dtypes(), e, "persistent matmul with alpha/beta and the bias fused in the epilogue",
        [](const OpArgs &x) { return cuda_ops::addmm(x.tensors.at(0), x.tensors.at(1), x.tensors.at(2), x.beta, x.alpha); }},
       {"invariant", "bmm", b, float_dtypes(), e, "persistent matmul, batch folded into the tile space (one launch)",
        [](const OpArgs &x) { return cuda_ops::bmm(x.tensors.at(0), x.tensors.at(1)); }},
+      // The mma.sync kernel that other GPUs run, forced on this one: invariant on its own bits.
+      {"invariant-mma-sync", "mm", b, half_dtypes(), e, "the sm_80 mma.sync persistent matmul (no K chunks), forced",
+       [](const OpArgs &x) {
+         cuda_ops::ScopedMatmulPath path(cuda_kernels::GemmPath::mma_sync);
+         return cuda_ops::mm(x.tensors.at(0), x.tensors.at(1));
+       }},
+      {"invariant-mma-sync", "addmm", b, half_dtypes(), e, "the sm_80 mma.sync matmul with the bias fused, forced",
+       [](const OpArgs &x) {
+         cuda_ops::ScopedMatmulPath path(cuda_kernels::GemmPath::mma_sync);
+         return cuda_ops::addmm(x.tensors.at(0), x.tensors.at(1), x.tensors.at(2), x.beta, x.alpha);
+       }},
+      {"invariant-mma-sync", "bmm", b, half_dtypes(), e, "the sm_80 mma.sync matmul over a batch, forced",
+       [](const OpArgs &x) {
+         cuda_ops::ScopedMatmulPath path(cuda_kernels::GemmPath::mma_sync);
+         return cuda_ops::bmm(x.tensors.at(0), x.tensors.at(1));
+       }},
       {"invariant", "log_softmax", b, float_dtypes(), e,
        "three-pass row log_softmax, reduction order fixed by the row length",
        [](const OpArgs &x) { return cuda_ops::log_softmax(x.tensors.at(0), x.dim, x.half_to_float); }},

@@ -1,0 +1,384 @@
+// Batch-invariant matmul for bfloat16 and float16 on Hopper (sm_90a): TMA loads, wgmma, a
+// producer warpgroup and two consumer warpgroups, and the fixed K chunks of k_chunks(K).
+//
+// Design. An output tile is 128 x 128. Each K step of 64 is one pipeline stage: the producer
+// warpgroup (one thread) waits for the stage to be free, then TMA loads A's 128 x 64 box and B's
+// 64 x 128 (one box of 128 N rows when B is a transposed [N, K] weight, two boxes of 64 N columns
+// when B is [K, N]) into 128-byte-swizzled shared memory, 6 stages deep; out-of-range rows,
+// columns and K are zero-filled by TMA. Each consumer warpgroup owns 64 rows of the tile and issues
+// four wgmma.m64n128k16 per stage (A and B from shared memory; B K-major or N-major), keeping one
+// stage's MMAs in flight while it releases the previous stage.
+//
+// Arithmetic of one output element (the invariance argument). K is cut into the chunks of
+// k_chunks(K), a function of K alone. The partial p_c of chunk c is the chain of wgmma k16 steps
+// over the chunk in increasing K order, starting from zero (the first MMA of a chunk ignores the
+// accumulator). The result is total = p_0, then total = total + p_c for c = 1, 2, ... in order
+// (float32 adds), then alpha * total (+ beta * bias), rounded once. Two paths compute exactly this:
+//  - persistent: a grid of at most one CTA per SM walks the tiles (gemm_common's grouped order);
+//    a CTA computes every chunk of its tile, keeping the running total in registers beside the
+//    chunk accumulator;
+//  - split: a cluster of k_chunks(K).count CTAs per tile, CTA c computing p_c; the partials meet in
+//    distributed shared memory, where CTA r sums rows r, r + count, ... in chunk order.
+// Both run the same instruction (m64n128k16, f32 accumulation) on the same shared-memory layouts
+// over the same K ranges, and the same adds in the same order, so they give the same bits: the
+// launcher may pick either for any M (split when the tiles alone cannot fill the GPU). Nothing
+// depends on M, the batch, the grid or the B layout. variant_agree runs both paths on the same
+// inputs (tests force each one).
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/gemm.cuh"
+#include "ops/cuda/gemm_common.cuh"
+#include "ops/cuda/mma_sm80.cuh"
+#include "ops/cuda/ptx_sm90.cuh"
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+namespace detfuzz::cuda_kernels {
+namespace {
+
+constexpr int BM = 128, BN = 128, BK = 64, STAGES = 6, GROUP_M = 8;
+constexpr int CONSUMERS = 2;                      // warpgroups of 64 rows each
+constexpr int THREADS = 128 * (CONSUMERS + 1);    // warpgroup 0 produces
+constexpr int A_BYTES = BM * BK * 2;              // 16 KiB
+constexpr int B_BYTES = BK * BN * 2;              // 16 KiB
+constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
+constexpr int PART_LD = BN + 4;                   // floats per row of a split partial in shared memory
+constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + 2 * STAGES * 8;
+static_assert(BM * PART_LD * 4 <= STAGES * STAGE_BYTES, "the split partial reuses the stages");
+static_assert(kMinKChunk % BK == 0, "chunks are whole K steps");
+static_assert(GROUP_M > 0, "tile rows per group of the persistent order");
+
+using TcArgs = GemmArgs<uint16_t>;
+
+struct Sm90Args {
+  TcArgs g;
+  int64_t tiles_m, tiles_n, tiles;
+  int kblocks;        // ceil(K / BK)
+  int chunk_kblocks;  // k_chunks(K).size / BK
+  int chunks;         // k_chunks(K).count
+  int a_rank3, b_rank3;
+};
+
+// alpha * total (+ beta * bias), without contraction: both paths must round identically.
+template <typename T>
+__device__ __forceinline__ float finish(float total, const Sm90Args &p, const uint16_t *bias, int64_t gm, int64_t gn) {
+  float v = __fmul_rn(p.g.alpha, total);
+  if (bias) v = __fadd_rn(v, __fmul_rn(p.g.beta, to_f<T>(bias[gm * p.g.bsm + gn * p.g.bsn])));
+  return v;
+}
+
+template <typename T, bool B_KN, bool SPLIT>
+__global__ void __launch_bounds__(THREADS, 1)
+    gemm_sm90_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+                     const Sm90Args p) {
+#if DETFUZZ_SM90A
+  using namespace sm90;
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t stages = (raw + 1023) & ~1023u;  // 128-byte swizzle wants 1024-byte alignment
+  const uint32_t full_bar = stages + STAGES * STAGE_BYTES;
+  const uint32_t empty_bar = full_bar + STAGES * 8;
+  auto stage_a = [&](int s) { return stages + s * STAGE_BYTES; };
+  auto stage_b = [&](int s) { return stages + s * STAGE_BYTES + A_BYTES; };
+
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full_bar + 8 * s, 1);
+      mbar_init(empty_bar + 8 * s, CONSUMERS * 128);
+    }
+    fence_mbar_init();
+    prefetch_tensor_map(&tmap_a);
+    prefetch_tensor_map(&tmap_b);
+  }
+  __syncthreads();
+
+  // The work of this CTA: tiles [first, ...) stepping by `step`, and K blocks [kb_begin, kb_end).
+  const int my_chunk = SPLIT ? static_cast<int>(blockIdx.x % p.chunks) : 0;
+  const int64_t first = SPLIT ? blockIdx.x / p.chunks : blockIdx.x;
+  const int64_t step = SPLIT ? p.tiles : gridDim.x;  // split: one tile per CTA
+  const int kb_begin = SPLIT ? my_chunk * p.chunk_kblocks : 0;
+  const int kb_end = SPLIT ? min(p.kblocks, kb_begin + p.chunk_kblocks) : p.kblocks;
+
+  if (wg == 0) {
+    // Producer: one thread issues every TMA load.
+    release_registers<40>();
+    if (tid == 0) {
+      int it = 0;
+      for (int64_t tile = first; tile < p.tiles; tile += step) {
+        const TileCoord tc = persistent_tile<GROUP_M>(tile, p.tiles_m, p.tiles_n);
+        const int m0 = static_cast<int>(tc.pid_m * BM), n0 = static_cast<int>(tc.pid_n * BN);
+        const int b = static_cast<int>(tc.batch);
+        for (int kb = kb_begin; kb < kb_end; ++kb, ++it) {
+          const int s = it % STAGES;
+          mbar_wait(empty_bar + 8 * s, ((it / STAGES) & 1) ^ 1);
+          const uint32_t fb = full_bar + 8 * s;
+          mbar_expect_tx(fb, STAGE_BYTES);
+          const int k0 = kb * BK;
+          if (p.a_rank3) tma_load_3d(stage_a(s), &tmap_a, fb, k0, m0, b);
+          else tma_load_2d(stage_a(s), &tmap_a, fb, k0, m0);
+          if (B_KN) {
+            for (int half = 0; half < 2; ++half) {
+              const uint32_t dst = stage_b(s) + half * (B_BYTES / 2);
+              if (p.b_rank3) tma_load_3d(dst, &tmap_b, fb, n0 + 64 * half, k0, b);
+              else tma_load_2d(dst, &tmap_b, fb, n0 + 64 * half, k0);
+            }
+          } else {
+            if (p.b_rank3) tma_load_3d(stage_b(s), &tmap_b, fb, k0, n0, b);
+            else tma_load_2d(stage_b(s), &tmap_b, fb, k0, n0);
+          }
+        }
+      }
+    }
+  } else {
+    // Consumers.
+    claim_registers<232>();  // 128 x 40 + 256 x 232 <= 64K registers
+    const int cw = wg - 1;                       // rows [64 cw, 64 cw + 64) of the tile
+    const int t = tid % 128, warp = t / 32, lane = t % 32;
+    float acc[64], total[64];
+    int it = 0;
+    for (int64_t tile = first; tile < p.tiles; tile += step) {
+      const TileCoord tc = persistent_tile<GROUP_M>(tile, p.tiles_m, p.tiles_n);
+      const int64_t m0 = tc.pid_m * BM, n0 = tc.pid_n * BN;
+      const int valid_m = static_cast<int>(min(static_cast<int64_t>(BM), p.g.M - m0));
+      const bool active = cw * 64 < valid_m;  // warpgroup-uniform: rows past M never enter a result
+
+      for (int cb = kb_begin; cb < kb_end; cb += p.chunk_kblocks) {
+        const int ce = min(kb_end, cb + p.chunk_kblocks);
+        int prev = -1;
+        for (int kb = cb; kb < ce; ++kb, ++it) {
+          const int s = it % STAGES;
+          mbar_wait(full_bar + 8 * s, (it / STAGES) & 1);
+          if (active) {
+            wgmma_fence();
+            const uint32_t a0 = stage_a(s) + cw * (64 * 128);
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; ++kk) {
+              const uint64_t da = desc_k_major(a0 + kk * 32);
+              const uint64_t db = B_KN ? desc_mn_major(stage_b(s) + kk * 2048, B_BYTES / 2)
+                                       : desc_k_major(stage_b(s) + kk * 32);
+              wgmma_m64n128k16<T, B_KN ? 1 : 0>(acc, da, db, (kb > cb || kk > 0) ? 1 : 0);
+            }
+            wgmma_commit();
+            wgmma_wait<1>();  // the previous stage's MMAs are done: release it
+          }
+          if (prev >= 0) mbar_arrive(empty_bar + 8 * prev);
+          prev = s;
+        }
+        if (active) {
+          wgmma_wait<0>();
+          fence_registers(acc);
+        }
+        if (prev >= 0) mbar_arrive(empty_bar + 8 * prev);
+        if (active) {
+          if (cb == kb_begin) {
+#pragma unroll
+            for (int i = 0; i < 64; ++i) total[i] = acc[i];
+          } else {
+#pragma unroll
+            for (int i = 0; i < 64; ++i) total[i] = __fadd_rn(total[i], acc[i]);
+          }
+        }
+      }
+
+      // Split: both consumer warpgroups are done reading the stages before either overwrites
+      // them with its partial (the producer has nothing left to load).
+      if (SPLIT) asm volatile("bar.sync 1, %0;" ::"n"(CONSUMERS * 128) : "memory");
+      if (!active) continue;
+      const int row_base = cw * 64 + warp * 16 + lane / 4;
+      if (SPLIT) {
+        // Leave the partial in this CTA's shared memory.
+        float *part = reinterpret_cast<float *>(smem_raw + (stages - raw));
+#pragma unroll
+        for (int j = 0; j < 16; ++j)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = row_base + 8 * h;
+            if (r < valid_m) {
+              const int c = 8 * j + 2 * (lane % 4);
+              part[r * PART_LD + c] = total[4 * j + 2 * h];
+              part[r * PART_LD + c + 1] = total[4 * j + 2 * h + 1];
+            }
+          }
+      } else {
+        uint16_t *C = p.g.c + tc.batch * p.g.sc;
+        const uint16_t *bias = p.g.bias ? p.g.bias + tc.batch * p.g.sbias : nullptr;
+        const bool vec2 = ((p.g.ldc & 1) == 0) && ((reinterpret_cast<uintptr_t>(C) & 3) == 0);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = row_base + 8 * h;
+          if (r >= valid_m) continue;
+          const int64_t gm = m0 + r;
+#pragma unroll
+          for (int j = 0; j < 16; ++j) {
+            const int64_t gn = n0 + 8 * j + 2 * (lane % 4);
+            if (gn >= p.g.N) continue;
+            uint16_t *dst = C + gm * p.g.ldc + gn;
+            const uint16_t v0 = from_f<T>(finish<T>(total[4 * j + 2 * h], p, bias, gm, gn));
+            if (gn + 1 < p.g.N) {
+              const uint16_t v1 = from_f<T>(finish<T>(total[4 * j + 2 * h + 1], p, bias, gm, gn + 1));
+              if (vec2) {
+                *reinterpret_cast<uint32_t *>(dst) = static_cast<uint32_t>(v0) | (static_cast<uint32_t>(v1) << 16);
+              } else {
+                dst[0] = v0;
+                dst[1] = v1;
+              }
+            } else {
+              dst[0] = v0;
+            }
+          }
+        }
+      }
+    }
+  }
+
+  if constexpr (SPLIT) {
+    // Every partial of the tile is in its CTA's shared memory: CTA r sums rows r, r + chunks, ...
+    // reading the partials in chunk order 0, 1, ..., chunks - 1.
+    __syncwarp();
+    cluster_sync();
+    const int64_t tile = first;
+    const TileCoord tc = persistent_tile<GROUP_M>(tile, p.tiles_m, p.tiles_n);
+    const int64_t m0 = tc.pid_m * BM, n0 = tc.pid_n * BN;
+    const int valid_m = static_cast<int>(min(static_cast<int64_t>(BM), p.g.M - m0));
+    const int valid_n = static_cast<int>(min(static_cast<int64_t>(BN), p.g.N - n0));
+    const int my_rows = valid_m > my_chunk ? (valid_m - my_chunk + p.chunks - 1) / p.chunks : 0;
+    uint16_t *C = p.g.c + tc.batch * p.g.sc;
+    const uint16_t *bias = p.g.bias ? p.g.bias + tc.batch * p.g.sbias : nullptr;
+    for (int idx = tid; idx < my_rows * BN; idx += THREADS) {
+      const int r = my_chunk + (idx / BN) * p.chunks, c = idx % BN;
+      if (c >= valid_n) continue;
+      const uint32_t at = stages + static_cast<uint32_t>(r * PART_LD + c) * 4;
+      float sum = ld_dsmem(map_dsmem(at, 0));
+      for (int q = 1; q < p.chunks; ++q) sum = __fadd_rn(sum, ld_dsmem(map_dsmem(at, q)));
+      const int64_t gm = m0 + r, gn = n0 + c;
+      C[gm * p.g.ldc + gn] = from_f<T>(finish<T>(sum, p, bias, gm, gn));
+    }
+    cluster_sync();  // no CTA leaves while another still reads its shared memory
+  }
+#endif
+}
+
+// cuTensorMapEncodeTiled from the driver, found once through the runtime (no -lcuda).
+PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void *f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    DETFUZZ_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q));
+    if (q != cudaDriverEntryPointSuccess || !f)
+      throw std::runtime_error("gemm_sm90: the driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// A 128-byte-swizzled tiled map over a 16-bit [batch][rows][cols] tensor (rank 2 when the batch
+// stride is 0), boxes of box_cols x box_rows.
+CUtensorMap make_map(const void *base, int64_t cols, int64_t rows, int64_t ld, int64_t batch, int64_t batch_stride,
+                     int box_cols, int box_rows, int *rank3) {
+  CUtensorMap map;
+  const bool r3 = batch > 1 && batch_stride != 0;
+  *rank3 = r3 ? 1 : 0;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(batch)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(ld) * 2, static_cast<cuuint64_t>(batch_stride) * 2};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows), 1};
+  const cuuint32_t elem[3] = {1, 1, 1};
+  const CUresult r = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, r3 ? 3 : 2, const_cast<void *>(base), dims,
+                                    strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw std::runtime_error("gemm_sm90: cuTensorMapEncodeTiled failed (CUresult " + std::to_string(static_cast<int>(r)) +
+                             ") for a " + std::to_string(rows) + " x " + std::to_string(cols) + " operand, ld " +
+                             std::to_string(ld));
+  return map;
+}
+
+template <typename T, bool B_KN, bool SPLIT>
+void launch_one(const CUtensorMap &ma, const CUtensorMap &mb, const Sm90Args &args, int grid, cudaStream_t stream) {
+  auto kernel = gemm_sm90_kernel<T, B_KN, SPLIT>;
+  static std::atomic<uint64_t> opted_in{0};  // the shared-memory opt-in, once per device
+  int dev = 0;
+  DETFUZZ_CUDA_CHECK(cudaGetDevice(&dev));
+  const uint64_t bit = dev < 64 ? (uint64_t(1) << dev) : 0;
+  if (!bit || !(opted_in.load() & bit)) {
+    DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
+    opted_in.fetch_or(bit);
+  }
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(THREADS);
+  cfg.dynamicSmemBytes = SMEM_BYTES;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  if (SPLIT) {
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = static_cast<unsigned>(args.chunks);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  DETFUZZ_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, ma, mb, args));
+  DETFUZZ_LAUNCH_CHECK();
+}
+
+template <typename T>
+void dispatch(const CUtensorMap &ma, const CUtensorMap &mb, const Sm90Args &args, bool b_kn, bool split, int grid,
+              cudaStream_t stream) {
+  if (b_kn) {
+    if (split) launch_one<T, true, true>(ma, mb, args, grid, stream);
+    else launch_one<T, true, false>(ma, mb, args, grid, stream);
+  } else {
+    if (split) launch_one<T, false, true>(ma, mb, args, grid, stream);
+    else launch_one<T, false, false>(ma, mb, args, grid, stream);
+  }
+}
+
+}  // namespace
+
+bool gemm_sm90_split_preferred(int64_t tiles, int chunks, int sms) {
+  if (chunks <= 1) return false;
+  // Waves of whole-K tiles (persistent) against waves of chunk-sized work (split), in chunk units;
+  // the split pays a partial round trip through shared memory, counted as a quarter of a chunk.
+  const double persistent = static_cast<double>((tiles + sms - 1) / sms) * chunks;
+  const double split = static_cast<double>((tiles * chunks + sms - 1) / sms) + 0.25 * chunks;
+  return split < persistent;
+}
+
+void launch_gemm_sm90(const GemmParams &p, GemmPath path, cudaStream_t stream) {
+  if (p.K <= 0) throw std::invalid_argument("launch_gemm_sm90: K must be >= 1");
+  Sm90Args args{};
+  args.g = gemm_args<uint16_t>(p);
+  args.tiles_m = (p.M + BM - 1) / BM;
+  args.tiles_n = (p.N + BN - 1) / BN;
+  args.tiles = args.tiles_m * args.tiles_n * p.batch;
+  const KChunks kc = k_chunks(p.K);
+  args.kblocks = static_cast<int>((p.K + BK - 1) / BK);
+  args.chunk_kblocks = static_cast<int>(kc.size / BK);
+  args.chunks = kc.count;
+  if (args.tiles * args.chunks > INT32_MAX)
+    throw std::invalid_argument("launch_gemm_sm90: too many tiles (" + std::to_string(args.tiles) + ")");
+
+  const CUtensorMap ma = make_map(p.a, p.K, p.M, p.lda, p.batch, p.batch_stride_a, BK, BM, &args.a_rank3);
+  const CUtensorMap mb = p.b_kn ? make_map(p.b, p.N, p.K, p.ldb, p.batch, p.batch_stride_b, 64, BK, &args.b_rank3)
+                                : make_map(p.b, p.K, p.N, p.ldb, p.batch, p.batch_stride_b, BK, BN, &args.b_rank3);
+  const bool split = path == GemmPath::sm90_split ||
+                     (path == GemmPath::automatic && gemm_sm90_split_preferred(args.tiles, args.chunks, p.num_ctas));
+  const int grid = split ? static_cast<int>(args.tiles * args.chunks)
+                         : static_cast<int>(std::min<int64_t>(args.tiles, p.num_ctas));
+  if (p.dtype == DType::bf16) dispatch<__nv_bfloat16>(ma, mb, args, p.b_kn, split, grid, stream);
+  else if (p.dtype == DType::f16) dispatch<__half>(ma, mb, args, p.b_kn, split, grid, stream);
+  else throw std::invalid_argument("launch_gemm_sm90: dtype must be f16 or bf16");
+}
+
+}  // namespace detfuzz::cuda_kernels
