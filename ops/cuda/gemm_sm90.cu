@@ -63,7 +63,7 @@ struct Sm90Args {
   TcArgs g;
   int64_t tiles_m, tiles_n, tiles;
   int kblocks;        // ceil(K / BK)
-  int chunk_kblocks;  // k_chunks(K).size / BK
+  int chunk_kblocks;  // K steps per chunk: ceil(k_chunks(K).size / BK)
   int chunks;         // k_chunks(K).count
   int a_rank3, b_rank3;
 };
@@ -364,7 +364,7 @@ void launch_gemm_sm90(const GemmParams &p, GemmPath path, cudaStream_t stream) {
   args.tiles = args.tiles_m * args.tiles_n * p.batch;
   const KChunks kc = k_chunks(p.K);
   args.kblocks = static_cast<int>((p.K + BK - 1) / BK);
-  args.chunk_kblocks = static_cast<int>(kc.size / BK);
+  args.chunk_kblocks = static_cast<int>((kc.size + BK - 1) / BK);  // one chunk of K <= 512 may end mid-step
   args.chunks = kc.count;
   if (args.tiles * args.chunks > INT32_MAX)
     throw std::invalid_argument("launch_gemm_sm90: too many tiles (" + std::to_string(args.tiles) + ")");
