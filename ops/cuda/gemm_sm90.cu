@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   auto stage_b = [&](int s) { return stages + s * STAGE_BYTES + A_BYTES; };
 
   const int tid = threadIdx.x;
-  const int wg = tid / 128;
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform to the compiler
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full_bar + 8 * s, 1);
@@ -151,7 +151,7 @@ __global__ void __launch_bounds__(THREADS, 1)
       const TileCoord tc = persistent_tile<GROUP_M>(tile, p.tiles_m, p.tiles_n);
       const int64_t m0 = tc.pid_m * BM, n0 = tc.pid_n * BN;
       const int valid_m = static_cast<int>(min(static_cast<int64_t>(BM), p.g.M - m0));
-      const bool active = cw * 64 < valid_m;  // warpgroup-uniform: rows past M never enter a result
+      const bool active = cw * 64 < valid_m;  // whether any of this warpgroup's rows is stored
 
       for (int cb = kb_begin; cb < kb_end; cb += p.chunk_kblocks) {
         const int ce = min(kb_end, cb + p.chunk_kblocks);
@@ -159,35 +159,31 @@ __global__ void __launch_bounds__(THREADS, 1)
         for (int kb = cb; kb < ce; ++kb, ++it) {
           const int s = it % STAGES;
           mbar_wait(full_bar + 8 * s, (it / STAGES) & 1);
-          if (active) {
-            wgmma_fence();
-            const uint32_t a0 = stage_a(s) + cw * (64 * 128);
+          // A warpgroup whose rows all lie past M still runs its MMAs (on TMA's zero rows, never
+          // stored): a branch around wgmma would make ptxas serialize every wgmma of the kernel.
+          wgmma_fence();
+          const uint32_t a0 = stage_a(s) + cw * (64 * 128);
 #pragma unroll
-            for (int kk = 0; kk < BK / 16; ++kk) {
-              const uint64_t da = desc_k_major(a0 + kk * 32);
-              const uint64_t db = B_KN ? desc_mn_major(stage_b(s) + kk * 2048, B_BYTES / 2)
-                                       : desc_k_major(stage_b(s) + kk * 32);
-              wgmma_m64n128k16<T, B_KN ? 1 : 0>(acc, da, db, (kb > cb || kk > 0) ? 1 : 0);
-            }
-            wgmma_commit();
-            wgmma_wait<1>();  // the previous stage's MMAs are done: release it
+          for (int kk = 0; kk < BK / 16; ++kk) {
+            const uint64_t da = desc_k_major(a0 + kk * 32);
+            const uint64_t db = B_KN ? desc_mn_major(stage_b(s) + kk * 2048, B_BYTES / 2)
+                                     : desc_k_major(stage_b(s) + kk * 32);
+            wgmma_m64n128k16<T, B_KN ? 1 : 0>(acc, da, db, (kb > cb || kk > 0) ? 1 : 0);
           }
+          wgmma_commit();
+          wgmma_wait<1>();  // the previous stage's MMAs are done: release it
           if (prev >= 0) mbar_arrive(empty_bar + 8 * prev);
           prev = s;
         }
-        if (active) {
-          wgmma_wait<0>();
-          fence_registers(acc);
-        }
+        wgmma_wait<0>();
+        fence_registers(acc);
         if (prev >= 0) mbar_arrive(empty_bar + 8 * prev);
-        if (active) {
-          if (cb == kb_begin) {
+        if (cb == kb_begin) {
 #pragma unroll
-            for (int i = 0; i < 64; ++i) total[i] = acc[i];
-          } else {
+          for (int i = 0; i < 64; ++i) total[i] = acc[i];
+        } else {
 #pragma unroll
-            for (int i = 0; i < 64; ++i) total[i] = __fadd_rn(total[i], acc[i]);
-          }
+          for (int i = 0; i < 64; ++i) total[i] = __fadd_rn(total[i], acc[i]);
         }
       }
 
