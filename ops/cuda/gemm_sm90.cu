@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full_bar + 8 * s, 1);
-      mbar_init(empty_bar + 8 * s, CONSUMERS * 128);
+      mbar_init(empty_bar + 8 * s, CONSUMERS * 4);  // one arrival per consumer warp
     }
     fence_mbar_init();
     prefetch_tensor_map(&tmap_a);
@@ -172,12 +172,12 @@ __global__ void __launch_bounds__(THREADS, 1)
           }
           wgmma_commit();
           wgmma_wait<1>();  // the previous stage's MMAs are done: release it
-          if (prev >= 0) mbar_arrive(empty_bar + 8 * prev);
+          if (prev >= 0 && lane == 0) mbar_arrive(empty_bar + 8 * prev);
           prev = s;
         }
         wgmma_wait<0>();
         fence_registers(acc);
-        if (prev >= 0) mbar_arrive(empty_bar + 8 * prev);
+        if (prev >= 0 && lane == 0) mbar_arrive(empty_bar + 8 * prev);
         if (cb == kb_begin) {
 #pragma unroll
           for (int i = 0; i < 64; ++i) total[i] = acc[i];
