@@ -61,7 +61,8 @@ struct KChunks {
   int count;     // 1 .. kMaxKChunks
 };
 constexpr int kMaxKChunks = 8;           // a portable cluster size
-constexpr int64_t kMinKChunk = 512;      // below this a split costs more than it gains
+constexpr int64_t kMinKChunk = 1024;     // below this a split costs more than it gains (H100: a split
+                                         // CTA's fixed costs are about two chunks of 512)
 __host__ __device__ inline KChunks k_chunks(int64_t K) {
   if (K <= kMinKChunk) return {K > 0 ? K : 1, 1};
   int64_t count = (K + kMinKChunk - 1) / kMinKChunk;

@@ -344,10 +344,12 @@ void dispatch(const CUtensorMap &ma, const CUtensorMap &mb, const Sm90Args &args
 
 bool gemm_sm90_split_preferred(int64_t tiles, int chunks, int sms) {
   if (chunks <= 1) return false;
-  // Waves of whole-K tiles (persistent) against waves of chunk-sized work (split), in chunk units;
-  // the split pays a partial round trip through shared memory, counted as a quarter of a chunk.
-  const double persistent = static_cast<double>((tiles + sms - 1) / sms) * chunks;
-  const double split = static_cast<double>((tiles * chunks + sms - 1) / sms) + 0.25 * chunks;
+  // Waves of whole-K tiles (persistent) against waves of one-chunk CTAs (split), in chunk units.
+  // A split CTA costs about three chunks' time for one chunk of work (measured on an H100: its
+  // pipeline fills and drains once, and the partials cross distributed shared memory), so the
+  // split pays only where the tiles alone leave most SMs idle (decode and small M).
+  const int64_t persistent = (tiles + sms - 1) / sms * chunks;
+  const int64_t split = (tiles * chunks + sms - 1) / sms * 3;
   return split < persistent;
 }
 
@@ -360,7 +362,7 @@ void launch_gemm_sm90(const GemmParams &p, GemmPath path, cudaStream_t stream) {
   args.tiles = args.tiles_m * args.tiles_n * p.batch;
   const KChunks kc = k_chunks(p.K);
   args.kblocks = static_cast<int>((p.K + BK - 1) / BK);
-  args.chunk_kblocks = static_cast<int>((kc.size + BK - 1) / BK);  // one chunk of K <= 512 may end mid-step
+  args.chunk_kblocks = static_cast<int>((kc.size + BK - 1) / BK);  // a single chunk (K <= kMinKChunk) may end mid-step
   args.chunks = kc.count;
   if (args.tiles * args.chunks > INT32_MAX)
     throw std::invalid_argument("launch_gemm_sm90: too many tiles (" + std::to_string(args.tiles) + ")");

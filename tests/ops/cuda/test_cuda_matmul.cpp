@@ -218,7 +218,7 @@ TEST(CudaMatmul, HopperPathsAgreeBitwise) {
   namespace ck = cuda_kernels;
   uint64_t seed = 900;
   for (auto dt : {at::kBFloat16, at::kHalf})
-    for (int64_t K : {8, 64, 520, 1000, 1024, 4096, 4104, 9000})
+    for (int64_t K : {8, 64, 520, 1000, 1024, 2050, 4096, 4104, 9000})
       for (int64_t N : {8, 136, 264})
         for (int64_t M : {1, 65, 300}) {
           const at::Tensor a = rnd({M, K}, dt, seed++), b = rnd({K, N}, dt, seed++), w = rnd({N, K}, dt, seed++);
