@@ -2,8 +2,9 @@
 // producer warpgroup and two consumer warpgroups, and the fixed K chunks of k_chunks(K).
 //
 // Design. An output tile is 128 x 128. Each K step of 64 is one pipeline stage: the producer
-// warpgroup (one thread) waits for the stage to be free, then TMA loads A's 128 x 64 box and B's
-// 64 x 128 (one box of 128 N rows when B is a transposed [N, K] weight, two boxes of 64 N columns
+// warpgroup (one thread) waits for the stage to be free, then TMA loads A's 128 x 64 box (only
+// the first ceil8(M) rows when M < 128: TMA's zero fill of rows past M is slower than a load, and a
+// row of the MMA never reads another row, so the stale rows below are harmless) and B's 64 x 128 (one box of 128 N rows when B is a transposed [N, K] weight, two boxes of 64 N columns
 // when B is [K, N]) into 128-byte-swizzled shared memory, 6 stages deep; out-of-range rows,
 // columns and K are zero-filled by TMA. Each consumer warpgroup owns 64 rows of the tile and issues
 // four wgmma.m64n128k16 per stage (A and B from shared memory; B K-major or N-major), keeping one
@@ -66,6 +67,7 @@ struct Sm90Args {
   int chunk_kblocks;  // K steps per chunk: ceil(k_chunks(K).size / BK)
   int chunks;         // k_chunks(K).count
   int a_rank3, b_rank3;
+  int stage_tx_bytes;  // bytes TMA writes per stage: A's box (a_box_rows x 64) and B's 64 x 128
 };
 
 // alpha * total (+ beta * bias), without contraction: both paths must round identically.
@@ -123,7 +125,7 @@ __global__ void __launch_bounds__(THREADS, 1)
           const int s = it % STAGES;
           mbar_wait(empty_bar + 8 * s, ((it / STAGES) & 1) ^ 1);
           const uint32_t fb = full_bar + 8 * s;
-          mbar_expect_tx(fb, STAGE_BYTES);
+          mbar_expect_tx(fb, p.stage_tx_bytes);
           const int k0 = kb * BK;
           if (p.a_rank3) tma_load_3d(stage_a(s), &tmap_a, fb, k0, m0, b);
           else tma_load_2d(stage_a(s), &tmap_a, fb, k0, m0);
@@ -251,14 +253,25 @@ __global__ void __launch_bounds__(THREADS, 1)
     const int my_rows = valid_m > my_chunk ? (valid_m - my_chunk + p.chunks - 1) / p.chunks : 0;
     uint16_t *C = p.g.c + tc.batch * p.g.sc;
     const uint16_t *bias = p.g.bias ? p.g.bias + tc.batch * p.g.sbias : nullptr;
-    for (int idx = tid; idx < my_rows * BN; idx += THREADS) {
-      const int r = my_chunk + (idx / BN) * p.chunks, c = idx % BN;
+    // Four columns per thread: the remote loads of a row quad are independent 16-byte reads.
+    for (int idx = tid; idx < my_rows * (BN / 4); idx += THREADS) {
+      const int r = my_chunk + (idx / (BN / 4)) * p.chunks, c = (idx % (BN / 4)) * 4;
       if (c >= valid_n) continue;
       const uint32_t at = stages + static_cast<uint32_t>(r * PART_LD + c) * 4;
-      float sum = ld_dsmem(map_dsmem(at, 0));
-      for (int q = 1; q < p.chunks; ++q) sum = __fadd_rn(sum, ld_dsmem(map_dsmem(at, q)));
-      const int64_t gm = m0 + r, gn = n0 + c;
-      C[gm * p.g.ldc + gn] = from_f<T>(finish<T>(sum, p, bias, gm, gn));
+      float4 sum = ld_dsmem4(map_dsmem(at, 0));
+      for (int q = 1; q < p.chunks; ++q) {
+        const float4 v = ld_dsmem4(map_dsmem(at, q));
+        sum.x = __fadd_rn(sum.x, v.x);
+        sum.y = __fadd_rn(sum.y, v.y);
+        sum.z = __fadd_rn(sum.z, v.z);
+        sum.w = __fadd_rn(sum.w, v.w);
+      }
+      const float out[4] = {sum.x, sum.y, sum.z, sum.w};
+      const int64_t gm = m0 + r;
+      for (int e = 0; e < 4 && c + e < valid_n; ++e) {
+        const int64_t gn = n0 + c + e;
+        C[gm * p.g.ldc + gn] = from_f<T>(finish<T>(out[e], p, bias, gm, gn));
+      }
     }
     cluster_sync();  // no CTA leaves while another still reads its shared memory
   }
@@ -367,7 +380,9 @@ void launch_gemm_sm90(const GemmParams &p, GemmPath path, cudaStream_t stream) {
   if (args.tiles * args.chunks > INT32_MAX)
     throw std::invalid_argument("launch_gemm_sm90: too many tiles (" + std::to_string(args.tiles) + ")");
 
-  const CUtensorMap ma = make_map(p.a, p.K, p.M, p.lda, p.batch, p.batch_stride_a, BK, BM, &args.a_rank3);
+  const int a_box_rows = p.M >= BM ? BM : static_cast<int>((p.M + 7) / 8 * 8);
+  args.stage_tx_bytes = a_box_rows * BK * 2 + B_BYTES;
+  const CUtensorMap ma = make_map(p.a, p.K, p.M, p.lda, p.batch, p.batch_stride_a, BK, a_box_rows, &args.a_rank3);
   const CUtensorMap mb = p.b_kn ? make_map(p.b, p.N, p.K, p.ldb, p.batch, p.batch_stride_b, 64, BK, &args.b_rank3)
                                 : make_map(p.b, p.K, p.N, p.ldb, p.batch, p.batch_stride_b, BK, BN, &args.b_rank3);
   const bool split = path == GemmPath::sm90_split ||
