@@ -171,7 +171,8 @@ ScopedMatmulPath::~ScopedMatmulPath() { forced_path = saved_; }
 
 std::vector<ck::GemmPath> equivalent_matmul_paths(int device) {
   if (!ck::gemm_path_available(ck::GemmPath::sm90_persistent, device)) return {};
-  return {ck::GemmPath::sm90_persistent, ck::GemmPath::sm90_split};
+  return {ck::GemmPath::sm90_persistent, ck::GemmPath::sm90_split, ck::GemmPath::sm90_persistent_64,
+          ck::GemmPath::sm90_split_64};
 }
 
 at::Tensor mm(const at::Tensor &a, const at::Tensor &b) {

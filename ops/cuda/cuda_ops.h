@@ -28,7 +28,7 @@ class ScopedMatmulPath {
  private:
   cuda_kernels::GemmPath saved_;
 };
-// The paths whose bits must equal the automatic choice's on `device`: the two Hopper paths on an
+// The paths whose bits must equal the automatic choice's on `device`: the four Hopper paths on an
 // sm_90 GPU, none elsewhere (the mma.sync kernel is the only one there).
 std::vector<cuda_kernels::GemmPath> equivalent_matmul_paths(int device);
 at::Tensor mean(const at::Tensor &x, at::IntArrayRef dims, bool keepdim, std::optional<at::ScalarType> dtype);

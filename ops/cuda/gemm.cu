@@ -39,6 +39,8 @@ const char *gemm_path_name(GemmPath p) {
     case GemmPath::mma_sync: return "mma_sync";
     case GemmPath::sm90_persistent: return "sm90_persistent";
     case GemmPath::sm90_split: return "sm90_split";
+    case GemmPath::sm90_persistent_64: return "sm90_persistent_64";
+    case GemmPath::sm90_split_64: return "sm90_split_64";
   }
   return "?";
 }
@@ -90,8 +92,8 @@ void launch_gemm(const GemmParams &p, cudaStream_t stream) {
   if (p.path != GemmPath::automatic && !gemm_path_available(p.path, dev))
     throw std::invalid_argument(std::string("launch_gemm: path ") + gemm_path_name(p.path) +
                                 " needs an sm_90 GPU (device " + std::to_string(dev) + " is not one)");
-  const bool hopper = p.path == GemmPath::sm90_persistent || p.path == GemmPath::sm90_split ||
-                      (p.path == GemmPath::automatic && gemm_path_available(GemmPath::sm90_persistent, dev));
+  const bool hopper = p.path != GemmPath::mma_sync &&
+                      (p.path != GemmPath::automatic || gemm_path_available(GemmPath::sm90_persistent, dev));
   // K = 0 has no chunk to run: every path writes alpha * 0 (+ beta * bias) the mma.sync way.
   if (hopper && p.K > 0) launch_gemm_sm90(p, p.path, stream);
   else launch_gemm_tc(p, stream);

@@ -32,7 +32,9 @@ int dtype_size(DType t);
 // or the split path by the tile count: the two Hopper paths give the same bits (see
 // gemm_sm90.cu), so the pick never changes a result. The mma.sync kernel has bits of its own
 // (no K chunks), invariant on their own. Tests and variant_agree force a path.
-enum class GemmPath { automatic, mma_sync, sm90_persistent, sm90_split };
+// The sm90 paths with the _64 suffix use 64-row tiles (one consumer warpgroup), the automatic
+// choice for M <= 64; the others 128-row tiles.
+enum class GemmPath { automatic, mma_sync, sm90_persistent, sm90_split, sm90_persistent_64, sm90_split_64 };
 const char *gemm_path_name(GemmPath p);
 // The paths this device can run for a 16-bit dtype (sm90 ones only on compute capability 9.x).
 bool gemm_path_available(GemmPath p, int device);
@@ -67,7 +69,7 @@ void launch_gemm(const GemmParams &p, cudaStream_t stream);
 // Internal: one per kernel file.
 void launch_gemm_tc(const GemmParams &p, cudaStream_t stream);   // f16, bf16 (gemm_tc.cu)
 void launch_gemm_f32(const GemmParams &p, cudaStream_t stream);  // f32 (gemm_f32.cu)
-// f16, bf16 on sm_90 (gemm_sm90.cu); path is sm90_persistent, sm90_split or automatic.
+// f16, bf16 on sm_90 (gemm_sm90.cu); path is automatic or one of the sm90 ones.
 void launch_gemm_sm90(const GemmParams &p, GemmPath path, cudaStream_t stream);
 // Whether the automatic choice takes the split path for this many tiles and K chunks on `sms` SMs.
 bool gemm_sm90_split_preferred(int64_t tiles, int chunks, int sms);

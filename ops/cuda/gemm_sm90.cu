@@ -20,10 +20,13 @@
 //    chunk accumulator;
 //  - split: a cluster of k_chunks(K).count CTAs per tile, CTA c computing p_c; the partials meet in
 //    distributed shared memory, where CTA r sums rows r, r + count, ... in chunk order.
+// Each path comes in two tile heights: 128 rows (two consumer warpgroups) and 64 rows (one, taken
+// for M <= 64 so that no warpgroup multiplies only rows past M); a 64-row slab of either is the
+// same wgmma sequence on the same data.
 // Both run the same instruction (m64n128k16, f32 accumulation) on the same shared-memory layouts
 // over the same K ranges, and the same adds in the same order, so they give the same bits: the
-// launcher may pick either for any M (split when the tiles alone cannot fill the GPU). Nothing
-// depends on M, the batch, the grid or the B layout. variant_agree runs both paths on the same
+// launcher may pick any of the four for any M (split when the tiles alone cannot fill the GPU). Nothing
+// depends on M, the batch, the grid or the B layout. variant_agree runs all four on the same
 // inputs (tests force each one).
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/gemm.cuh"
@@ -47,9 +50,11 @@ namespace detfuzz::cuda_kernels {
 namespace {
 
 constexpr int BM = 128, BN = 128, BK = 64, STAGES = 6, GROUP_M = 8;
-constexpr int CONSUMERS = 2;                      // warpgroups of 64 rows each
-constexpr int THREADS = 128 * (CONSUMERS + 1);    // warpgroup 0 produces
-constexpr int A_BYTES = BM * BK * 2;              // 16 KiB
+// A CTA has CONSUMERS warpgroups of 64 rows each (tile height 64 * CONSUMERS) and warpgroup 0
+// produces. Two for M > 64; one for M <= 64, where a second would multiply rows past M.
+template <int CONSUMERS>
+constexpr int kThreads = 128 * (CONSUMERS + 1);
+constexpr int A_BYTES = BM * BK * 2;              // 16 KiB (a 64-row tile uses the first half)
 constexpr int B_BYTES = BK * BN * 2;              // 16 KiB
 constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
 constexpr int PART_LD = BN + 4;                   // floats per row of a split partial in shared memory
@@ -78,12 +83,13 @@ __device__ __forceinline__ float finish(float total, const Sm90Args &p, const ui
   return v;
 }
 
-template <typename T, bool B_KN, bool SPLIT>
-__global__ void __launch_bounds__(THREADS, 1)
+template <typename T, bool B_KN, bool SPLIT, int CONSUMERS>
+__global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                      const Sm90Args p) {
 #if DETFUZZ_SM90A
   using namespace sm90;
+  constexpr int TILE_M = 64 * CONSUMERS;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   const uint32_t stages = (raw + 1023) & ~1023u;  // 128-byte swizzle wants 1024-byte alignment
@@ -114,12 +120,12 @@ __global__ void __launch_bounds__(THREADS, 1)
 
   if (wg == 0) {
     // Producer: one thread issues every TMA load.
-    release_registers<40>();
+    if constexpr (CONSUMERS == 2) release_registers<40>();
     if (tid == 0) {
       int it = 0;
       for (int64_t tile = first; tile < p.tiles; tile += step) {
         const TileCoord tc = persistent_tile<GROUP_M>(tile, p.tiles_m, p.tiles_n);
-        const int m0 = static_cast<int>(tc.pid_m * BM), n0 = static_cast<int>(tc.pid_n * BN);
+        const int m0 = static_cast<int>(tc.pid_m * TILE_M), n0 = static_cast<int>(tc.pid_n * BN);
         const int b = static_cast<int>(tc.batch);
         for (int kb = kb_begin; kb < kb_end; ++kb, ++it) {
           const int s = it % STAGES;
@@ -144,15 +150,15 @@ __global__ void __launch_bounds__(THREADS, 1)
     }
   } else {
     // Consumers.
-    claim_registers<232>();  // 128 x 40 + 256 x 232 <= 64K registers
+    if constexpr (CONSUMERS == 2) claim_registers<232>();  // 128 x 40 + 256 x 232 <= 64K registers
     const int cw = wg - 1;                       // rows [64 cw, 64 cw + 64) of the tile
     const int t = tid % 128, warp = t / 32, lane = t % 32;
     float acc[64], total[64];
     int it = 0;
     for (int64_t tile = first; tile < p.tiles; tile += step) {
       const TileCoord tc = persistent_tile<GROUP_M>(tile, p.tiles_m, p.tiles_n);
-      const int64_t m0 = tc.pid_m * BM, n0 = tc.pid_n * BN;
-      const int valid_m = static_cast<int>(min(static_cast<int64_t>(BM), p.g.M - m0));
+      const int64_t m0 = tc.pid_m * TILE_M, n0 = tc.pid_n * BN;
+      const int valid_m = static_cast<int>(min(static_cast<int64_t>(TILE_M), p.g.M - m0));
       const bool active = cw * 64 < valid_m;  // whether any of this warpgroup's rows is stored
 
       for (int cb = kb_begin; cb < kb_end; cb += p.chunk_kblocks) {
@@ -247,14 +253,14 @@ __global__ void __launch_bounds__(THREADS, 1)
     cluster_sync();
     const int64_t tile = first;
     const TileCoord tc = persistent_tile<GROUP_M>(tile, p.tiles_m, p.tiles_n);
-    const int64_t m0 = tc.pid_m * BM, n0 = tc.pid_n * BN;
-    const int valid_m = static_cast<int>(min(static_cast<int64_t>(BM), p.g.M - m0));
+    const int64_t m0 = tc.pid_m * TILE_M, n0 = tc.pid_n * BN;
+    const int valid_m = static_cast<int>(min(static_cast<int64_t>(TILE_M), p.g.M - m0));
     const int valid_n = static_cast<int>(min(static_cast<int64_t>(BN), p.g.N - n0));
     const int my_rows = valid_m > my_chunk ? (valid_m - my_chunk + p.chunks - 1) / p.chunks : 0;
     uint16_t *C = p.g.c + tc.batch * p.g.sc;
     const uint16_t *bias = p.g.bias ? p.g.bias + tc.batch * p.g.sbias : nullptr;
     // Four columns per thread: the remote loads of a row quad are independent 16-byte reads.
-    for (int idx = tid; idx < my_rows * (BN / 4); idx += THREADS) {
+    for (int idx = tid; idx < my_rows * (BN / 4); idx += kThreads<CONSUMERS>) {
       const int r = my_chunk + (idx / (BN / 4)) * p.chunks, c = (idx % (BN / 4)) * 4;
       if (c >= valid_n) continue;
       const uint32_t at = stages + static_cast<uint32_t>(r * PART_LD + c) * 4;
@@ -312,9 +318,9 @@ CUtensorMap make_map(const void *base, int64_t cols, int64_t rows, int64_t ld, i
   return map;
 }
 
-template <typename T, bool B_KN, bool SPLIT>
+template <typename T, bool B_KN, bool SPLIT, int CONSUMERS>
 void launch_one(const CUtensorMap &ma, const CUtensorMap &mb, const Sm90Args &args, int grid, cudaStream_t stream) {
-  auto kernel = gemm_sm90_kernel<T, B_KN, SPLIT>;
+  auto kernel = gemm_sm90_kernel<T, B_KN, SPLIT, CONSUMERS>;
   static std::atomic<uint64_t> opted_in{0};  // the shared-memory opt-in, once per device
   int dev = 0;
   DETFUZZ_CUDA_CHECK(cudaGetDevice(&dev));
@@ -325,7 +331,7 @@ void launch_one(const CUtensorMap &ma, const CUtensorMap &mb, const Sm90Args &ar
   }
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(THREADS);
+  cfg.blockDim = dim3(kThreads<CONSUMERS>);
   cfg.dynamicSmemBytes = SMEM_BYTES;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
@@ -341,15 +347,15 @@ void launch_one(const CUtensorMap &ma, const CUtensorMap &mb, const Sm90Args &ar
   DETFUZZ_LAUNCH_CHECK();
 }
 
-template <typename T>
+template <typename T, int CONSUMERS>
 void dispatch(const CUtensorMap &ma, const CUtensorMap &mb, const Sm90Args &args, bool b_kn, bool split, int grid,
               cudaStream_t stream) {
   if (b_kn) {
-    if (split) launch_one<T, true, true>(ma, mb, args, grid, stream);
-    else launch_one<T, true, false>(ma, mb, args, grid, stream);
+    if (split) launch_one<T, true, true, CONSUMERS>(ma, mb, args, grid, stream);
+    else launch_one<T, true, false, CONSUMERS>(ma, mb, args, grid, stream);
   } else {
-    if (split) launch_one<T, false, true>(ma, mb, args, grid, stream);
-    else launch_one<T, false, false>(ma, mb, args, grid, stream);
+    if (split) launch_one<T, false, true, CONSUMERS>(ma, mb, args, grid, stream);
+    else launch_one<T, false, false, CONSUMERS>(ma, mb, args, grid, stream);
   }
 }
 
@@ -368,9 +374,13 @@ bool gemm_sm90_split_preferred(int64_t tiles, int chunks, int sms) {
 
 void launch_gemm_sm90(const GemmParams &p, GemmPath path, cudaStream_t stream) {
   if (p.K <= 0) throw std::invalid_argument("launch_gemm_sm90: K must be >= 1");
+  // Tile height: 64 rows (one consumer warpgroup) for M <= 64 or when forced, else 128.
+  const bool narrow = path == GemmPath::sm90_persistent_64 || path == GemmPath::sm90_split_64 ||
+                      (path == GemmPath::automatic && p.M <= 64);
+  const int tile_m = narrow ? 64 : 128;
   Sm90Args args{};
   args.g = gemm_args<uint16_t>(p);
-  args.tiles_m = (p.M + BM - 1) / BM;
+  args.tiles_m = (p.M + tile_m - 1) / tile_m;
   args.tiles_n = (p.N + BN - 1) / BN;
   args.tiles = args.tiles_m * args.tiles_n * p.batch;
   const KChunks kc = k_chunks(p.K);
@@ -380,18 +390,25 @@ void launch_gemm_sm90(const GemmParams &p, GemmPath path, cudaStream_t stream) {
   if (args.tiles * args.chunks > INT32_MAX)
     throw std::invalid_argument("launch_gemm_sm90: too many tiles (" + std::to_string(args.tiles) + ")");
 
-  const int a_box_rows = p.M >= BM ? BM : static_cast<int>((p.M + 7) / 8 * 8);
+  const int a_box_rows = p.M >= tile_m ? tile_m : static_cast<int>((p.M + 7) / 8 * 8);
   args.stage_tx_bytes = a_box_rows * BK * 2 + B_BYTES;
   const CUtensorMap ma = make_map(p.a, p.K, p.M, p.lda, p.batch, p.batch_stride_a, BK, a_box_rows, &args.a_rank3);
   const CUtensorMap mb = p.b_kn ? make_map(p.b, p.N, p.K, p.ldb, p.batch, p.batch_stride_b, 64, BK, &args.b_rank3)
                                 : make_map(p.b, p.K, p.N, p.ldb, p.batch, p.batch_stride_b, BK, BN, &args.b_rank3);
-  const bool split = path == GemmPath::sm90_split ||
+  const bool split = path == GemmPath::sm90_split || path == GemmPath::sm90_split_64 ||
                      (path == GemmPath::automatic && gemm_sm90_split_preferred(args.tiles, args.chunks, p.num_ctas));
   const int grid = split ? static_cast<int>(args.tiles * args.chunks)
                          : static_cast<int>(std::min<int64_t>(args.tiles, p.num_ctas));
-  if (p.dtype == DType::bf16) dispatch<__nv_bfloat16>(ma, mb, args, p.b_kn, split, grid, stream);
-  else if (p.dtype == DType::f16) dispatch<__half>(ma, mb, args, p.b_kn, split, grid, stream);
-  else throw std::invalid_argument("launch_gemm_sm90: dtype must be f16 or bf16");
+  if (p.dtype != DType::bf16 && p.dtype != DType::f16)
+    throw std::invalid_argument("launch_gemm_sm90: dtype must be f16 or bf16");
+  const bool bf16 = p.dtype == DType::bf16;
+  if (narrow) {
+    if (bf16) dispatch<__nv_bfloat16, 1>(ma, mb, args, p.b_kn, split, grid, stream);
+    else dispatch<__half, 1>(ma, mb, args, p.b_kn, split, grid, stream);
+  } else {
+    if (bf16) dispatch<__nv_bfloat16, 2>(ma, mb, args, p.b_kn, split, grid, stream);
+    else dispatch<__half, 2>(ma, mb, args, p.b_kn, split, grid, stream);
+  }
 }
 
 }  // namespace detfuzz::cuda_kernels

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
+#include <array>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -224,34 +225,34 @@ TEST(CudaMatmul, HopperPathsAgreeBitwise) {
           const at::Tensor a = rnd({M, K}, dt, seed++), b = rnd({K, N}, dt, seed++), w = rnd({N, K}, dt, seed++);
           const at::Tensor bias = rnd({M, N}, dt, seed++);
           const std::string what = c10::str(dt, " M=", M, " N=", N, " K=", K);
-          at::Tensor per[2][3];
-          int i = 0;
-          for (const auto path : {ck::GemmPath::sm90_persistent, ck::GemmPath::sm90_split}) {
+          const auto paths = cuda_ops::equivalent_matmul_paths(dev);
+          std::vector<std::array<at::Tensor, 3>> per;
+          for (const auto path : paths) {
             cuda_ops::ScopedMatmulPath forced(path);
-            per[i][0] = cuda_ops::mm(a, b);
-            per[i][1] = cuda_ops::mm(a, w.t());
-            per[i][2] = cuda_ops::addmm(bias, a, w.t(), 0.5, 1.5);
-            ++i;
+            per.push_back({cuda_ops::mm(a, b), cuda_ops::mm(a, w.t()), cuda_ops::addmm(bias, a, w.t(), 0.5, 1.5)});
           }
-          expect_bitwise(per[0][0], per[1][0], what + " B[K,N] persistent vs split");
-          expect_bitwise(per[0][1], per[1][1], what + " B=W^T persistent vs split");
-          expect_bitwise(per[0][2], per[1][2], what + " addmm persistent vs split");
+          for (size_t i = 1; i < paths.size(); ++i) {
+            const std::string vs = std::string(" ") + ck::gemm_path_name(paths[0]) + " vs " + ck::gemm_path_name(paths[i]);
+            expect_bitwise(per[0][0], per[i][0], what + " B[K,N]" + vs);
+            expect_bitwise(per[0][1], per[i][1], what + " B=W^T" + vs);
+            expect_bitwise(per[0][2], per[i][2], what + " addmm" + vs);
+          }
+          expect_bitwise(per[0][0], cuda_ops::mm(a, b), what + " automatic");
           if (M == 65) {
             expect_accurate(per[0][0], a, b);
             expect_accurate(per[1][1], a, w.t());
-            expect_accurate(per[1][2], a, w.t(), &bias, 1.5, 0.5);
+            expect_accurate(per[3][2], a, w.t(), &bias, 1.5, 0.5);
           }
         }
   // bmm: the batch in the tile space of both paths.
   for (auto dt : {at::kBFloat16, at::kHalf}) {
     const at::Tensor a = rnd({3, 70, 1040}, dt, seed++), b = rnd({3, 1040, 136}, dt, seed++);
-    at::Tensor out[2];
-    int i = 0;
-    for (const auto path : {ck::GemmPath::sm90_persistent, ck::GemmPath::sm90_split}) {
+    std::vector<at::Tensor> out;
+    for (const auto path : cuda_ops::equivalent_matmul_paths(dev)) {
       cuda_ops::ScopedMatmulPath forced(path);
-      out[i++] = cuda_ops::bmm(a, b);
+      out.push_back(cuda_ops::bmm(a, b));
     }
-    expect_bitwise(out[0], out[1], c10::str(dt, " bmm persistent vs split"));
+    for (size_t i = 1; i < out.size(); ++i) expect_bitwise(out[0], out[i], c10::str(dt, " bmm path ", i));
     for (int64_t j = 0; j < 3; ++j) expect_accurate(out[1][j], a[j], b[j]);
   }
 }
