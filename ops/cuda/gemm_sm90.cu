@@ -5,7 +5,7 @@
 // warpgroup (one thread) waits for the stage to be free, then TMA loads A's 128 x 64 box (only
 // the first ceil8(M) rows when M < 128: TMA's zero fill of rows past M is slower than a load, and a
 // row of the MMA never reads another row, so the stale rows below are harmless) and B's 64 x 128 (one box of 128 N rows when B is a transposed [N, K] weight, two boxes of 64 N columns
-// when B is [K, N]) into 128-byte-swizzled shared memory, 6 stages deep; out-of-range rows,
+// when B is [K, N]) into 128-byte-swizzled shared memory, 6 stages deep (9 for 64-row tiles); out-of-range rows,
 // columns and K are zero-filled by TMA. Each consumer warpgroup owns 64 rows of the tile and issues
 // four wgmma.m64n128k16 per stage (A and B from shared memory; B K-major or N-major), keeping one
 // stage's MMAs in flight while it releases the previous stage.
@@ -49,17 +49,26 @@
 namespace detfuzz::cuda_kernels {
 namespace {
 
-constexpr int BM = 128, BN = 128, BK = 64, STAGES = 6, GROUP_M = 8;
+constexpr int BN = 128, BK = 64, GROUP_M = 8;
 // A CTA has CONSUMERS warpgroups of 64 rows each (tile height 64 * CONSUMERS) and warpgroup 0
 // produces. Two for M > 64; one for M <= 64, where a second would multiply rows past M.
 template <int CONSUMERS>
 constexpr int kThreads = 128 * (CONSUMERS + 1);
-constexpr int A_BYTES = BM * BK * 2;              // 16 KiB (a 64-row tile uses the first half)
 constexpr int B_BYTES = BK * BN * 2;              // 16 KiB
-constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
 constexpr int PART_LD = BN + 4;                   // floats per row of a split partial in shared memory
-constexpr int SMEM_BYTES = 1024 + STAGES * STAGE_BYTES + 2 * STAGES * 8;
-static_assert(BM * PART_LD * 4 <= STAGES * STAGE_BYTES, "the split partial reuses the stages");
+// Shared memory of a CTA: `stages` pipeline stages of A's box then B's 64 x 128, then the full and
+// empty barriers. A 64-row tile's smaller stages buy it more of them (decode streams B, and what
+// bounds it is the bytes in flight per SM).
+template <int CONSUMERS>
+struct Geometry {
+  static constexpr int tile_m = 64 * CONSUMERS;
+  static constexpr int a_bytes = tile_m * BK * 2;
+  static constexpr int stage_bytes = a_bytes + B_BYTES;
+  static constexpr int stages = CONSUMERS == 2 ? 6 : 9;
+  static constexpr int smem_bytes = 1024 + stages * stage_bytes + 2 * stages * 8;
+  static_assert(tile_m * PART_LD * 4 <= stages * stage_bytes, "the split partial reuses the stages");
+  static_assert(smem_bytes <= 227 * 1024, "fits an SM");
+};
 static_assert(kMinKChunk % BK == 0, "chunks are whole K steps");
 static_assert(GROUP_M > 0, "tile rows per group of the persistent order");
 
@@ -89,7 +98,8 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
                      const Sm90Args p) {
 #if DETFUZZ_SM90A
   using namespace sm90;
-  constexpr int TILE_M = 64 * CONSUMERS;
+  using G = Geometry<CONSUMERS>;
+  constexpr int TILE_M = G::tile_m, STAGES = G::stages, STAGE_BYTES = G::stage_bytes, A_BYTES = G::a_bytes;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   const uint32_t stages = (raw + 1023) & ~1023u;  // 128-byte swizzle wants 1024-byte alignment
@@ -326,13 +336,14 @@ void launch_one(const CUtensorMap &ma, const CUtensorMap &mb, const Sm90Args &ar
   DETFUZZ_CUDA_CHECK(cudaGetDevice(&dev));
   const uint64_t bit = dev < 64 ? (uint64_t(1) << dev) : 0;
   if (!bit || !(opted_in.load() & bit)) {
-    DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
+    DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            Geometry<CONSUMERS>::smem_bytes));
     opted_in.fetch_or(bit);
   }
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(grid);
   cfg.blockDim = dim3(kThreads<CONSUMERS>);
-  cfg.dynamicSmemBytes = SMEM_BYTES;
+  cfg.dynamicSmemBytes = Geometry<CONSUMERS>::smem_bytes;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   if (SPLIT) {
