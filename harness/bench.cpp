@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <ostream>
 #include <sstream>
 #include <stdexcept>
@@ -77,7 +78,9 @@ BenchPlan plan_bench(const BenchConfig &cfg) {
     bool anywhere = false;
     for (const auto &op : cfg.ops) {
       // Paged attention times our fused kernel only (against a device copy and SDPA).
-      const bool has = op == "paged_attention" ? impl == "invariant" : find_impl(op, impl, Backend::cuda) != nullptr;
+      const bool has = op == "paged_attention"   ? impl == "invariant"
+                       : impl == kDispatchImpl ? op == "mm" && cfg.set_batch_invariant_mode != nullptr
+                                               : find_impl(op, impl, Backend::cuda) != nullptr;
       if (has) {
         plan.pairs.emplace_back(op, impl);
         anywhere = true;
@@ -338,7 +341,24 @@ std::string run_bench(const BenchConfig &cfg, std::ostream &log, std::string *st
   gen.set_current_seed(20261121);
 
   std::ostringstream csv;
-  csv << "op,impl,dtype,M,N,K,median_us,tflops,gbps,baseline_impl,cublas_median_us,speedup_vs_cublas,invariant_verified\n";
+  csv << "op,impl,dtype,M,N,K,median_us,tflops,gbps,baseline_impl,cublas_median_us,speedup_vs_cublas,invariant_verified,"
+         "d2d_gbps,bandwidth_share_of_d2d\n";
+  // The dispatcher row: impl `torch` (at::mm) run with the batch-invariant mode on.
+  std::unique_ptr<ImplInfo> dispatch_impl;
+  if (cfg.set_batch_invariant_mode) {
+    const ImplInfo &torch_mm = cuda_impl("mm", "torch");
+    dispatch_impl = std::make_unique<ImplInfo>(torch_mm);
+    dispatch_impl->impl = kDispatchImpl;
+    // Turning the mode on is a no-op once it is on: the row runs last of its shape, and the mode
+    // goes off again after it, so every other impl runs on libtorch's own kernels.
+    dispatch_impl->run = [run = torch_mm.run, set = cfg.set_batch_invariant_mode](const OpArgs &a) {
+      set(true);
+      return run(a);
+    };
+  }
+  auto mode_off = [&] {
+    if (cfg.set_batch_invariant_mode) cfg.set_batch_invariant_mode(false);
+  };
   std::map<std::string, std::vector<double>> speedups;  // "op/impl/dtype" -> speedups
   try {
     size_t done = 0, total = 0;
@@ -354,6 +374,7 @@ std::string run_bench(const BenchConfig &cfg, std::ostream &log, std::string *st
         for (const auto &name : cfg.impls)
           if (plan.times(s.op, name) && name != baseline) impls.push_back(name);
         impls.push_back(baseline);
+        std::stable_partition(impls.begin(), impls.end(), [](const std::string &n) { return n != kDispatchImpl; });
         // Input sets rotated so that together they exceed the L2 cache.
         const double elem = static_cast<double>(c10::elementSize(dtype));
         const double set_bytes = s.op == "mm" ? elem * (s.m * s.k + s.k * s.n) : elem * s.m * s.n;
@@ -364,10 +385,11 @@ std::string run_bench(const BenchConfig &cfg, std::ostream &log, std::string *st
         MedianReporter reporter;
         std::map<std::string, bool> verified;
         for (const auto &name : impls) {
-          const ImplInfo &impl = cuda_impl(s.op, name);
+          const ImplInfo &impl = name == kDispatchImpl ? *dispatch_impl : cuda_impl(s.op, name);
           if (!impl.supports(dtype)) continue;
           verified[name] = batch_slice_holds(impl, args[0], s.m);
           for (int w = 0; w < 3; ++w) impl.run(args[w % sets]);  // warm-up: module load, handles, autotune caches
+          mode_off();
           const double once_us = time_one_call_us(impl, args[0], start, stop, stream);
           const int64_t iters = static_cast<int64_t>(std::clamp(cfg.seconds_per_repetition * 1e6 / std::max(once_us, 1.0), 3.0, 2000.0));
           benchmark::RegisterBenchmark(name.c_str(), [&, impl_ptr = &impl](benchmark::State &st) {
@@ -382,21 +404,49 @@ std::string run_bench(const BenchConfig &cfg, std::ostream &log, std::string *st
         }
         benchmark::RunSpecifiedBenchmarks(&reporter);
         benchmark::ClearRegisteredBenchmarks();
+        mode_off();
 
         const double base_us = reporter.medians.count(baseline) ? reporter.medians[baseline] : NAN;
+        // The device-to-device copy of the bytes a B-bound (M <= 32) product moves, timed the same way.
+        const double mm_bytes = s.op == "mm" ? elem * (s.m * s.k + s.k * s.n + s.m * s.n) : 0;
+        double d2d_gbps = NAN;
+        if (s.op == "mm" && s.m <= 32) {
+          const int64_t n = static_cast<int64_t>(mm_bytes);
+          const at::Tensor src = at::empty({n}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA));
+          const at::Tensor dst = at::empty_like(src);
+          dst.copy_(src);
+          std::vector<double> t;
+          for (int r = 0; r < 20; ++r) {
+            DETFUZZ_CUDA_CHECK(cudaEventRecord(start, stream));
+            dst.copy_(src);
+            DETFUZZ_CUDA_CHECK(cudaEventRecord(stop, stream));
+            DETFUZZ_CUDA_CHECK(cudaEventSynchronize(stop));
+            float ms = 0;
+            DETFUZZ_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+            t.push_back(ms * 1e3);
+          }
+          std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+          d2d_gbps = 2.0 * mm_bytes / t[t.size() / 2] * 1e-3;
+        }
         for (const auto &name : impls) {
           if (!reporter.medians.count(name)) continue;
           const double us = reporter.medians[name];
           const double flops = s.op == "mm" ? 2.0 * s.m * s.n * s.k : 0;
           const double out_elem = s.op == "mean" ? (dtype == at::kFloat ? 4 : elem) : elem;
-          const double bytes = s.op == "mm" ? 0 : elem * s.m * s.n + out_elem * (s.op == "mean" ? s.m : s.m * s.n);
+          const double bytes = s.op == "mm" ? mm_bytes : elem * s.m * s.n + out_elem * (s.op == "mean" ? s.m : s.m * s.n);
+          const double gbps = bytes / us * 1e-3;
           const double speedup = base_us / us;
           csv << s.op << ',' << name << ',' << dtype_name(dtype) << ',' << s.m << ',' << s.n << ',' << s.k << ',' << fmt(us) << ','
               << (flops > 0 ? fmt(flops / us * 1e-6, "%.2f") : "") << ',' << (bytes > 0 ? fmt(bytes / us * 1e-3, "%.1f") : "") << ','
-              << baseline << ',' << fmt(base_us) << ',' << fmt(speedup, "%.4f") << ',' << (verified[name] ? "yes" : "no") << '\n';
+              << baseline << ',' << fmt(base_us) << ',' << fmt(speedup, "%.4f") << ',' << (verified[name] ? "yes" : "no") << ','
+              << (std::isnan(d2d_gbps) ? "" : fmt(d2d_gbps, "%.1f")) << ','
+              << (std::isnan(d2d_gbps) ? "" : fmt(gbps / d2d_gbps, "%.4f")) << '\n';
           if (name != baseline) speedups[s.op + "/" + name + "/" + dtype_name(dtype)].push_back(speedup);
           log << "[" << done << "/" << total << "] " << s.op << " " << name << " " << dtype_name(dtype) << " M=" << s.m << " N=" << s.n
-              << " K=" << s.k << ": " << fmt(us, "%.1f") << " us, " << fmt(speedup, "%.2f") << "x " << baseline
+              << " K=" << s.k << ": " << fmt(us, "%.1f") << " us, "
+              << (s.op == "mm" ? fmt(flops / us * 1e-6, "%.0f") + " TFLOP/s, " : std::string())
+              << (std::isnan(d2d_gbps) ? std::string() : fmt(100.0 * gbps / d2d_gbps, "%.0f") + "% of a D2D copy, ")
+              << fmt(speedup, "%.2f") << "x " << baseline
               << (verified[name] ? "" : "  (batch_slice FAILED)") << std::endl;
         }
       }

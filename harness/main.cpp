@@ -206,6 +206,7 @@ int run_bench_command(const BenchOptions &o, const std::string &command_line) {
   cfg.dtypes = parse_dtypes(o.dtypes);
   cfg.repetitions = o.repetitions;
   if (!o.shapes.empty()) cfg.shapes = read_bench_shapes(o.shapes);
+  cfg.set_batch_invariant_mode = [](bool on) { on ? enable_batch_invariant_mode() : disable_batch_invariant_mode(); };
   plan_bench(cfg);  // a bad selection fails here, before anything is timed
   if (!backend_available(Backend::cuda)) throw UsageError("bench needs a CUDA GPU: none found");
   ReportWriter report(o.out.empty() ? default_report_dir("bench", 0) : fs::path(o.out), false);

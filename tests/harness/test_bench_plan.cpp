@@ -42,5 +42,24 @@ TEST(BenchPlan, SkipsOpsLackingAnImpl) {
 #endif
 }
 
+// The dispatcher row (at::mm with the batch-invariant mode on) exists only for mm, and only when
+// the caller can switch the mode; the pinned cuBLASLt baseline is a plain mm/addmm/bmm impl.
+TEST(BenchPlan, DispatchRowNeedsTheModeHook) {
+#ifndef DETFUZZ_WITH_CUDA
+  GTEST_SKIP() << "built without CUDA: there are no CUDA impls to plan";
+#else
+  BenchConfig cfg;
+  cfg.ops = {"mm", "log_softmax"};
+  cfg.impls = {"invariant", kDispatchImpl, "cublaslt-pinned"};
+  EXPECT_THROW(plan_bench(cfg), std::invalid_argument);  // no hook: invariant-dispatch times nothing
+  cfg.set_batch_invariant_mode = [](bool) {};
+  const BenchPlan plan = plan_bench(cfg);
+  EXPECT_TRUE(plan.times("mm", kDispatchImpl));
+  EXPECT_FALSE(plan.times("log_softmax", kDispatchImpl));
+  EXPECT_TRUE(plan.times("mm", "cublaslt-pinned"));
+  EXPECT_FALSE(plan.times("log_softmax", "cublaslt-pinned"));
+#endif
+}
+
 }  // namespace
 }  // namespace detfuzz

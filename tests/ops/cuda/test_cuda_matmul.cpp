@@ -323,7 +323,7 @@ TEST(CudaMatmul, Int64Offsets) {
 TEST(CudaBaselines, CublasImplsAreAccurate) {
   REQUIRE_GPU();
   uint64_t seed = 700;
-  for (const char *impl : {"cublas", "cublaslt-noworkspace"})
+  for (const char *impl : {"cublas", "cublaslt-noworkspace", "cublaslt-pinned"})
     for (auto dt : kDtypes) {
       const ImplInfo *mm = find_impl("mm", impl, Backend::cuda);
       const ImplInfo *addmm = find_impl("addmm", impl, Backend::cuda);
