@@ -5,15 +5,12 @@
 #include "properties/streams.h"
 
 #include <algorithm>
-#include <map>
-#include <mutex>
 #include <numeric>
 #include <sstream>
 #include <stdexcept>
 
 #ifdef DETFUZZ_WITH_CUDA
 #include <ATen/cuda/CUDAGraph.h>
-#include <ATen/cuda/MemPool.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -183,26 +180,6 @@ Verdict repeat(const CaseSpec &c, const ImplInfo &impl) {
   return second_run_agrees(c.backend, run_impl(impl, args), [&] { return run_impl(impl, args); }, "two runs");
 }
 
-#ifdef DETFUZZ_WITH_CUDA
-// One memory pool per device for every graph variant_agree captures. A pool per graph (the
-// default) is kept by the caching allocator after its graph is gone: at a thousand cases a second
-// an H100 ran out of memory within four minutes. A bare graph_pool_handle() shared by graphs that
-// never overlap is not enough either (its use count drops to zero with the first graph, and
-// libtorch asserts on the next capture): a MemPool object holds the pool for the process, so
-// each capture reuses the blocks the last one freed. Never destroyed: it must outlive every graph.
-at::cuda::MempoolId_t shared_graph_pool(c10::DeviceIndex device) {
-  static std::mutex mu;
-  static auto *pools = new std::map<c10::DeviceIndex, at::cuda::MemPool *>();
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = pools->find(device);
-  if (it == pools->end()) {
-    c10::cuda::CUDAGuard guard(device);
-    it = pools->emplace(device, new at::cuda::MemPool()).first;
-  }
-  return it->second->id();
-}
-#endif
-
 Verdict variant_agree(const CaseSpec &c, const ImplInfo &impl) {
   const auto values = input_values(c);
   const OpArgs laid_out = args_from_values(c, values, false);
@@ -222,7 +199,7 @@ Verdict variant_agree(const CaseSpec &c, const ImplInfo &impl) {
     at::Tensor captured;
     {
       c10::cuda::CUDAStreamGuard guard(side);
-      graph.capture_begin(shared_graph_pool(a.device().index()));
+      graph.capture_begin();
       try {
         captured = run_impl(impl, laid_out);
       } catch (...) {
