@@ -87,6 +87,7 @@ void replay_corpus(const CampaignConfig &cfg, ReportWriter &report, CampaignResu
           ++result.corpus_skipped;
           continue;
         }
+        if (cfg.before_case) cfg.before_case(rec.spec);
         const ReplayResult rr = replay_record(rec, cfg.batch_invariant_mode);
         ++result.corpus_replayed;
         const Record now = make_record(rec.spec, rr.verdict);
@@ -141,6 +142,7 @@ class Round {
       const CaseSpec c = *gen;
       if (shrinking_) return shrink_step(c);
       if (out_of_budget_()) RC_DISCARD("budget spent");
+      if (cfg_.before_case) cfg_.before_case(c);
       const auto start = Clock::now();
       const Verdict v = check_guarded(c);
       const double us = seconds_since(start) * 1e6;
@@ -185,6 +187,7 @@ class Round {
     // Out of shrink time, or interrupted: accept no further shrinks.
     if (Clock::now() > shrink_deadline_ || interrupt_signal() != 0) return;
     ++stats_.shrink_steps;
+    if (cfg_.before_case) cfg_.before_case(c);
     const Verdict v = check_guarded(c);
     if (v.passed()) return;
     last_failure_ = make_record(c, v);
@@ -297,7 +300,7 @@ CampaignResult run_campaign(const CampaignConfig &cfg, ReportWriter &report, std
   // A target keeps its index in the full list (in its rounds' seeds) whichever shard runs it.
   std::vector<size_t> global_index;
   for (size_t k = 0; k < cfg.targets.size(); ++k)
-    if (cfg.shard.takes(k)) {
+    if (cfg.shard.takes(k) && !cfg.skip_targets.count(cfg.targets[k].name())) {
       result.targets.push_back({cfg.targets[k]});
       global_index.push_back(k);
     }

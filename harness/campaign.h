@@ -10,7 +10,9 @@
 #include "properties/generators.h"
 
 #include <filesystem>
+#include <functional>
 #include <iosfwd>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -30,6 +32,10 @@ struct CampaignConfig {
   bool stop_on_failure = false;  // end the campaign once a failure has been found (and shrunk)
   bool batch_invariant_mode = false;  // corpus records of impl `torch` are then must-hold
   Shard shard;  // this campaign's share of the targets and corpus records (harness/shard.h)
+  std::set<std::string> skip_targets;  // target names left out (a fork-mode worker's crashed targets); indices unchanged
+  // Called with each case just before it is checked (corpus, fuzz and shrink cases): a fork-mode
+  // worker writes it where the parent finds it if the check crashes or hangs.
+  std::function<void(const CaseSpec &)> before_case;
 };
 
 struct TargetStats {

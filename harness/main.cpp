@@ -19,6 +19,7 @@
 #include "harness/shard.h"
 #include "harness/signals.h"
 #include "harness/target_table.h"
+#include "harness/workers.h"
 #include "ops/torch/batch_invariant_mode.h"
 #include "properties/properties.h"
 
@@ -29,7 +30,9 @@
 #include <cstdio>
 #include <iomanip>
 #include <iostream>
+#include <fstream>
 #include <random>
+#include <set>
 
 namespace detfuzz {
 namespace {
@@ -66,7 +69,36 @@ struct FuzzOptions {
   int cpu_threads = -1;  // harness/cpu_threads.h
   std::vector<std::string> corpora;
   bool no_corpus = false, no_shrink = false, quiet = false, stop_on_failure = false;
+  int workers = 0;                        // fork mode (harness/workers.h); 0: in process
+  double case_timeout = 0;                // seconds; fork mode's watchdog
+  std::string worker, inflight;           // set by a fork-mode parent for its workers
+  std::vector<std::string> skip_targets;  // likewise: targets that crashed an earlier worker
 };
+
+// This process's command line, for fork mode's workers.
+std::vector<std::string> g_args;
+
+std::string self_exe() { return fs::read_symlink("/proc/self/exe").string(); }
+
+// The fuzz arguments a fork-mode worker gets: the user's, less those the parent sets per worker.
+std::vector<std::string> worker_args() {
+  static const std::set<std::string> with_value = {"--workers", "--case-timeout", "--out", "--seed", "--budget", "--cases", "--junit"};
+  static const std::set<std::string> flags = {"--quiet", "--no-corpus"};
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i < g_args.size() && g_args[i] != "fuzz") ++i;
+  for (++i; i < g_args.size(); ++i) {
+    const std::string &a = g_args[i];
+    const std::string name = a.substr(0, a.find('='));
+    if (flags.count(a)) continue;
+    if (with_value.count(name)) {
+      if (name == a) ++i;  // "--opt value"
+      continue;
+    }
+    out.push_back(a);
+  }
+  return out;
+}
 
 int run_fuzz(FuzzOptions o, const std::string &program, const std::string &command_line) {
   const Backend backend = resolve_backend(o.sel.backend);
@@ -94,6 +126,38 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
     for (const auto &c : cfg.corpora) record_files(c);  // fail early on a missing corpus
   }
   const fs::path out = o.out.empty() ? default_report_dir(to_string(backend), cfg.seed) : fs::path(o.out);
+  if (o.workers > 0) {
+    if (!o.junit.empty()) throw UsageError("--junit is not supported with --workers yet");
+    if (fs::exists(out) && !fs::is_empty(out)) throw UsageError("report folder " + out.string() + " exists and is not empty");
+    WorkersConfig w;
+    w.self = self_exe();
+    w.child_args = worker_args();
+    w.workers = o.workers;
+    w.case_timeout_s = o.case_timeout;
+    w.budget_s = cfg.budget_s;
+    w.max_cases = cfg.max_cases;
+    w.seed = cfg.seed;
+    w.corpus = !o.no_corpus;
+    w.out = out;
+    w.program = program;
+    w.command_line = command_line;
+    w.progress = !o.quiet;
+    std::cout << "Using configuration: seed=" << cfg.seed << " backend=" << to_string(backend) << " budget=" << cfg.budget_s << "s"
+              << " targets=" << cfg.targets.size() << " workers=" << o.workers
+              << (o.case_timeout > 0 ? " case-timeout=" + std::to_string(o.case_timeout) + "s" : "") << std::endl;
+    install_interrupt_handlers();
+    return run_workers(w, std::cout);
+  }
+  if (!o.worker.empty()) {  // a fork-mode worker: shard `worker` of this campaign's shard
+    const Shard w = parse_shard(o.worker, "--worker");
+    cfg.shard = {cfg.shard.index + cfg.shard.count * w.index, cfg.shard.count * w.count, cfg.shard.source};
+  }
+  cfg.skip_targets.insert(o.skip_targets.begin(), o.skip_targets.end());
+  if (!o.inflight.empty())
+    cfg.before_case = [path = o.inflight](const CaseSpec &c) {
+      std::ofstream f(path, std::ios::trunc);
+      f << record_row(make_record(c, Verdict{})) << "\n";
+    };
   if (!o.junit.empty()) check_junit_path(o.junit);
   apply_cpu_threads(o.cpu_threads, backend == Backend::cpu);
   ReportWriter report(out);
@@ -136,6 +200,7 @@ struct ReplayOptions {
   std::string mode = "native";
   bool expect_reproduce = false;
   int cpu_threads = -1;  // harness/cpu_threads.h
+  double case_timeout = 10;  // for crash and timeout records, which run in a child
 };
 
 int run_replay(const ReplayOptions &o, const std::string &program) {
@@ -152,6 +217,16 @@ int run_replay(const ReplayOptions &o, const std::string &program) {
 
   int64_t pass = 0, fail = 0, must_fail = 0, skipped = 0, recorded_fail = 0, reproduced_fail = 0, not_reproduced = 0;
   for (const Record &r : records) {
+    if (is_crash_outcome(r.outcome)) {  // run where a crash cannot take this process down
+      ++recorded_fail;
+      const bool back = replay_crash_in_child(r, self_exe(), o.case_timeout, std::cout, program) != 0;
+      if (back) ++reproduced_fail;
+      else ++not_reproduced;
+      const ImplInfo *impl = find_impl(r.spec.op, r.spec.impl, r.spec.backend);
+      if (back && (!impl || effective_expectation(*impl, batch_invariant) == Expectation::must_hold)) ++must_fail, ++fail;
+      else (back ? fail : pass)++;
+      continue;
+    }
     const ReplayResult rr = replay_record(r, batch_invariant);
     if (rr.skipped) {
       ++skipped;
@@ -296,6 +371,7 @@ int main(int argc, char **argv) {
   app.require_subcommand(1);
   std::string command_line;
   for (int i = 0; i < argc; ++i) command_line += (i ? " " : "") + std::string(argv[i]);
+  g_args.assign(argv, argv + argc);
 
   FuzzOptions fo;
   std::string ops, impls, props, dtypes;
@@ -322,6 +398,13 @@ int main(int argc, char **argv) {
   fuzz->add_flag("--stop-on-failure", fo.stop_on_failure, "end the campaign at the first failure, once it is shrunk");
   fuzz->add_option("--mode", fo.mode, "native, or batch-invariant: our kernels behind libtorch's dispatcher (impl torch then must hold)")
       ->default_val("native");
+  fuzz->add_option("--workers", fo.workers, "fork mode: run the campaign in N child processes; a crash or hang of one becomes a "
+                                            "crash/timeout record and a fresh worker carries on")->check(CLI::Range(0, 1024));
+  fuzz->add_option("--case-timeout", fo.case_timeout, "with --workers: seconds a case may run before its worker is killed (0: none)")
+      ->check(CLI::Range(0.0, 1e6));
+  fuzz->add_option("--worker", fo.worker, "(internal) i/n: this process is fork-mode worker i of n")->group("");
+  fuzz->add_option("--inflight", fo.inflight, "(internal) file to write each case to before checking it")->group("");
+  fuzz->add_option("--skip-target", fo.skip_targets, "(internal) targets to leave out")->group("");
   fuzz->add_option("--load", fo.libraries, "a kernel library registering torch operators (TORCH_LIBRARY), loaded before --spec");
   fuzz->add_option("--spec", fo.specs, "an op spec file describing operators to fuzz with --op ns::name --impl torch");
 
@@ -332,6 +415,8 @@ int main(int argc, char **argv) {
   replay->add_flag("--expect-reproduce", ro.expect_reproduce, "exit 1 unless every record's outcome and diff come back bit for bit");
   replay->add_option("--mode", ro.mode, "native or batch-invariant, as for fuzz")->default_val("native");
   replay->add_option("--cpu-threads", ro.cpu_threads, "ATen threads, as for fuzz (default 1 when every record is a CPU one)")->check(CLI::Range(0, 1024));
+  replay->add_option("--case-timeout", ro.case_timeout, "seconds a crash or timeout record may run in its child (default 10)")
+      ->check(CLI::Range(0.0, 1e6));
   replay->add_option("--load", ro.libraries, "kernel libraries to load first");
   replay->add_option("--spec", ro.specs, "op spec files to load first");
 

@@ -15,6 +15,10 @@
 #include <ATen/WrapDimUtilsMulti.h>
 
 #include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <thread>
 
 namespace detfuzz {
 namespace {
@@ -141,6 +145,30 @@ at::Tensor reversed_mean(const OpArgs &args) {
   return cpu_ops::mean(x.flip(dims), args.dims, args.keepdim, args.out_dtype);
 }
 
+// Planted crashes for the fork mode's isolation (`fuzz --workers`): a kernel that segfaults,
+// aborts or hangs once the reduction has at least kCrashMinRows output rows; fewer rows run the
+// invariant mean. Never selected by default (mutant-); outside --workers they end the campaign.
+constexpr int64_t kCrashMinRows = 5;
+bool crash_rows_reached(const OpArgs &args) {
+  const at::Tensor &x = args.tensors.at(0);
+  const std::vector<int64_t> dims = reduced_dims(x, args.dims);
+  int64_t n = 1;
+  for (int64_t d : dims) n *= x.size(d);
+  return n > 0 && x.numel() / n >= kCrashMinRows;
+}
+at::Tensor segfaulting_mean(const OpArgs &args) {
+  if (crash_rows_reached(args)) std::raise(SIGSEGV);
+  return cpu_ops::mean(args.tensors.at(0), args.dims, args.keepdim, args.out_dtype);
+}
+at::Tensor aborting_mean(const OpArgs &args) {
+  if (crash_rows_reached(args)) std::abort();
+  return cpu_ops::mean(args.tensors.at(0), args.dims, args.keepdim, args.out_dtype);
+}
+at::Tensor hanging_mean(const OpArgs &args) {
+  while (crash_rows_reached(args)) std::this_thread::sleep_for(std::chrono::hours(1));
+  return cpu_ops::mean(args.tensors.at(0), args.dims, args.keepdim, args.out_dtype);
+}
+
 at::Tensor neighbour_mean(const OpArgs &args) {
   const at::Tensor &x = args.tensors.at(0);
   const at::Tensor invariant = cpu_ops::mean(x, args.dims, args.keepdim, args.out_dtype);  // shape, dtype, checks
@@ -210,6 +238,9 @@ std::vector<ImplInfo> cpu_mutant_impls() {
       // the previous row's total at the end instead.
       {"mutant-neighbour", "mean", cpu, float_and_int_dtypes(), e,
        "sum starts from the previous row's total, subtracted at the end", neighbour_mean},
+      {"mutant-crash-segv", "mean", cpu, float_dtypes(), e, "raises SIGSEGV when output rows >= 5", segfaulting_mean},
+      {"mutant-crash-abort", "mean", cpu, float_dtypes(), e, "calls abort() when output rows >= 5", aborting_mean},
+      {"mutant-crash-hang", "mean", cpu, float_dtypes(), e, "never returns when output rows >= 5", hanging_mean},
   });
   return all;
 }
