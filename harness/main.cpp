@@ -23,6 +23,7 @@
 #include "ops/torch/batch_invariant_mode.h"
 #include "properties/properties.h"
 
+#include <ATen/Context.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -70,6 +71,7 @@ struct FuzzOptions {
   std::vector<std::string> corpora;
   bool no_corpus = false, no_shrink = false, quiet = false, stop_on_failure = false;
   int workers = 0;                        // fork mode (harness/workers.h); 0: in process
+  std::string devices;                    // "all" or "0,1,...": fork mode with one worker per GPU
   double case_timeout = 0;                // seconds; fork mode's watchdog
   std::string worker, inflight;           // set by a fork-mode parent for its workers
   std::vector<std::string> skip_targets;  // likewise: targets that crashed an earlier worker
@@ -82,7 +84,7 @@ std::string self_exe() { return fs::read_symlink("/proc/self/exe").string(); }
 
 // The fuzz arguments a fork-mode worker gets: the user's, less those the parent sets per worker.
 std::vector<std::string> worker_args() {
-  static const std::set<std::string> with_value = {"--workers", "--case-timeout", "--out", "--seed", "--budget", "--cases", "--junit"};
+  static const std::set<std::string> with_value = {"--workers", "--devices", "--case-timeout", "--out", "--seed", "--budget", "--cases", "--junit"};
   static const std::set<std::string> flags = {"--quiet", "--no-corpus"};
   std::vector<std::string> out;
   size_t i = 0;
@@ -126,6 +128,29 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
     for (const auto &c : cfg.corpora) record_files(c);  // fail early on a missing corpus
   }
   const fs::path out = o.out.empty() ? default_report_dir(to_string(backend), cfg.seed) : fs::path(o.out);
+  std::vector<int> devices;
+  if (!o.devices.empty()) {
+    if (backend != Backend::cuda) throw UsageError("--devices needs the CUDA backend (--backend cuda) and a GPU");
+    const int count = backend_available(Backend::cuda) ? static_cast<int>(at::getNumGPUs()) : 0;
+    if (count == 0) throw UsageError("--devices: no CUDA GPU found");
+    if (o.devices == "all") {
+      for (int d = 0; d < count; ++d) devices.push_back(d);
+    } else {
+      for (const auto &d : split_list(o.devices)) {
+        int id = -1;
+        try {
+          id = std::stoi(d);
+        } catch (const std::exception &) {
+        }
+        if (id < 0 || id >= count || std::to_string(id) != d)
+          throw UsageError("--devices: '" + d + "' is not a device index below " + std::to_string(count));
+        devices.push_back(id);
+      }
+    }
+    if (o.workers > 0 && o.workers != static_cast<int>(devices.size()))
+      throw UsageError("--devices runs one worker per GPU: leave out --workers or give it " + std::to_string(devices.size()));
+    o.workers = static_cast<int>(devices.size());
+  }
   if (o.workers > 0) {
     if (!o.junit.empty()) throw UsageError("--junit is not supported with --workers yet");
     if (fs::exists(out) && !fs::is_empty(out)) throw UsageError("report folder " + out.string() + " exists and is not empty");
@@ -133,6 +158,7 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
     w.self = self_exe();
     w.child_args = worker_args();
     w.workers = o.workers;
+    w.devices = devices;
     w.case_timeout_s = o.case_timeout;
     w.budget_s = cfg.budget_s;
     w.max_cases = cfg.max_cases;
@@ -144,6 +170,7 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
     w.progress = !o.quiet;
     std::cout << "Using configuration: seed=" << cfg.seed << " backend=" << to_string(backend) << " budget=" << cfg.budget_s << "s"
               << " targets=" << cfg.targets.size() << " workers=" << o.workers
+              << (devices.empty() ? "" : " devices=" + o.devices)
               << (o.case_timeout > 0 ? " case-timeout=" + std::to_string(o.case_timeout) + "s" : "") << std::endl;
     install_interrupt_handlers();
     return run_workers(w, std::cout);
@@ -400,6 +427,7 @@ int main(int argc, char **argv) {
       ->default_val("native");
   fuzz->add_option("--workers", fo.workers, "fork mode: run the campaign in N child processes; a crash or hang of one becomes a "
                                             "crash/timeout record and a fresh worker carries on")->check(CLI::Range(0, 1024));
+  fuzz->add_option("--devices", fo.devices, "all or 0,1,...: fork mode with one worker per GPU (CUDA_VISIBLE_DEVICES), one merged report");
   fuzz->add_option("--case-timeout", fo.case_timeout, "with --workers: seconds a case may run before its worker is killed (0: none)")
       ->check(CLI::Range(0.0, 1e6));
   fuzz->add_option("--worker", fo.worker, "(internal) i/n: this process is fork-mode worker i of n")->group("");

@@ -39,8 +39,16 @@ uint64_t mix(uint64_t a, uint64_t b) {
   return x ^ (x >> 31);
 }
 
-// Starts `argv` with stdout and stderr to `log_file`; throws on failure.
-pid_t spawn(const std::vector<std::string> &argv, const fs::path &log_file) {
+// Starts `argv` with stdout and stderr to `log_file` (and, when `cuda_device` >= 0,
+// CUDA_VISIBLE_DEVICES set to it); throws on failure.
+pid_t spawn(const std::vector<std::string> &argv, const fs::path &log_file, int cuda_device = -1) {
+  std::vector<std::string> env_strings;
+  for (char **e = environ; *e; ++e)
+    if (cuda_device < 0 || std::strncmp(*e, "CUDA_VISIBLE_DEVICES=", 21) != 0) env_strings.push_back(*e);
+  if (cuda_device >= 0) env_strings.push_back("CUDA_VISIBLE_DEVICES=" + std::to_string(cuda_device));
+  std::vector<char *> env;
+  for (auto &e : env_strings) env.push_back(e.data());
+  env.push_back(nullptr);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 1, log_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -49,7 +57,7 @@ pid_t spawn(const std::vector<std::string> &argv, const fs::path &log_file) {
   for (const auto &a : argv) args.push_back(const_cast<char *>(a.c_str()));
   args.push_back(nullptr);
   pid_t pid = 0;
-  const int rc = posix_spawn(&pid, argv[0].c_str(), &actions, nullptr, args.data(), environ);
+  const int rc = posix_spawn(&pid, argv[0].c_str(), &actions, nullptr, args.data(), env.data());
   posix_spawn_file_actions_destroy(&actions);
   if (rc != 0) throw std::runtime_error("fuzz --workers: cannot start " + argv[0] + ": " + std::strerror(rc));
   return pid;
@@ -118,6 +126,8 @@ int64_t cases_so_far(const Worker &w) {
 
 int run_workers(const WorkersConfig &cfg, std::ostream &log) {
   if (cfg.workers < 1) throw std::invalid_argument("fuzz --workers must be >= 1");
+  if (!cfg.devices.empty() && static_cast<int>(cfg.devices.size()) != cfg.workers)
+    throw std::invalid_argument("fuzz --devices: one worker per device");
   const fs::path root = fs::path(cfg.out.string() + ".workers-" + std::to_string(getpid()));
   fs::create_directories(root);
   const auto start = Clock::now();
@@ -146,7 +156,7 @@ int run_workers(const WorkersConfig &cfg, std::ostream &log) {
                                                                                (w.index < cfg.max_cases % cfg.workers)))});
     if (!cfg.corpus || w.generation > 0) argv.push_back("--no-corpus");
     for (const auto &t : crashed_targets) argv.insert(argv.end(), {"--skip-target", t});
-    w.pid = spawn(argv, w.log);
+    w.pid = spawn(argv, w.log, cfg.devices.empty() ? -1 : cfg.devices[w.index]);
     w.running = true;
   };
 
@@ -269,6 +279,7 @@ int run_workers(const WorkersConfig &cfg, std::ostream &log) {
   if (crash_must_hold && code == 0) code = 1;
   if (forwarded) code = 128 + forwarded;
   summary["workers"] = {{"count", cfg.workers}, {"case_timeout_s", cfg.case_timeout_s}, {"crashes", crash_list}};
+  if (!cfg.devices.empty()) summary["workers"]["devices"] = cfg.devices;  // worker i ran on devices[i]
   summary["interrupted"] = forwarded != 0;
   summary["exit_code"] = code;
   std::ofstream(cfg.out / "summary.json") << summary.dump(2) << "\n";

@@ -8,7 +8,8 @@
 // fresh worker for the same shard with the time left (a new seed, no corpus, the crashed targets
 // left out). Crash records go to failures.csv and crashes.csv of the merged report; a crash of a
 // must-hold target fails the campaign (exit 1). SIGINT/SIGTERM are passed on to the workers,
-// whose reports are then merged as usual.
+// whose reports are then merged as usual. With --devices, worker i runs on GPU devices[i] alone
+// and the merged summary's `workers.devices` says which worker had which GPU.
 #pragma once
 
 #include "harness/corpus.h"
@@ -25,6 +26,8 @@ struct WorkersConfig {
   std::string self;                     // this binary (/proc/self/exe)
   std::vector<std::string> child_args;  // the fuzz arguments every worker gets (no --workers, --out, --seed, --budget, --cases)
   int workers = 1;
+  // One worker per GPU when set (`--devices`): worker i sees only devices[i] (CUDA_VISIBLE_DEVICES).
+  std::vector<int> devices;
   double case_timeout_s = 0;  // 0: no watchdog
   double budget_s = 60;
   int64_t max_cases = 0;      // split among the workers

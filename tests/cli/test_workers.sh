@@ -68,5 +68,10 @@ grep -q "reproduced in a child: no result after" "$work/replay-hang.log" && ok |
 "$bin" fuzz --backend cpu --op mean --workers 2 --junit "$work/j.xml" --budget 5s --out "$work/j" >/dev/null 2>&1
 [ $? -eq 2 ] && ok || bad "--workers with --junit: wanted exit 2"
 
+# --devices needs the CUDA backend and GPUs: on the CPU backend it is a usage error.
+"$bin" fuzz --backend cpu --op mean --devices all --budget 5s --out "$work/d" >"$work/devices.log" 2>&1
+[ $? -eq 2 ] && ok || bad "--devices on the CPU backend: wanted exit 2"
+grep -q "needs the CUDA backend" "$work/devices.log" && ok || bad "--devices on the CPU backend: no clear message"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
