@@ -309,19 +309,29 @@ CampaignResult run_campaign(const CampaignConfig &cfg, ReportWriter &report, std
   const std::function<bool()> out_of_budget = [&] {
     return stop || interrupt_signal() != 0 || (cfg.budget_s > 0 && seconds_since(start) >= cfg.budget_s) || (cfg.max_cases > 0 && result.cases >= cfg.max_cases);
   };
-  for (uint64_t round = 0; !result.targets.empty() && !out_of_budget(); ++round) {
-    for (size_t k = 0; k < result.targets.size() && !out_of_budget(); ++k) {
-      TargetStats &stats = result.targets[k];
-      Round r(cfg, stats, report, result, index, out_of_budget);
-      if (r.run(mix(mix(cfg.seed, global_index[k]), round))) {
-        const bool must = stats.target.expectation == Expectation::must_hold;
-        log << (must ? "FAILURE (must-hold) " : "failure (observed) ") << stats.target.name() << ", shrunk in " << stats.shrink_steps
-            << " steps to: " << stats.minimal.spec.describe() << "\n  " << stats.minimal.detail << "\n  repro: "
-            << repro_command(stats.minimal, cfg.program) << std::endl;
-        stop = cfg.stop_on_failure;
+  // Which target runs its next round: in turn when the budget counts cases (the cases checked
+  // then depend only on the seed and the budget), else the one that has had the least time so far
+  // (ties to the first), so that slow targets (attention, graph replay) cannot crowd out the rest
+  // of a timed campaign. A target's k-th round has the same seed either way.
+  const bool time_fair = cfg.max_cases == 0;
+  std::vector<uint64_t> rounds(result.targets.size(), 0);
+  for (size_t turn = 0; !result.targets.empty() && !out_of_budget(); ++turn) {
+    size_t k = turn % result.targets.size();
+    if (time_fair)
+      for (size_t j = 0; j < result.targets.size(); ++j) {
+        const auto spent = [&](size_t i) { return result.targets[i].seconds + result.targets[i].shrink_seconds; };
+        if (spent(j) < spent(k) || (spent(j) == spent(k) && j < k)) k = j;
       }
-      progress.tick(result, start);
+    TargetStats &stats = result.targets[k];
+    Round r(cfg, stats, report, result, index, out_of_budget);
+    if (r.run(mix(mix(cfg.seed, global_index[k]), rounds[k]++))) {
+      const bool must = stats.target.expectation == Expectation::must_hold;
+      log << (must ? "FAILURE (must-hold) " : "failure (observed) ") << stats.target.name() << ", shrunk in " << stats.shrink_steps
+          << " steps to: " << stats.minimal.spec.describe() << "\n  " << stats.minimal.detail << "\n  repro: "
+          << repro_command(stats.minimal, cfg.program) << std::endl;
+      stop = cfg.stop_on_failure;
     }
+    progress.tick(result, start);
   }
   result.elapsed_s = seconds_since(start);
   result.interrupted_by = interrupt_signal();

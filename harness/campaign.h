@@ -1,6 +1,7 @@
 // The campaign runner. A campaign replays the corpus first (like libFuzzer and AFL++), then
-// fuzzes its targets round-robin, a RapidCheck run of a few cases per target per round, until its
-// time or case budget is spent. A target's first failure is shrunk by RapidCheck to a minimal
+// fuzzes its targets a RapidCheck run of a few cases at a time, until its time or case budget is
+// spent: the next run goes to the target with the least time spent so far (a case budget keeps
+// them in turn instead, so that its cases depend on the seed alone). A target's first failure is shrunk by RapidCheck to a minimal
 // case, saved as one replayable record and printed with a copy-pastable repro command; later
 // failures of the same target are counted (how often, and by how much) but not shrunk again.
 #pragma once
