@@ -152,7 +152,7 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
     o.workers = static_cast<int>(devices.size());
   }
   if (o.workers > 0) {
-    if (!o.junit.empty()) throw UsageError("--junit is not supported with --workers yet");
+    if (!o.junit.empty()) check_junit_path(o.junit);
     if (fs::exists(out) && !fs::is_empty(out)) throw UsageError("report folder " + out.string() + " exists and is not empty");
     WorkersConfig w;
     w.self = self_exe();
@@ -167,6 +167,9 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
     w.out = out;
     w.program = program;
     w.command_line = command_line;
+    w.junit = o.junit;
+    w.backend = to_string(backend);
+    w.started = utc_now();
     w.progress = !o.quiet;
     std::cout << "Using configuration: seed=" << cfg.seed << " backend=" << to_string(backend) << " budget=" << cfg.budget_s << "s"
               << " targets=" << cfg.targets.size() << " workers=" << o.workers

@@ -1,5 +1,6 @@
 #include "harness/workers.h"
 
+#include "harness/junit.h"
 #include "harness/merge.h"
 #include "harness/remove_tree.h"
 #include "harness/signals.h"
@@ -12,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstring>
@@ -120,6 +122,51 @@ int64_t cases_so_far(const Worker &w) {
     if (n > 0) --n;
   }
   return n;
+}
+
+// The merged report as a CampaignResult (for JUnit), each crash or timeout counted as a failure
+// of its target whose record, when it has none yet, is the crash record.
+CampaignResult merged_result(const nlohmann::json &summary, const std::vector<Record> &crashes) {
+  CampaignResult res;
+  const auto &r = summary["results"];
+  res.cases = r.value("cases", int64_t{0});
+  res.elapsed_s = r.value("elapsed_s", 0.0);
+  res.corpus_replayed = r["corpus"].value("replayed", int64_t{0});
+  res.corpus_skipped = r["corpus"].value("skipped", int64_t{0});
+  res.corpus_must_hold_failures = r["corpus"].value("must_hold_failures", int64_t{0});
+  res.corpus_observed_failures = r["corpus"].value("observed_failures", int64_t{0});
+  for (const auto &t : r["targets"]) {
+    TargetStats s;
+    s.target = {t["op"], t["impl"], t["property"], backend_from_string(t["backend"]), dtype_from_string(t["dtype"]),
+                t["expectation"] == "must-hold" ? Expectation::must_hold : Expectation::observed};
+    s.cases = t.value("cases", int64_t{0});
+    s.failures = t.value("failures", int64_t{0});
+    s.errors = t.value("errors", int64_t{0});
+    s.seconds = t.value("seconds", 0.0);
+    if (t.contains("minimal")) {
+      s.has_minimal = true;
+      s.minimal = parse_record_line(t["minimal"].get<std::string>());
+    }
+    res.targets.push_back(s);
+  }
+  for (const auto &c : crashes) {
+    auto it = std::find_if(res.targets.begin(), res.targets.end(),
+                           [&](const TargetStats &s) { return s.target.name() == target_name(c.spec); });
+    if (it == res.targets.end()) {
+      TargetStats s;
+      s.target = {c.spec.op, c.spec.impl, c.spec.property, c.spec.backend, c.spec.dtype,
+                  must_hold(c.spec) ? Expectation::must_hold : Expectation::observed};
+      res.targets.push_back(s);
+      it = res.targets.end() - 1;
+    }
+    ++it->cases;
+    ++it->failures;
+    if (!it->has_minimal) {
+      it->has_minimal = true;
+      it->minimal = c;
+    }
+  }
+  return res;
 }
 
 }  // namespace
@@ -283,6 +330,9 @@ int run_workers(const WorkersConfig &cfg, std::ostream &log) {
   summary["interrupted"] = forwarded != 0;
   summary["exit_code"] = code;
   std::ofstream(cfg.out / "summary.json") << summary.dump(2) << "\n";
+  if (!cfg.junit.empty())
+    write_junit(cfg.junit, junit_xml(merged_result(summary, crashes),
+                                     {cfg.program, cfg.backend, cfg.seed, cfg.started, cfg.out.string()}));
   remove_tree(root.string());
   log << "\n" << cfg.workers << " workers; " << crashes.size() << " crashes or timeouts; merged report: " << cfg.out.string() << "\n"
       << (forwarded ? "INTERRUPTED by signal " + std::to_string(forwarded) + "; " : std::string())

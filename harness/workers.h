@@ -34,6 +34,8 @@ struct WorkersConfig {
   uint64_t seed = 1;
   bool corpus = true;         // the first generation of workers replays the corpus
   std::filesystem::path out;
+  std::filesystem::path junit;  // empty: no JUnit file; else written from the merged report, crashes as failures
+  std::string backend, started; // for the JUnit suite
   std::string program, command_line;
   bool progress = true;
 };

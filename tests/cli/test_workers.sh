@@ -2,8 +2,9 @@
 # Fork mode (fuzz --workers): planted CPU kernels that segfault, abort and hang. The campaign
 # survives them: each becomes a crash or timeout record (crashes.csv, failures.csv, summary.json)
 # printed with its repro command, a fresh worker carries on, the invariant target keeps being
-# checked, and the exit code is 1 (they are must-hold targets). `replay` of a crash or timeout
-# record reproduces it in a child process and reports it instead of dying.
+# checked, and the exit code is 1 (they are must-hold targets); JUnit shows the crash as the
+# target's failure. `replay` of a crash or timeout record reproduces it in a child process and
+# reports it instead of dying.
 set -u
 bin=$1
 work=$(mktemp -d)
@@ -64,9 +65,12 @@ code=$?
 [ "$code" -eq 1 ] && ok || { bad "replay of the timeout: exit $code, wanted 1"; cat "$work/replay-hang.log"; }
 grep -q "reproduced in a child: no result after" "$work/replay-hang.log" && ok || bad "replay of the timeout: not reproduced"
 
-# 4. What fork mode does not take yet is a usage error.
-"$bin" fuzz --backend cpu --op mean --workers 2 --junit "$work/j.xml" --budget 5s --out "$work/j" >/dev/null 2>&1
-[ $? -eq 2 ] && ok || bad "--workers with --junit: wanted exit 2"
+# 4. JUnit from a fork-mode run: the crashed target fails with its crash record and repro.
+"$bin" fuzz --backend cpu --op mean --impl invariant,mutant-crash-segv --property batch_slice --dtype float32 --seed 5 \
+  --workers 2 --budget 8s --no-corpus --junit "$work/j.xml" --out "$work/j" >"$work/j.log" 2>&1
+[ $? -eq 1 ] && ok || bad "--workers with --junit: wanted exit 1"
+python3 "$(dirname "$0")/check_junit.py" "$work/j.xml" --failing detfuzz.cpu.mean.mutant-crash-segv/batch_slice/float32 \
+  --passing detfuzz.cpu.mean.invariant/batch_slice/float32 && ok || bad "--workers with --junit: JUnit contents"
 
 # --devices needs the CUDA backend and GPUs: on the CPU backend it is a usage error.
 "$bin" fuzz --backend cpu --op mean --devices all --budget 5s --out "$work/d" >"$work/devices.log" 2>&1
