@@ -57,4 +57,12 @@ void launch_gemm(const GemmParams &p, cudaStream_t stream);
 void launch_gemm_tc(const GemmParams &p, cudaStream_t stream);   // f16, bf16 (gemm_tc.cu)
 void launch_gemm_f32(const GemmParams &p, cudaStream_t stream);  // f32 (gemm_f32.cu)
 
+// The float32 kernel's schedules and tile shapes (gemm_f32.cu). launch_gemm_f32 picks one by
+// shape (automatic); every one computes the same bits, which the tests check by forcing each.
+enum class F32Path { automatic, persistent_large, persistent_small, cluster_large, cluster_small };
+const char *gemm_f32_path_name(F32Path path);
+bool gemm_f32_path_available(F32Path path, int device);  // cluster_*: an sm_90 GPU and sm_90 code
+F32Path gemm_f32_auto_path(const GemmParams &p, int device);
+void launch_gemm_f32_path(const GemmParams &p, F32Path path, cudaStream_t stream);
+
 }  // namespace detfuzz::cuda_kernels
