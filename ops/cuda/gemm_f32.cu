@@ -62,7 +62,7 @@ struct TileShape {
   static constexpr int PIPE_BYTES = STAGES * (A_STAGE + B_STAGE) * 4;
   static constexpr int PARTIAL_BYTES = BM * BN * 4;  // the cluster schedule's p_c tile
   static_assert(TM % 4 == 0 && TN % 4 == 0 && BM % WM == 0 && BN % WN == 0, "tile shape");
-  static_assert(BK % 8 == 0 && (BM * BK) % (THREADS * 1) == 0 && (BN * BK) % THREADS == 0, "copy split");
+  static_assert(BK % 8 == 0 && (BM * BK) % THREADS == 0 && (BN * BK) % THREADS == 0, "copy split");
   static_assert((BN / 4 * BK) % THREADS == 0 && 64 % BK == 0, "K step must divide the 64-multiple chunks");
 };
 using LargeTile = TileShape<128, 128, 8, 8, 4, 16, 4, 1>;
@@ -86,7 +86,6 @@ __device__ __forceinline__ void chunk_range(StepPos &s, const KChunks &ch, int64
 }
 
 // Moves to the next K step with work (skips empty chunks: only K == 0 has one).
-template <int BK>
 __device__ __forceinline__ void settle(StepPos &s, const Walk &w, const KChunks &ch, int64_t K) {
   while (s.tile < w.tile_end && s.k0 >= s.kend) {
     if (++s.chunk == w.c_end) {
@@ -241,13 +240,13 @@ __global__ void __launch_bounds__(T::THREADS, T::MIN_CTAS) gemm_f32_kernel(const
   StepLoader<T, B_KN> loader;
   StepPos lp{w.tile_first, 0, 0, w.c_begin};
   chunk_range(lp, ch, p.K);
-  settle<T::BK>(lp, w, ch, p.K);
+  settle(lp, w, ch, p.K);
   auto load_next = [&](int stage) {
     if (lp.tile < w.tile_end) {
       loader.set_tile(p, lp.tile, tiles_m, tiles_n);
       loader.load(p, sA_addr + stage * T::A_STAGE * 4, sB_addr + stage * T::B_STAGE * 4, lp.k0, lp.kend, tid);
       lp.k0 += T::BK;
-      settle<T::BK>(lp, w, ch, p.K);
+      settle(lp, w, ch, p.K);
     }
     cp_async_commit();
   };
@@ -345,11 +344,6 @@ __global__ void __launch_bounds__(T::THREADS, T::MIN_CTAS) gemm_f32_kernel(const
   cp_async_wait<0>();
 }
 
-template <class T, bool B_KN, bool CLUSTER>
-auto kernel_of() {
-  return gemm_f32_kernel<T, B_KN, CLUSTER>;
-}
-
 constexpr int smem_bytes(int pipe, int partial, bool cluster) { return cluster && partial > pipe ? partial : pipe; }
 
 template <class T, bool B_KN, bool CLUSTER>
@@ -357,7 +351,7 @@ void opt_in(int dev) {
   static std::atomic<uint64_t> opted_in{0};
   const uint64_t bit = dev < 64 ? (uint64_t(1) << dev) : 0;
   if (bit && (opted_in.load() & bit)) return;
-  DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel_of<T, B_KN, CLUSTER>(), cudaFuncAttributeMaxDynamicSharedMemorySize,
+  DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(gemm_f32_kernel<T, B_KN, CLUSTER>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           smem_bytes(T::PIPE_BYTES, T::PARTIAL_BYTES, CLUSTER)));
   opted_in.fetch_or(bit);
 }
@@ -396,14 +390,21 @@ void launch_cluster(const F32Args &args, const GemmParams &p, int dev, cudaStrea
   DETFUZZ_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemm_f32_kernel<T, B_KN, true>, args));
 }
 
-// The cluster schedule needs an sm_90 device and sm_90 code for it in this binary.
+// The cluster schedule needs an sm_90 device and sm_90 code for it in this binary (asked once
+// per device: 0 not yet known, 1 yes, 2 no).
 bool cluster_capable(int dev) {
+  static std::atomic<int> known[64] = {};
+  if (dev >= 0 && dev < 64 && known[dev].load() != 0) return known[dev].load() == 1;
   int major = 0;
   DETFUZZ_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  if (major < 9) return false;
-  cudaFuncAttributes fa{};
-  DETFUZZ_CUDA_CHECK(cudaFuncGetAttributes(&fa, gemm_f32_kernel<SmallTile, true, true>));
-  return fa.binaryVersion >= 90;
+  bool ok = major >= 9;
+  if (ok) {
+    cudaFuncAttributes fa{};
+    DETFUZZ_CUDA_CHECK(cudaFuncGetAttributes(&fa, gemm_f32_kernel<SmallTile, true, true>));
+    ok = fa.binaryVersion >= 90;
+  }
+  if (dev >= 0 && dev < 64) known[dev].store(ok ? 1 : 2);
+  return ok;
 }
 
 template <class T>
