@@ -13,11 +13,11 @@
 // pipeline of STAGES K steps. A is stored transposed in shared memory ([BK][BM], copied 4 bytes
 // at a time, the transposition done by the copy), B as [BK][BN] (16-byte copies of a [K,N] B,
 // 4-byte transposing copies of an [N,K] B); row pitches are 4 (mod 32) floats, so the transposing
-// stores (a warp covers 8 k x 4 rows) and the fragment reads (LDS.128, a warp reading 4 float4 of
-// A and 8 of B per k: one wavefront each) are free of bank conflicts.
-//   large: 128 x 128, warp tile 32 x 64, 8 x 8 per thread (two 4-wide groups each way), BK 16.
-//   small: 32 x 128, warp tile 16 x 32, 4 x 4 per thread, BK 32 (for M <= 32: deep B streaming;
-//          warps whose rows are all past M skip their FMAs).
+// stores (a warp covers 8 k x 4 rows) and the fragment reads (LDS.128 of 2-4 distinct float4 of A
+// and 8-16 contiguous float4 of B per warp and k) are free of bank conflicts.
+//   large: 128 x 128, warp tile 32 x 64, 8 x 8 per thread (two 4-wide groups each way), BK 32.
+//   small: 32 x 128, warp tile 8 x 64, 4 x 4 per thread, BK 32 (for M <= 32: deep B streaming;
+//          warps whose rows are all past M skip their FMAs, so M <= 8 runs 2 warps of FMAs).
 // Two schedules:
 //   persistent (any GPU): a grid of CTAs walks the tiles (persistent_tile order); a CTA computes
 //     every chunk of its tile in turn, a fresh accumulator per chunk and the running total in
@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace detfuzz::cuda_kernels {
 namespace {
@@ -65,8 +66,8 @@ struct TileShape {
   static_assert(BK % 8 == 0 && (BM * BK) % THREADS == 0 && (BN * BK) % THREADS == 0, "copy split");
   static_assert((BN / 4 * BK) % THREADS == 0 && 64 % BK == 0, "K step must divide the 64-multiple chunks");
 };
-using LargeTile = TileShape<128, 128, 8, 8, 4, 16, 4, 1>;
-using SmallTile = TileShape<32, 128, 4, 4, 4, 32, 4, 2>;
+using LargeTile = TileShape<128, 128, 8, 8, 4, 32, 3, 1>;
+using SmallTile = TileShape<32, 128, 4, 4, 2, 32, 4, 2>;
 
 // Where a CTA walks: tiles first, first + stride, ... < end; chunks [c_begin, c_end) of each.
 struct Walk {
@@ -101,59 +102,97 @@ __device__ __forceinline__ void cp_async4(uint32_t dst, const float *src, bool v
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(n));
 }
 
-// The loads of one K step into stage `stage`: A^T [BK][AP] and B [BK][BP]; zeros where k >= kend,
+// A transposing copy of R rows x BK k of a K-contiguous operand (A, or an [N,K] B): copy i of a
+// thread moves element (row r + i * RSTEP, k kk) of the step, a warp covering 8 consecutive k of 4
+// rows (32-byte global segments, conflict-free 4-byte shared stores at pitch 4 mod 32). The
+// pointer, the rows left and the k of a thread are set once per tile.
+template <class T, int R>
+struct TransposeCopy {
+  static constexpr int KB8 = T::BK / 8, RSTEP = 256 / T::BK, PER = R * T::BK / 256;
+  static constexpr int P = pitch_of(R);
+  const float *src;   // row (r0 + r), column kk of the operand
+  const float *safe;  // the operand's first element: the address of a zero-filling copy
+  int64_t stride;    // RSTEP rows
+  int rows_left;     // rows of the operand from r0 + r on (clamped)
+  int kk;
+  uint32_t dst;      // shared offset (bytes) of (kk, r) within a stage
+
+  __device__ __forceinline__ void set(const float *base, int64_t ld, int64_t r0, int64_t rows, int tid) {
+    const int lane = tid & 31, warp = tid >> 5;
+    kk = (lane & 7) | ((warp % KB8) << 3);
+    const int r = ((lane >> 3) & 3) | ((warp / KB8) << 2);
+    const int64_t left = rows - r0 - r;
+    rows_left = static_cast<int>(left < 0 ? 0 : left > INT_MAX ? INT_MAX : left);
+    src = base + (r0 + r) * ld + kk;
+    safe = base;
+    stride = RSTEP * ld;
+    dst = static_cast<uint32_t>((kk * P + r) * 4);
+  }
+  __device__ __forceinline__ void load(uint32_t stage, int64_t k0, int kleft) const {
+    const bool k_ok = kk < kleft;
+    const float *p = src + k0;
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      const bool ok = k_ok && i * RSTEP < rows_left;
+      cp_async4(stage + dst + i * RSTEP * 4, ok ? p : safe, ok);
+      p += stride;
+    }
+  }
+};
+
+// 16-byte copies of BK k rows x BN columns of an N-contiguous B: copy i of a thread moves columns
+// lane * 4 .. + 3 of k row warp + 8 i.
+template <class T>
+struct RowCopy {
+  static constexpr int PER = T::BK / 8;
+  const float *src;   // k row `warp`, column n0 + lane * 4
+  const float *safe;  // B's first element: the address of a zero-filling copy
+  int64_t ld;
+  bool col_ok;
+  int kr;
+  uint32_t dst;
+
+  __device__ __forceinline__ void set(const float *base, int64_t ldb, int64_t n0, int64_t N, int tid) {
+    const int lane = tid & 31;
+    kr = tid >> 5;
+    col_ok = n0 + lane * 4 < N;
+    src = base + kr * ldb + n0 + lane * 4;
+    safe = base;
+    ld = ldb;
+    dst = static_cast<uint32_t>((kr * T::BP + lane * 4) * 4);
+  }
+  __device__ __forceinline__ void load(uint32_t stage, int64_t k0, int kleft) const {
+    const float *p = src + k0 * ld;
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      const bool ok = col_ok && kr + 8 * i < kleft;
+      cp_async16(stage + dst + i * 8 * T::BP * 4, ok ? p : safe, ok);
+      p += 8 * ld;
+    }
+  }
+};
+
+// The loads of one K step: A^T [BK][AP] and B [BK][BP] of the step's tile; zeros where k >= kend,
 // a row >= M or a column >= N.
 template <class T, bool B_KN>
 struct StepLoader {
-  const float *A, *B;  // this tile's batch entry
-  int64_t m0, n0;
+  static_assert(T::THREADS == 256 && T::BN == 128 && 256 % T::BK == 0, "the copy maps assume these");
+  TransposeCopy<T, T::BM> a;
+  std::conditional_t<B_KN, RowCopy<T>, TransposeCopy<T, T::BN>> b;
   int64_t cur_tile = -1;
 
-  __device__ __forceinline__ void set_tile(const F32Args &p, int64_t tile, int64_t tiles_m, int64_t tiles_n) {
+  __device__ __forceinline__ void set_tile(const F32Args &p, int64_t tile, int64_t tiles_m, int64_t tiles_n, int tid) {
     if (tile == cur_tile) return;
     cur_tile = tile;
     const TileCoord tc = persistent_tile<GROUP_M>(tile, tiles_m, tiles_n);
-    A = p.a + tc.batch * p.sa;
-    B = p.b + tc.batch * p.sb;
-    m0 = tc.pid_m * T::BM;
-    n0 = tc.pid_n * T::BN;
+    a.set(p.a + tc.batch * p.sa, p.lda, tc.pid_m * T::BM, p.M, tid);
+    b.set(p.b + tc.batch * p.sb, p.ldb, tc.pid_n * T::BN, p.N, tid);
   }
 
-  // Transposing copy of R rows x BK k of a K-contiguous operand: element id -> (k, r) with a warp
-  // covering 8 consecutive k of 4 rows.
-  template <int R>
-  __device__ __forceinline__ static void transpose_copy(uint32_t dst, const float *src, int64_t ld, int64_t r0,
-                                                        int64_t rows, int64_t k0, int64_t kend, int tid) {
-    constexpr int P = pitch_of(R);
-    constexpr int PER = R * T::BK / T::THREADS;
-#pragma unroll
-    for (int i = 0; i < PER; ++i) {
-      const int id = tid + i * T::THREADS;
-      const int w = id >> 5;
-      const int kk = (id & 7) | ((w % (T::BK / 8)) << 3);
-      const int r = ((id >> 3) & 3) | ((w / (T::BK / 8)) << 2);
-      const int64_t gr = r0 + r, gk = k0 + kk;
-      const bool ok = gr < rows && gk < kend;
-      cp_async4(dst + (kk * P + r) * 4, ok ? src + gr * ld + gk : src, ok);
-    }
-  }
-
-  __device__ __forceinline__ void load(const F32Args &p, uint32_t sA, uint32_t sB, int64_t k0, int64_t kend,
-                                       int tid) const {
-    transpose_copy<T::BM>(sA, A, p.lda, m0, p.M, k0, kend, tid);
-    if constexpr (B_KN) {
-      constexpr int CH = T::BN / 4;  // 16-byte chunks per k row
-#pragma unroll
-      for (int i = 0; i < CH * T::BK / T::THREADS; ++i) {
-        const int id = tid + i * T::THREADS;
-        const int kr = id / CH, c = id % CH;
-        const int64_t gk = k0 + kr, gn = n0 + c * 4;
-        const bool ok = gk < kend && gn < p.N;
-        cp_async16(sB + (kr * T::BP + c * 4) * 4, ok ? B + gk * p.ldb + gn : B, ok);
-      }
-    } else {
-      transpose_copy<T::BN>(sB, B, p.ldb, n0, p.N, k0, kend, tid);
-    }
+  __device__ __forceinline__ void load(uint32_t sA, uint32_t sB, int64_t k0, int64_t kend) const {
+    const int kleft = static_cast<int>(kend - k0);  // <= the chunk size
+    a.load(sA, k0, kleft);
+    b.load(sB, k0, kleft);
   }
 };
 
@@ -243,8 +282,8 @@ __global__ void __launch_bounds__(T::THREADS, T::MIN_CTAS) gemm_f32_kernel(const
   settle(lp, w, ch, p.K);
   auto load_next = [&](int stage) {
     if (lp.tile < w.tile_end) {
-      loader.set_tile(p, lp.tile, tiles_m, tiles_n);
-      loader.load(p, sA_addr + stage * T::A_STAGE * 4, sB_addr + stage * T::B_STAGE * 4, lp.k0, lp.kend, tid);
+      loader.set_tile(p, lp.tile, tiles_m, tiles_n, tid);
+      loader.load(sA_addr + stage * T::A_STAGE * 4, sB_addr + stage * T::B_STAGE * 4, lp.k0, lp.kend);
       lp.k0 += T::BK;
       settle(lp, w, ch, p.K);
     }
@@ -327,14 +366,19 @@ __global__ void __launch_bounds__(T::THREADS, T::MIN_CTAS) gemm_f32_kernel(const
       for (int q = rank * per + tid; q < q_end; q += T::THREADS) {
         const int r = q / (T::BN / 4), c4 = (q % (T::BN / 4)) * 4;
         if (r >= valid_m || n0 + c4 >= p.N) continue;
-        float4 t = *reinterpret_cast<const float4 *>(cluster.map_shared_rank(partial, 0) + q * 4);
-        for (int src = 1; src < count; ++src) {
-          const float4 u = *reinterpret_cast<const float4 *>(cluster.map_shared_rank(partial, src) + q * 4);
-          t.x = __fadd_rn(t.x, u.x);
-          t.y = __fadd_rn(t.y, u.y);
-          t.z = __fadd_rn(t.z, u.z);
-          t.w = __fadd_rn(t.w, u.w);
-        }
+        float4 u[kMaxKChunks];  // every rank's p_c in flight at once, then the adds in rank order
+#pragma unroll
+        for (int src = 0; src < kMaxKChunks; ++src)
+          if (src < count) u[src] = *reinterpret_cast<const float4 *>(cluster.map_shared_rank(partial, src) + q * 4);
+        float4 t = u[0];
+#pragma unroll
+        for (int src = 1; src < kMaxKChunks; ++src)
+          if (src < count) {
+            t.x = __fadd_rn(t.x, u[src].x);
+            t.y = __fadd_rn(t.y, u[src].y);
+            t.z = __fadd_rn(t.z, u[src].z);
+            t.w = __fadd_rn(t.w, u[src].w);
+          }
         store4(p, C, bias, m0 + r, n0 + c4, t, vec_ok);
       }
       cluster.sync();  // no CTA leaves while another still reads its shared memory
@@ -434,8 +478,12 @@ F32Path gemm_f32_auto_path(const GemmParams &p, int device) {
   const bool small_m = p.M <= SmallTile::BM;
   if (cluster_capable(device)) {
     if (small_m && cluster_fits<SmallTile>(p)) return F32Path::cluster_small;
-    // Persistent once the large tiles fill every SM; before that the chunks of a tile spread it.
-    if (tile_count<LargeTile>(p) < p.num_ctas && cluster_fits<LargeTile>(p)) return F32Path::cluster_large;
+    // Persistent once the large tiles fill the SMs in waves at least 90% full; otherwise the
+    // chunks of each tile spread it over a cluster (8 times the CTAs, a finer last wave).
+    const int64_t tiles = tile_count<LargeTile>(p), slots = p.num_ctas;
+    const int64_t waves = (tiles + slots - 1) / slots;
+    const bool waves_full = tiles >= slots && 10 * tiles >= 9 * waves * slots;
+    if (!waves_full && cluster_fits<LargeTile>(p)) return F32Path::cluster_large;
     return F32Path::persistent_large;
   }
   return small_m ? F32Path::persistent_small : F32Path::persistent_large;

@@ -181,18 +181,27 @@ TEST(GemmF32Paths, EveryPathGivesTheSameBits) {
 // sm_90); rows of the big product equal the product of those rows alone, bit for bit.
 TEST(GemmF32Paths, AutomaticPathChangesKeepBatchSliceInvariance) {
   REQUIRE_GPU();
-  const int64_t K = 2048, N = 4096, Mmax = 1100;
+  const int64_t K = 2048, N = 4096, Mmax = 2100;
   const at::Tensor a = rnd({Mmax, K}, 11), b = rnd({K, N}, 12), w = rnd({N, K}, 13);
   const at::Tensor full_b = cuda_ops::mm(a, b), full_w = cuda_ops::mm(a, w.t());
-  std::vector<std::string> seen;
-  for (int64_t m : {1, 2, 31, 32, 33, 100, 128, 129, 511, 512, 513, 700, 1024, 1025}) {
-    ck::GemmParams p;
+  ck::GemmParams p;
+  p.N = N;
+  p.K = K;
+  p.batch = 1;
+  p.num_ctas = sms();
+  auto path_at = [&](int64_t m) {
     p.M = m;
-    p.N = N;
-    p.K = K;
-    p.batch = 1;
-    p.num_ctas = sms();
-    seen.push_back(ck::gemm_f32_path_name(ck::gemm_f32_auto_path(p, 0)));
+    return ck::gemm_f32_auto_path(p, 0);
+  };
+  std::vector<int64_t> ms = {1, 2, 31, 32, 33, 100, 128, 129, 511, 512, 513, 700, 1024, 1025};
+  for (int64_t m = 2; m <= Mmax; ++m)  // and both sides of every change of the automatic path
+    if (path_at(m) != path_at(m - 1)) {
+      ms.push_back(m - 1);
+      ms.push_back(m);
+    }
+  std::vector<std::string> seen;
+  for (int64_t m : ms) {
+    seen.push_back(ck::gemm_f32_path_name(path_at(m)));
     for (int64_t i : {int64_t(0), (Mmax - m) / 2, Mmax - m}) {
       const std::string what = c10::str("rows [", i, ",", i + m, ") via ", seen.back());
       expect_bitwise(full_b.narrow(0, i, m), cuda_ops::mm(a.narrow(0, i, m), b), what + " B[K,N]");
