@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 namespace detfuzz::cuda_kernels {
 
@@ -64,5 +65,7 @@ const char *gemm_f32_path_name(F32Path path);
 bool gemm_f32_path_available(F32Path path, int device);  // cluster_*: an sm_90 GPU and sm_90 code
 F32Path gemm_f32_auto_path(const GemmParams &p, int device);
 void launch_gemm_f32_path(const GemmParams &p, F32Path path, cudaStream_t stream);
+// k_chunks(K) of gemm_common.cuh for host code that cannot include it: {chunk size, chunk count}.
+std::pair<int64_t, int> gemm_k_chunks(int64_t K);
 
 }  // namespace detfuzz::cuda_kernels

@@ -521,6 +521,11 @@ void launch_gemm_f32_path(const GemmParams &p, F32Path path, cudaStream_t stream
   }
 }
 
+std::pair<int64_t, int> gemm_k_chunks(int64_t K) {
+  const KChunks ch = k_chunks(K);
+  return {ch.size, ch.count};
+}
+
 void launch_gemm_f32(const GemmParams &p, cudaStream_t stream) { launch_gemm_f32_path(p, F32Path::automatic, stream); }
 
 }  // namespace detfuzz::cuda_kernels

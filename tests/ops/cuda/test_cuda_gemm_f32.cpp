@@ -6,7 +6,6 @@
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/gemm.cuh"
-#include "ops/cuda/gemm_common.cuh"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -119,8 +118,8 @@ void expect_within_bound(const at::Tensor &out, const Problem &q, const Operands
     ref = ref + bias * static_cast<double>(q.beta);
     mag = mag + bias.abs() * std::abs(static_cast<double>(q.beta));
   }
-  const ck::KChunks ch = ck::k_chunks(q.K);
-  const double n = static_cast<double>(std::min(ch.size, q.K) + ch.count + 3);
+  const auto [chunk, count] = ck::gemm_k_chunks(q.K);
+  const double n = static_cast<double>(std::min(chunk, q.K) + count + 3);
   const double u = std::ldexp(1.0, -24);
   const double gamma = n * u / (1 - n * u);
   const at::Tensor o64 = out.cpu().to(at::kDouble);
