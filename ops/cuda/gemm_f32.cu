@@ -483,8 +483,10 @@ F32Path gemm_f32_auto_path(const GemmParams &p, int device) {
     const int64_t tiles = tile_count<LargeTile>(p), slots = p.num_ctas;
     const int64_t waves = (tiles + slots - 1) / slots;
     const bool waves_full = tiles >= slots && 10 * tiles >= 9 * waves * slots;
-    if (!waves_full && cluster_fits<LargeTile>(p)) return F32Path::cluster_large;
-    return F32Path::persistent_large;
+    if (waves_full || !cluster_fits<LargeTile>(p)) return F32Path::persistent_large;
+    // Fewer (tile, chunk) CTAs than SMs even so: the small tiles give 4 times as many.
+    if (tiles * k_chunks(p.K).count < slots && cluster_fits<SmallTile>(p)) return F32Path::cluster_small;
+    return F32Path::cluster_large;
   }
   return small_m ? F32Path::persistent_small : F32Path::persistent_large;
 }
