@@ -215,15 +215,14 @@ Verdict variant_agree(const CaseSpec &c, const ImplInfo &impl) {
     stream_wait(main, side);
     v = Verdict::from_diff(a, captured, "CUDA-graph replay vs eager");
   }
-  // Every matmul kernel path that may be chosen for some M (persistent or split on Hopper) gives
-  // the automatic choice's bits on the same inputs.
+  // Every matmul kernel path that may be chosen for some shape (persistent or split/cluster, large
+  // or small tiles, 16-bit on Hopper and float32 everywhere) gives the automatic choice's bits.
   const bool matmul = c.op == "mm" || c.op == "addmm" || c.op == "bmm";
   if (v.passed() && matmul && impl.impl == "invariant" && c.backend == Backend::cuda && a.numel() > 0) {
-    for (const auto path : cuda_ops::equivalent_matmul_paths(a.device().index())) {
+    for (const auto &path : cuda_ops::equivalent_matmul_paths(a.device().index(), a.scalar_type())) {
       if (!v.passed()) break;
-      cuda_ops::ScopedMatmulPath forced(path);
-      v = Verdict::from_diff(a, run_impl(impl, laid_out),
-                             std::string("automatic path vs ") + cuda_kernels::gemm_path_name(path));
+      cuda_ops::ScopedMatmulPathChoice forced(path);
+      v = Verdict::from_diff(a, run_impl(impl, laid_out), std::string("automatic path vs ") + path.name());
     }
   }
 #endif

@@ -49,6 +49,7 @@ int sm_count(const at::Device &device) {
 }
 
 thread_local ck::GemmPath forced_path = ck::GemmPath::automatic;
+thread_local ck::F32Path forced_f32_path = ck::F32Path::automatic;
 
 bool aligned16(const at::Tensor &t) { return (reinterpret_cast<uintptr_t>(t.data_ptr()) & 15) == 0; }
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
@@ -142,6 +143,7 @@ at::Tensor gemm(const at::Tensor &a3, const at::Tensor &b3, const c10::optional<
   p.batch = batch;
   p.num_ctas = sm_count(a3.device());
   p.path = p.dtype == ck::DType::f32 ? ck::GemmPath::automatic : forced_path;
+  p.f32_path = p.dtype == ck::DType::f32 ? forced_f32_path : ck::F32Path::automatic;
   ck::launch_gemm(p, at::cuda::getCurrentCUDAStream(a3.device().index()).stream());
   return c;
 }
@@ -166,13 +168,34 @@ at::Tensor as_rows(const at::Tensor &t, int64_t rows, int64_t len) {
 
 }  // namespace
 
-ScopedMatmulPath::ScopedMatmulPath(ck::GemmPath path) : saved_(forced_path) { forced_path = path; }
-ScopedMatmulPath::~ScopedMatmulPath() { forced_path = saved_; }
+ScopedMatmulPath::ScopedMatmulPath(ck::GemmPath path) : saved_(forced_path), saved_f32_(forced_f32_path) {
+  forced_path = path;
+}
+ScopedMatmulPath::ScopedMatmulPath(ck::F32Path path) : saved_(forced_path), saved_f32_(forced_f32_path) {
+  forced_f32_path = path;
+}
+ScopedMatmulPath::~ScopedMatmulPath() {
+  forced_path = saved_;
+  forced_f32_path = saved_f32_;
+}
 
-std::vector<ck::GemmPath> equivalent_matmul_paths(int device) {
-  if (!ck::gemm_path_available(ck::GemmPath::sm90_persistent, device)) return {};
-  return {ck::GemmPath::sm90_persistent, ck::GemmPath::sm90_split, ck::GemmPath::sm90_persistent_64,
-          ck::GemmPath::sm90_split_64};
+const char *MatmulPathChoice::name() const {
+  return f32 != ck::F32Path::automatic ? ck::gemm_f32_path_name(f32) : ck::gemm_path_name(half);
+}
+
+std::vector<MatmulPathChoice> equivalent_matmul_paths(int device, at::ScalarType dtype) {
+  std::vector<MatmulPathChoice> out;
+  if (dtype == at::kFloat) {
+    for (const auto p : {ck::F32Path::persistent_large, ck::F32Path::persistent_small, ck::F32Path::cluster_large,
+                         ck::F32Path::cluster_small})
+      if (ck::gemm_f32_path_available(p, device)) out.push_back({ck::GemmPath::automatic, p});
+    return out;
+  }
+  if (!ck::gemm_path_available(ck::GemmPath::sm90_persistent, device)) return out;
+  for (const auto p : {ck::GemmPath::sm90_persistent, ck::GemmPath::sm90_split, ck::GemmPath::sm90_persistent_64,
+                       ck::GemmPath::sm90_split_64})
+    out.push_back({p, ck::F32Path::automatic});
+  return out;
 }
 
 at::Tensor mm(const at::Tensor &a, const at::Tensor &b) {

@@ -84,7 +84,7 @@ void launch_gemm(const GemmParams &p, cudaStream_t stream) {
   if (!why.empty()) throw std::invalid_argument("launch_gemm: " + why);
   if (p.M == 0 || p.N == 0 || p.batch == 0) return;
   if (p.dtype == DType::f32) {
-    launch_gemm_f32(p, stream);
+    launch_gemm_f32_path(p, p.f32_path, stream);
     return;
   }
   int dev = 0;

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 namespace detfuzz::cuda_kernels {
 
@@ -39,6 +40,13 @@ const char *gemm_path_name(GemmPath p);
 // The paths this device can run for a 16-bit dtype (sm90 ones only on compute capability 9.x).
 bool gemm_path_available(GemmPath p, int device);
 
+// The float32 kernel's schedules and tile shapes (gemm_f32.cu). `automatic` picks one by shape;
+// every one computes the same bits, so the pick never changes a result. Tests and variant_agree
+// force each.
+enum class F32Path { automatic, persistent_large, persistent_small, cluster_large, cluster_small };
+const char *gemm_f32_path_name(F32Path path);
+bool gemm_f32_path_available(F32Path path, int device);  // cluster_*: an sm_90 GPU and sm_90 code
+
 struct GemmParams {
   DType dtype = DType::f32;  // A, B, C and bias all have this dtype
   const void *a = nullptr;
@@ -54,7 +62,8 @@ struct GemmParams {
   int64_t M = 0, N = 0, K = 0, batch = 1;
   int num_ctas = 0;  // persistent CTA slots: cuda_ops passes the device's SM count (the 16-bit
                      // kernel runs 2 co-resident CTAs per slot). Must be >= 1; never changes bits.
-  GemmPath path = GemmPath::automatic;  // 16-bit dtypes only; float32 has one kernel
+  GemmPath path = GemmPath::automatic;    // 16-bit dtypes only
+  F32Path f32_path = F32Path::automatic;  // float32 only
 };
 
 // Empty string when the kernels can run these params as given, else why not.
@@ -68,10 +77,14 @@ void launch_gemm(const GemmParams &p, cudaStream_t stream);
 
 // Internal: one per kernel file.
 void launch_gemm_tc(const GemmParams &p, cudaStream_t stream);   // f16, bf16 (gemm_tc.cu)
-void launch_gemm_f32(const GemmParams &p, cudaStream_t stream);  // f32 (gemm_f32.cu)
 // f16, bf16 on sm_90 (gemm_sm90.cu); path is automatic or one of the sm90 ones.
 void launch_gemm_sm90(const GemmParams &p, GemmPath path, cudaStream_t stream);
 // Whether the automatic choice takes the split path for this many tiles and K chunks on `sms` SMs.
 bool gemm_sm90_split_preferred(int64_t tiles, int chunks, int sms);
+
+F32Path gemm_f32_auto_path(const GemmParams &p, int device);
+void launch_gemm_f32_path(const GemmParams &p, F32Path path, cudaStream_t stream);  // f32 (gemm_f32.cu)
+// k_chunks(K) of gemm_common.cuh for host code that cannot include it: {chunk size, chunk count}.
+std::pair<int64_t, int> gemm_k_chunks(int64_t K);
 
 }  // namespace detfuzz::cuda_kernels

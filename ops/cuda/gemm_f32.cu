@@ -1,236 +1,531 @@
-// Batch-invariant persistent matmul for float32: IEEE fused multiply-add on the CUDA cores,
-// never TF32.
+// Batch-invariant matmul for float32: IEEE fused multiply-add on the CUDA cores, never TF32.
 //
-// Design. Same persistent schedule as gemm_tc.cu (one CTA per SM, grouped tile order, batch
-// outermost, a tile wholly owned by one CTA, no split-K, no atomics). A tile is 128 x 128,
-// 256 threads, each owning an 8 x 8 register block (rows ty*4+i and 64+ty*4+i; columns tx*4+j and
-// 64+tx*4+j for a [K,N] B, tx+16j for a [N,K] B, so that reads of its tile are conflict-free). K advances BK = 32 at a time through a 4-stage cp.async pipeline (A and a [N,K]
-// B are kept K-contiguous in shared memory, a [K,N] B N-contiguous, rows padded by 16 bytes), so
-// up to three slabs are in flight while one is used: small-M tiles are bound by streaming B,
-// and this keeps 48 KiB of it in flight per SM. Every output element is
-// acc = __fmaf_rn(a[k], b[k], acc) for k = 0, 1, ..., K-1 in order, starting from +0: its bits
-// depend on nothing but its row of A, its column of B and K, so any tiling would give the same
-// bits, and in particular any M does. Zero-filled K padding leaves acc unchanged
-// (fma(0, 0, acc) == acc, and acc is never -0). Register rows past M skip their loads and FMAs.
-// Epilogue as gemm_tc.cu: v = alpha * acc, then v + beta * bias.
+// Arithmetic (the same on every path, so the path may change with M, N or the batch):
+//   for each chunk c of k_chunks(K) (gemm_common.cuh):  p_c = 0; for k in chunk c, increasing:
+//                                                        p_c = fmaf(a[m,k], b[k,n], p_c)
+//   total = p_0; total = total + p_1; ...; total = total + p_{count-1}   (float adds, in order)
+//   v = alpha * total; with a bias: v = v + beta * bias[m,n]            (__fmul_rn / __fadd_rn)
+// Only the k < K of a chunk enter its chain: the zero-filled K padding of a tile's last K step is
+// never multiplied in (a zero FMA would turn a -0 partial into +0), so the chain does not depend on
+// the K step either. Rows past M and columns past N are computed on zeros and never stored.
+//
+// Two tile shapes, both 256 threads of SIMT register tiles fed from shared memory by a cp.async
+// pipeline of STAGES K steps. A is stored transposed in shared memory ([BK][BM], copied 4 bytes
+// at a time, the transposition done by the copy), B as [BK][BN] (16-byte copies of a [K,N] B,
+// 4-byte transposing copies of an [N,K] B); row pitches are 4 (mod 32) floats, so the transposing
+// stores (a warp covers 8 k x 4 rows) and the fragment reads (LDS.128 of 2-4 distinct float4 of A
+// and 8-16 contiguous float4 of B per warp and k) are free of bank conflicts.
+//   large: 128 x 128, warp tile 32 x 64, 8 x 8 per thread (two 4-wide groups each way), BK 32.
+//   small: 32 x 128, warp tile 8 x 64, 4 x 4 per thread, BK 32 (for M <= 32: deep B streaming;
+//          warps whose rows are all past M skip their FMAs, so M <= 8 runs 2 warps of FMAs).
+// Two schedules:
+//   persistent (any GPU): a grid of CTAs walks the tiles (persistent_tile order); a CTA computes
+//     every chunk of its tile in turn, a fresh accumulator per chunk and the running total in
+//     registers; the cp.async pipeline runs on across chunk and tile boundaries.
+//   cluster (sm_90): one CTA per (tile, chunk), the k_chunks(K).count CTAs of a tile forming one
+//     thread-block cluster; each stores its p_c in its shared memory, then after cluster.sync()
+//     CTA r reduces the r-th slice of the tile over ranks 0..count-1 in order through distributed
+//     shared memory, applies the epilogue and stores. Used when the tiles alone cannot fill the GPU.
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/gemm.cuh"
 #include "ops/cuda/gemm_common.cuh"
 
+#include <cooperative_groups.h>
+
 #include <atomic>
+#include <climits>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
 
 namespace detfuzz::cuda_kernels {
 namespace {
 
-constexpr int BM = 128, BN = 128, BK = 32, STAGES = 4, THREADS = 256, GROUP_M = 8;
-constexpr int KP = BK + 4;   // row pitch (floats) of K-contiguous tiles: A [BM][KP], B [BN][KP]
-constexpr int NP = BN + 4;   // row pitch of an N-contiguous B tile [BK][NP]
-constexpr int A_STAGE = BM * KP;
-constexpr int B_STAGE = (BN * KP > BK * NP) ? BN * KP : BK * NP;
-constexpr int SMEM_BYTES = STAGES * (A_STAGE + B_STAGE) * 4;
-
+namespace cg = cooperative_groups;
 using F32Args = GemmArgs<float>;
+constexpr int GROUP_M = 8;
 
+// Pitch (floats) of a shared-memory row of R floats: >= R and 4 (mod 32).
+constexpr int pitch_of(int rows) { return (rows + 27) / 32 * 32 + 4; }
 
-__device__ __forceinline__ int row_of(int i, int ty) { return i < 4 ? ty * 4 + i : 64 + ty * 4 + (i - 4); }
+template <int BM_, int BN_, int TM_, int TN_, int LM_, int BK_, int STAGES_, int MIN_CTAS_>
+struct TileShape {
+  static constexpr int BM = BM_, BN = BN_;   // CTA tile
+  static constexpr int TM = TM_, TN = TN_;   // per thread: TM / 4 groups of 4 rows, TN / 4 of 4 columns
+  static constexpr int LM = LM_, LN = 32 / LM_;  // lanes of a warp along M and N
+  static constexpr int WM = LM * TM, WN = LN * TN;  // warp tile
+  static constexpr int WARPS_M = BM / WM, WARPS_N = BN / WN;
+  static constexpr int THREADS = 32 * WARPS_M * WARPS_N;
+  static constexpr int BK = BK_, STAGES = STAGES_, MIN_CTAS = MIN_CTAS_;
+  static constexpr int AP = pitch_of(BM), BP = pitch_of(BN);
+  static constexpr int A_STAGE = BK * AP, B_STAGE = BK * BP;  // floats
+  static constexpr int PIPE_BYTES = STAGES * (A_STAGE + B_STAGE) * 4;
+  static constexpr int PARTIAL_BYTES = BM * BN * 4;  // the cluster schedule's p_c tile
+  static_assert(TM % 4 == 0 && TN % 4 == 0 && BM % WM == 0 && BN % WN == 0, "tile shape");
+  static_assert(BK % 8 == 0 && (BM * BK) % THREADS == 0 && (BN * BK) % THREADS == 0, "copy split");
+  static_assert((BN / 4 * BK) % THREADS == 0 && 64 % BK == 0, "K step must divide the 64-multiple chunks");
+};
+using LargeTile = TileShape<128, 128, 8, 8, 4, 32, 3, 1>;
+using SmallTile = TileShape<32, 128, 4, 4, 2, 32, 4, 2>;
 
-// 32 k-steps of the 8 x 8 block from one stage, in k order, 4 k at a time.
-template <bool B_KN, bool PARTIAL>
-__device__ __forceinline__ void fma_stage(float (&acc)[8][8], const float *As, const float *Bs, int ty, int tx,
-                                          int valid_m) {
-#pragma unroll 1
-  for (int k4 = 0; k4 < BK; k4 += 4) {
-    float4 a[8], b[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      if (!PARTIAL || row_of(i, ty) < valid_m) a[i] = *reinterpret_cast<const float4 *>(As + row_of(i, ty) * KP + k4);
-      else a[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+// Where a CTA walks: tiles first, first + stride, ... < end; chunks [c_begin, c_end) of each.
+struct Walk {
+  int64_t tile_first, tile_stride, tile_end;
+  int c_begin, c_end;
+};
+
+// One K step of the walk: tile, chunk, absolute K offset and the end of the chunk's K range.
+struct StepPos {
+  int64_t tile, k0, kend;
+  int chunk;
+};
+
+__device__ __forceinline__ void chunk_range(StepPos &s, const KChunks &ch, int64_t K) {
+  s.k0 = static_cast<int64_t>(s.chunk) * ch.size;
+  s.kend = min(K, s.k0 + ch.size);
+}
+
+// Moves to the next K step with work (skips empty chunks: only K == 0 has one).
+__device__ __forceinline__ void settle(StepPos &s, const Walk &w, const KChunks &ch, int64_t K) {
+  while (s.tile < w.tile_end && s.k0 >= s.kend) {
+    if (++s.chunk == w.c_end) {
+      s.chunk = w.c_begin;
+      s.tile += w.tile_stride;
     }
-    if (B_KN) {
-      // b[kk*2 + h] holds columns h*64 + tx*4 .. +3 at k4 + kk.
+    chunk_range(s, ch, K);
+  }
+}
+
+__device__ __forceinline__ void cp_async4(uint32_t dst, const float *src, bool valid) {
+  const int n = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
+
+// A transposing copy of R rows x BK k of a K-contiguous operand (A, or an [N,K] B): copy i of a
+// thread moves element (row r + i * RSTEP, k kk) of the step, a warp covering 8 consecutive k of 4
+// rows (32-byte global segments, conflict-free 4-byte shared stores at pitch 4 mod 32). The
+// pointer, the rows left and the k of a thread are set once per tile.
+template <class T, int R>
+struct TransposeCopy {
+  static constexpr int KB8 = T::BK / 8, RSTEP = 256 / T::BK, PER = R * T::BK / 256;
+  static constexpr int P = pitch_of(R);
+  const float *src;   // row (r0 + r), column kk of the operand
+  const float *safe;  // the operand's first element: the address of a zero-filling copy
+  int64_t stride;    // RSTEP rows
+  int rows_left;     // rows of the operand from r0 + r on (clamped)
+  int kk;
+  uint32_t dst;      // shared offset (bytes) of (kk, r) within a stage
+
+  __device__ __forceinline__ void set(const float *base, int64_t ld, int64_t r0, int64_t rows, int tid) {
+    const int lane = tid & 31, warp = tid >> 5;
+    kk = (lane & 7) | ((warp % KB8) << 3);
+    const int r = ((lane >> 3) & 3) | ((warp / KB8) << 2);
+    const int64_t left = rows - r0 - r;
+    rows_left = static_cast<int>(left < 0 ? 0 : left > INT_MAX ? INT_MAX : left);
+    src = base + (r0 + r) * ld + kk;
+    safe = base;
+    stride = RSTEP * ld;
+    dst = static_cast<uint32_t>((kk * P + r) * 4);
+  }
+  __device__ __forceinline__ void load(uint32_t stage, int64_t k0, int kleft) const {
+    const bool k_ok = kk < kleft;
+    const float *p = src + k0;
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) b[kk * 2 + h] = *reinterpret_cast<const float4 *>(Bs + (k4 + kk) * NP + h * 64 + tx * 4);
-    } else {
-      // b[j] holds column tx + 16 j's k4 .. k4+3 (consecutive columns across the warp: no
-      // bank conflicts on the K-contiguous tile).
-#pragma unroll
-      for (int j = 0; j < 8; ++j) b[j] = *reinterpret_cast<const float4 *>(Bs + (tx + 16 * j) * KP + k4);
+    for (int i = 0; i < PER; ++i) {
+      const bool ok = k_ok && i * RSTEP < rows_left;
+      cp_async4(stage + dst + i * RSTEP * 4, ok ? p : safe, ok);
+      p += stride;
     }
+  }
+};
+
+// 16-byte copies of BK k rows x BN columns of an N-contiguous B: copy i of a thread moves columns
+// lane * 4 .. + 3 of k row warp + 8 i.
+template <class T>
+struct RowCopy {
+  static constexpr int PER = T::BK / 8;
+  const float *src;   // k row `warp`, column n0 + lane * 4
+  const float *safe;  // B's first element: the address of a zero-filling copy
+  int64_t ld;
+  bool col_ok;
+  int kr;
+  uint32_t dst;
+
+  __device__ __forceinline__ void set(const float *base, int64_t ldb, int64_t n0, int64_t N, int tid) {
+    const int lane = tid & 31;
+    kr = tid >> 5;
+    col_ok = n0 + lane * 4 < N;
+    src = base + kr * ldb + n0 + lane * 4;
+    safe = base;
+    ld = ldb;
+    dst = static_cast<uint32_t>((kr * T::BP + lane * 4) * 4);
+  }
+  __device__ __forceinline__ void load(uint32_t stage, int64_t k0, int kleft) const {
+    const float *p = src + k0 * ld;
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      const bool ok = col_ok && kr + 8 * i < kleft;
+      cp_async16(stage + dst + i * 8 * T::BP * 4, ok ? p : safe, ok);
+      p += 8 * ld;
+    }
+  }
+};
+
+// The loads of one K step: A^T [BK][AP] and B [BK][BP] of the step's tile; zeros where k >= kend,
+// a row >= M or a column >= N.
+template <class T, bool B_KN>
+struct StepLoader {
+  static_assert(T::THREADS == 256 && T::BN == 128 && 256 % T::BK == 0, "the copy maps assume these");
+  TransposeCopy<T, T::BM> a;
+  std::conditional_t<B_KN, RowCopy<T>, TransposeCopy<T, T::BN>> b;
+  int64_t cur_tile = -1;
+
+  __device__ __forceinline__ void set_tile(const F32Args &p, int64_t tile, int64_t tiles_m, int64_t tiles_n, int tid) {
+    if (tile == cur_tile) return;
+    cur_tile = tile;
+    const TileCoord tc = persistent_tile<GROUP_M>(tile, tiles_m, tiles_n);
+    a.set(p.a + tc.batch * p.sa, p.lda, tc.pid_m * T::BM, p.M, tid);
+    b.set(p.b + tc.batch * p.sb, p.ldb, tc.pid_n * T::BN, p.N, tid);
+  }
+
+  __device__ __forceinline__ void load(uint32_t sA, uint32_t sB, int64_t k0, int64_t kend) const {
+    const int kleft = static_cast<int>(kend - k0);  // <= the chunk size
+    a.load(sA, k0, kleft);
+    b.load(sB, k0, kleft);
+  }
+};
+
+// acc += the valid k of one stage (kvalid: a multiple of 4, the k < kend of the step), in k order.
+template <class T>
+__device__ __forceinline__ void fma_stage(float (&acc)[T::TM][T::TN], const float *As, const float *Bs, int a_off,
+                                          int b_off, int kvalid) {
+#pragma unroll
+  for (int k4 = 0; k4 < T::BK; k4 += 4) {
+    if (k4 >= kvalid) break;
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      float bv[8];
-      if (B_KN) {
-        const float4 b0 = b[kk * 2], b1 = b[kk * 2 + 1];
-        bv[0] = b0.x; bv[1] = b0.y; bv[2] = b0.z; bv[3] = b0.w;
-        bv[4] = b1.x; bv[5] = b1.y; bv[6] = b1.z; bv[7] = b1.w;
-      } else {
+      const int k = k4 + kk;
+      float a[T::TM], b[T::TN];
 #pragma unroll
-        for (int j = 0; j < 8; ++j) bv[j] = kk == 0 ? b[j].x : kk == 1 ? b[j].y : kk == 2 ? b[j].z : b[j].w;
+      for (int g = 0; g < T::TM / 4; ++g) {
+        const float4 v = *reinterpret_cast<const float4 *>(As + k * T::AP + a_off + g * T::LM * 4);
+        a[g * 4] = v.x; a[g * 4 + 1] = v.y; a[g * 4 + 2] = v.z; a[g * 4 + 3] = v.w;
       }
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        if (PARTIAL && row_of(i, ty) >= valid_m) continue;
-        const float av = kk == 0 ? a[i].x : kk == 1 ? a[i].y : kk == 2 ? a[i].z : a[i].w;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[i][j] = __fmaf_rn(av, bv[j], acc[i][j]);
+      for (int g = 0; g < T::TN / 4; ++g) {
+        const float4 v = *reinterpret_cast<const float4 *>(Bs + k * T::BP + b_off + g * T::LN * 4);
+        b[g * 4] = v.x; b[g * 4 + 1] = v.y; b[g * 4 + 2] = v.z; b[g * 4 + 3] = v.w;
       }
+#pragma unroll
+      for (int i = 0; i < T::TM; ++i)
+#pragma unroll
+        for (int j = 0; j < T::TN; ++j) acc[i][j] = __fmaf_rn(a[i], b[j], acc[i][j]);
     }
   }
 }
 
-template <bool B_KN>
-__global__ void __launch_bounds__(THREADS, 1) gemm_f32_kernel(const F32Args p) {
+// v = alpha * total (+ beta * bias), stored to C[gm, gn .. gn+3] (columns < N only).
+__device__ __forceinline__ void store4(const F32Args &p, float *C, const float *bias, int64_t gm, int64_t gn,
+                                       float4 t, bool vec_ok) {
+  float v[4] = {t.x, t.y, t.z, t.w};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    v[e] = __fmul_rn(p.alpha, v[e]);
+    if (bias && gn + e < p.N) v[e] = __fadd_rn(v[e], __fmul_rn(p.beta, bias[gm * p.bsm + (gn + e) * p.bsn]));
+  }
+  float *dst = C + gm * p.ldc + gn;
+  if (vec_ok && gn + 3 < p.N) {
+    *reinterpret_cast<float4 *>(dst) = make_float4(v[0], v[1], v[2], v[3]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (gn + e < p.N) dst[e] = v[e];
+  }
+}
+
+template <class T, bool B_KN, bool CLUSTER>
+__global__ void __launch_bounds__(T::THREADS, T::MIN_CTAS) gemm_f32_kernel(const F32Args p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  if constexpr (CLUSTER) {
+    __trap();  // the host launches the cluster schedule only on sm_90 code
+    return;
+  }
+#endif
   extern __shared__ __align__(16) float smem[];
   float *sA = smem;
-  float *sB = smem + STAGES * A_STAGE;
+  float *sB = smem + T::STAGES * T::A_STAGE;
   const uint32_t sA_addr = static_cast<uint32_t>(__cvta_generic_to_shared(sA));
   const uint32_t sB_addr = static_cast<uint32_t>(__cvta_generic_to_shared(sB));
 
   const int tid = threadIdx.x;
-  const int ty = tid >> 4, tx = tid & 15;
+  const int lane = tid & 31, warp = tid >> 5;
+  const int wm = warp / T::WARPS_N, wn = warp % T::WARPS_N;
+  const int lm = lane / T::LN, ln = lane % T::LN;
+  const int row0 = wm * T::WM + lm * 4;  // rows row0 + g * LM * 4 + i
+  const int col0 = wn * T::WN + ln * 4;  // columns col0 + g * LN * 4 + j
 
-  const int64_t tiles_m = (p.M + BM - 1) / BM, tiles_n = (p.N + BN - 1) / BN;
-  const int64_t tiles_per_batch = tiles_m * tiles_n;
-  const int64_t total = tiles_per_batch * p.batch;
-  const int ktiles = static_cast<int>((p.K + BK - 1) / BK);
+  const KChunks ch = k_chunks(p.K);
+  const int64_t tiles_m = (p.M + T::BM - 1) / T::BM, tiles_n = (p.N + T::BN - 1) / T::BN;
+  Walk w;
+  if constexpr (CLUSTER) {
+    w = {blockIdx.x / ch.count, INT64_MAX / 2, blockIdx.x / ch.count + 1, static_cast<int>(blockIdx.x % ch.count),
+         static_cast<int>(blockIdx.x % ch.count) + 1};
+  } else {
+    w = {blockIdx.x, gridDim.x, tiles_m * tiles_n * p.batch, 0, ch.count};
+  }
 
-  for (int64_t tile = blockIdx.x; tile < total; tile += gridDim.x) {
+  // The loader runs STAGES - 1 K steps ahead of the consumer, along the same walk.
+  StepLoader<T, B_KN> loader;
+  StepPos lp{w.tile_first, 0, 0, w.c_begin};
+  chunk_range(lp, ch, p.K);
+  settle(lp, w, ch, p.K);
+  auto load_next = [&](int stage) {
+    if (lp.tile < w.tile_end) {
+      loader.set_tile(p, lp.tile, tiles_m, tiles_n, tid);
+      loader.load(sA_addr + stage * T::A_STAGE * 4, sB_addr + stage * T::B_STAGE * 4, lp.k0, lp.kend);
+      lp.k0 += T::BK;
+      settle(lp, w, ch, p.K);
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int s = 0; s < T::STAGES - 1; ++s) load_next(s);
+  int stage = 0;
+
+  float total[CLUSTER ? 1 : T::TM][CLUSTER ? 1 : T::TN];
+  float acc[T::TM][T::TN];
+  for (int64_t tile = w.tile_first; tile < w.tile_end; tile += w.tile_stride) {
     const TileCoord tc = persistent_tile<GROUP_M>(tile, tiles_m, tiles_n);
-    const int64_t bidx = tc.batch;
-    const int64_t m0 = tc.pid_m * BM, n0 = tc.pid_n * BN;
-    const int valid_m = static_cast<int>(min(static_cast<int64_t>(BM), p.M - m0));
-
-    const float *A = p.a + bidx * p.sa;
-    const float *B = p.b + bidx * p.sb;
-
-    // One stage: A 128 rows x 8 chunks (rows past M are not loaded: nothing reads them), B
-    // 1024 chunks of 16 bytes; 4 + 4 cp.async per thread.
-    auto load_stage = [&](int stage, int kt) {
-      const int64_t k0 = static_cast<int64_t>(kt) * BK;
-      const uint32_t dA = sA_addr + stage * A_STAGE * 4;
+    const int64_t m0 = tc.pid_m * T::BM, n0 = tc.pid_n * T::BN;
+    const int valid_m = static_cast<int>(min(static_cast<int64_t>(T::BM), p.M - m0));
+    const bool warp_has_rows = wm * T::WM < valid_m;
+    for (int c = w.c_begin; c < w.c_end; ++c) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int id = tid + i * THREADS;
-        const int row = id >> 3, ch = id & 7;
-        if (row < valid_m) {
-          const int64_t gk = k0 + ch * 4;
-          const bool ok = gk < p.K;
-          cp_async16(dA + (row * KP + ch * 4) * 4, ok ? A + (m0 + row) * p.lda + gk : A, ok);
-        }
+      for (int i = 0; i < T::TM; ++i)
+#pragma unroll
+        for (int j = 0; j < T::TN; ++j) acc[i][j] = 0.f;
+      const int64_t kbeg = static_cast<int64_t>(c) * ch.size, kend = min(p.K, kbeg + ch.size);
+      for (int64_t k0 = kbeg; k0 < kend; k0 += T::BK) {
+        cp_async_wait<T::STAGES - 2>();
+        __syncthreads();  // stage `stage` is in; every thread is done with the one refilled next
+        load_next((stage + T::STAGES - 1) % T::STAGES);
+        if (warp_has_rows)
+          fma_stage<T>(acc, sA + stage * T::A_STAGE, sB + stage * T::B_STAGE, row0, col0,
+                       static_cast<int>(min(static_cast<int64_t>(T::BK), kend - k0)));
+        stage = (stage + 1) % T::STAGES;
       }
-      const uint32_t dB = sB_addr + stage * B_STAGE * 4;
+      if constexpr (!CLUSTER) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int id = tid + i * THREADS;
-        if (B_KN) {  // [BK][NP]: 32 k rows x 32 chunks
-          const int kr = id >> 5, ch = id & 31;
-          const int64_t gk = k0 + kr, gn = n0 + ch * 4;
-          const bool ok = gk < p.K && gn < p.N;
-          cp_async16(dB + (kr * NP + ch * 4) * 4, ok ? B + gk * p.ldb + gn : B, ok);
-        } else {  // [BN][KP]: 128 n rows x 8 chunks
-          const int nr = id >> 3, ch = id & 7;
-          const int64_t gn = n0 + nr, gk = k0 + ch * 4;
-          const bool ok = gn < p.N && gk < p.K;
-          cp_async16(dB + (nr * KP + ch * 4) * 4, ok ? B + gn * p.ldb + gk : B, ok);
-        }
+        for (int i = 0; i < T::TM; ++i)
+#pragma unroll
+          for (int j = 0; j < T::TN; ++j) total[i][j] = c == w.c_begin ? acc[i][j] : __fadd_rn(total[i][j], acc[i][j]);
       }
-    };
-
-    float acc[8][8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-#pragma unroll
-      for (int j = 0; j < 8; ++j) acc[i][j] = 0.f;
-
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
-      if (s < ktiles) load_stage(s, s);
-      cp_async_commit();
     }
-    const bool full = valid_m == BM;
-    for (int kt = 0; kt < ktiles; ++kt) {
-      cp_async_wait<STAGES - 2>();
-      __syncthreads();
-      {
-        const int nk = kt + STAGES - 1;
-        if (nk < ktiles) load_stage(nk % STAGES, nk);
-        cp_async_commit();
-      }
-      const int stage = kt % STAGES;
-      const float *As = sA + stage * A_STAGE;
-      const float *Bs = sB + stage * B_STAGE;
-      if (full) fma_stage<B_KN, false>(acc, As, Bs, ty, tx, valid_m);
-      else if (ty * 4 < valid_m) fma_stage<B_KN, true>(acc, As, Bs, ty, tx, valid_m);
-    }
-    cp_async_wait<0>();
-    __syncthreads();  // every thread is done with the stages before the next tile's prologue
 
-    // Epilogue.
-    float *C = p.c + bidx * p.sc;
-    const float *bias = p.bias ? p.bias + bidx * p.sbias : nullptr;
-    const bool vec4 = B_KN && ((p.ldc & 3) == 0) && ((reinterpret_cast<uintptr_t>(C) & 15) == 0);
+    float *C = p.c + tc.batch * p.sc;
+    const float *bias = p.bias ? p.bias + tc.batch * p.sbias : nullptr;
+    const bool vec_ok = (p.ldc & 3) == 0 && (reinterpret_cast<uintptr_t>(C) & 15) == 0;
+    if constexpr (!CLUSTER) {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int r = row_of(i, ty);
-      if (r >= valid_m) continue;
-      const int64_t gm = m0 + r;
-      if (B_KN) {  // acc[i][h*4+e] is column h*64 + tx*4 + e
+      for (int gi = 0; gi < T::TM / 4; ++gi)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int64_t gn = n0 + h * 64 + tx * 4;
-          float v[4];
+        for (int i = 0; i < 4; ++i) {
+          const int r = row0 + gi * T::LM * 4 + i;
+          if (r >= valid_m) continue;
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            v[e] = p.alpha * acc[i][h * 4 + e];
-            if (bias && gn + e < p.N) v[e] = v[e] + p.beta * bias[gm * p.bsm + (gn + e) * p.bsn];
-          }
-          float *dst = C + gm * p.ldc + gn;
-          if (vec4 && gn + 3 < p.N) {
-            *reinterpret_cast<float4 *>(dst) = make_float4(v[0], v[1], v[2], v[3]);
-          } else {
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              if (gn + e < p.N) dst[e] = v[e];
+          for (int gj = 0; gj < T::TN / 4; ++gj) {
+            const int64_t gn = n0 + col0 + gj * T::LN * 4;
+            if (gn >= p.N) continue;
+            const float *t = &total[gi * 4 + i][gj * 4];
+            store4(p, C, bias, m0 + r, gn, make_float4(t[0], t[1], t[2], t[3]), vec_ok);
           }
         }
-      } else {  // acc[i][j] is column tx + 16 j
+    } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      // p_c into this CTA's shared memory as [BM][BN], then the ordered reduction over the cluster.
+      cp_async_wait<0>();
+      __syncthreads();  // the pipeline's buffers are free (only empty groups can remain)
+      float *partial = smem;
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const int64_t gn = n0 + tx + 16 * j;
-          if (gn >= p.N) continue;
-          float v = p.alpha * acc[i][j];
-          if (bias) v = v + p.beta * bias[gm * p.bsm + gn * p.bsn];
-          C[gm * p.ldc + gn] = v;
-        }
+      for (int gi = 0; gi < T::TM / 4; ++gi)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int gj = 0; gj < T::TN / 4; ++gj) {
+            const float *a = &acc[gi * 4 + i][gj * 4];
+            *reinterpret_cast<float4 *>(partial + (row0 + gi * T::LM * 4 + i) * T::BN + col0 + gj * T::LN * 4) =
+                make_float4(a[0], a[1], a[2], a[3]);
+          }
+      cg::cluster_group cluster = cg::this_cluster();
+      cluster.sync();
+      constexpr int Q4 = T::BM * T::BN / 4;  // float4s in the tile
+      const int count = ch.count, rank = static_cast<int>(cluster.block_rank());
+      const int per = (Q4 + count - 1) / count;
+      const int q_end = min(Q4, (rank + 1) * per);
+      for (int q = rank * per + tid; q < q_end; q += T::THREADS) {
+        const int r = q / (T::BN / 4), c4 = (q % (T::BN / 4)) * 4;
+        if (r >= valid_m || n0 + c4 >= p.N) continue;
+        float4 u[kMaxKChunks];  // every rank's p_c in flight at once, then the adds in rank order
+#pragma unroll
+        for (int src = 0; src < kMaxKChunks; ++src)
+          if (src < count) u[src] = *reinterpret_cast<const float4 *>(cluster.map_shared_rank(partial, src) + q * 4);
+        float4 t = u[0];
+#pragma unroll
+        for (int src = 1; src < kMaxKChunks; ++src)
+          if (src < count) {
+            t.x = __fadd_rn(t.x, u[src].x);
+            t.y = __fadd_rn(t.y, u[src].y);
+            t.z = __fadd_rn(t.z, u[src].z);
+            t.w = __fadd_rn(t.w, u[src].w);
+          }
+        store4(p, C, bias, m0 + r, n0 + c4, t, vec_ok);
       }
+      cluster.sync();  // no CTA leaves while another still reads its shared memory
+#endif
     }
   }
+  cp_async_wait<0>();
 }
 
-template <bool B_KN>
-void launch_one(const F32Args &args, int ctas, cudaStream_t stream) {
-  auto kernel = gemm_f32_kernel<B_KN>;
+constexpr int smem_bytes(int pipe, int partial, bool cluster) { return cluster && partial > pipe ? partial : pipe; }
+
+template <class T, bool B_KN, bool CLUSTER>
+void opt_in(int dev) {
   static std::atomic<uint64_t> opted_in{0};
-  int dev = 0;
-  DETFUZZ_CUDA_CHECK(cudaGetDevice(&dev));
   const uint64_t bit = dev < 64 ? (uint64_t(1) << dev) : 0;
-  if (!bit || !(opted_in.load() & bit)) {
-    DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
-    opted_in.fetch_or(bit);
-  }
-  kernel<<<ctas, THREADS, SMEM_BYTES, stream>>>(args);
+  if (bit && (opted_in.load() & bit)) return;
+  DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(gemm_f32_kernel<T, B_KN, CLUSTER>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          smem_bytes(T::PIPE_BYTES, T::PARTIAL_BYTES, CLUSTER)));
+  opted_in.fetch_or(bit);
+}
+
+template <class T>
+int64_t tile_count(const GemmParams &p) {
+  return (p.M + T::BM - 1) / T::BM * ((p.N + T::BN - 1) / T::BN) * p.batch;
+}
+
+template <class T, bool B_KN>
+void launch_persistent(const F32Args &args, const GemmParams &p, int dev, cudaStream_t stream) {
+  opt_in<T, B_KN, false>(dev);
+  const int64_t tiles = tile_count<T>(p);
+  const int64_t slots = static_cast<int64_t>(p.num_ctas) * T::MIN_CTAS;
+  const int ctas = static_cast<int>(tiles < slots ? tiles : slots);
+  gemm_f32_kernel<T, B_KN, false><<<ctas, T::THREADS, T::PIPE_BYTES, stream>>>(args);
   DETFUZZ_LAUNCH_CHECK();
+}
+
+template <class T, bool B_KN>
+void launch_cluster(const F32Args &args, const GemmParams &p, int dev, cudaStream_t stream) {
+  opt_in<T, B_KN, true>(dev);
+  const int count = k_chunks(p.K).count;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(tile_count<T>(p) * count));
+  cfg.blockDim = dim3(T::THREADS);
+  cfg.dynamicSmemBytes = smem_bytes(T::PIPE_BYTES, T::PARTIAL_BYTES, true);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(count);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  DETFUZZ_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemm_f32_kernel<T, B_KN, true>, args));
+}
+
+// The cluster schedule needs an sm_90 device and sm_90 code for it in this binary (asked once
+// per device: 0 not yet known, 1 yes, 2 no).
+bool cluster_capable(int dev) {
+  static std::atomic<int> known[64] = {};
+  if (dev >= 0 && dev < 64 && known[dev].load() != 0) return known[dev].load() == 1;
+  int major = 0;
+  DETFUZZ_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  bool ok = major >= 9;
+  if (ok) {
+    cudaFuncAttributes fa{};
+    DETFUZZ_CUDA_CHECK(cudaFuncGetAttributes(&fa, gemm_f32_kernel<SmallTile, true, true>));
+    ok = fa.binaryVersion >= 90;
+  }
+  if (dev >= 0 && dev < 64) known[dev].store(ok ? 1 : 2);
+  return ok;
+}
+
+template <class T>
+bool cluster_fits(const GemmParams &p) {
+  return tile_count<T>(p) * k_chunks(p.K).count <= INT_MAX;
 }
 
 }  // namespace
 
-void launch_gemm_f32(const GemmParams &p, cudaStream_t stream) {
+bool gemm_f32_path_available(F32Path path, int device) {
+  if (path == F32Path::cluster_large || path == F32Path::cluster_small) return cluster_capable(device);
+  return true;
+}
+
+const char *gemm_f32_path_name(F32Path path) {
+  switch (path) {
+    case F32Path::automatic: return "automatic";
+    case F32Path::persistent_large: return "persistent-128x128";
+    case F32Path::persistent_small: return "persistent-32x128";
+    case F32Path::cluster_large: return "cluster-128x128";
+    case F32Path::cluster_small: return "cluster-32x128";
+  }
+  return "?";
+}
+
+F32Path gemm_f32_auto_path(const GemmParams &p, int device) {
+  const bool small_m = p.M <= SmallTile::BM;
+  if (cluster_capable(device)) {
+    if (small_m && cluster_fits<SmallTile>(p)) return F32Path::cluster_small;
+    // Persistent once the large tiles fill the SMs in waves at least 90% full; otherwise the
+    // chunks of each tile spread it over a cluster (8 times the CTAs, a finer last wave).
+    const int64_t tiles = tile_count<LargeTile>(p), slots = p.num_ctas;
+    const int64_t waves = (tiles + slots - 1) / slots;
+    const bool waves_full = tiles >= slots && 10 * tiles >= 9 * waves * slots;
+    if (waves_full || !cluster_fits<LargeTile>(p)) return F32Path::persistent_large;
+    // Fewer (tile, chunk) CTAs than SMs even so: the small tiles give 4 times as many.
+    if (tiles * k_chunks(p.K).count < slots && cluster_fits<SmallTile>(p)) return F32Path::cluster_small;
+    return F32Path::cluster_large;
+  }
+  return small_m ? F32Path::persistent_small : F32Path::persistent_large;
+}
+
+void launch_gemm_f32_path(const GemmParams &p, F32Path path, cudaStream_t stream) {
+  if (p.num_ctas < 1)
+    throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) +
+                             ": launch_gemm_f32: num_ctas = " + std::to_string(p.num_ctas) + " (must be >= 1)");
+  if (p.M == 0 || p.N == 0 || p.batch == 0) return;
+  int dev = 0;
+  DETFUZZ_CUDA_CHECK(cudaGetDevice(&dev));
+  if (path == F32Path::automatic) path = gemm_f32_auto_path(p, dev);
+  if (!gemm_f32_path_available(path, dev))
+    throw std::runtime_error(std::string("launch_gemm_f32: path ") + gemm_f32_path_name(path) +
+                             " needs an sm_90 GPU and sm_90 code");
+  if ((path == F32Path::cluster_large && !cluster_fits<LargeTile>(p)) ||
+      (path == F32Path::cluster_small && !cluster_fits<SmallTile>(p)))
+    throw std::runtime_error(std::string("launch_gemm_f32: too many tiles for path ") + gemm_f32_path_name(path));
   const F32Args args = gemm_args<float>(p);
-  if (p.b_kn) launch_one<true>(args, p.num_ctas, stream);
-  else launch_one<false>(args, p.num_ctas, stream);
+  switch (path) {
+    case F32Path::persistent_large:
+      p.b_kn ? launch_persistent<LargeTile, true>(args, p, dev, stream) : launch_persistent<LargeTile, false>(args, p, dev, stream);
+      break;
+    case F32Path::persistent_small:
+      p.b_kn ? launch_persistent<SmallTile, true>(args, p, dev, stream) : launch_persistent<SmallTile, false>(args, p, dev, stream);
+      break;
+    case F32Path::cluster_large:
+      p.b_kn ? launch_cluster<LargeTile, true>(args, p, dev, stream) : launch_cluster<LargeTile, false>(args, p, dev, stream);
+      break;
+    case F32Path::cluster_small:
+      p.b_kn ? launch_cluster<SmallTile, true>(args, p, dev, stream) : launch_cluster<SmallTile, false>(args, p, dev, stream);
+      break;
+    case F32Path::automatic: break;
+  }
+}
+
+std::pair<int64_t, int> gemm_k_chunks(int64_t K) {
+  const KChunks ch = k_chunks(K);
+  return {ch.size, ch.count};
 }
 
 }  // namespace detfuzz::cuda_kernels

@@ -215,8 +215,7 @@ TEST(CudaMatmul, LayoutsAgreeBitwise) {
 TEST(CudaMatmul, HopperPathsAgreeBitwise) {
   REQUIRE_GPU();
   const int dev = at::cuda::current_device();
-  if (cuda_ops::equivalent_matmul_paths(dev).empty()) GTEST_SKIP() << "needs an sm_90 GPU for the Hopper paths";
-  namespace ck = cuda_kernels;
+  if (cuda_ops::equivalent_matmul_paths(dev, at::kBFloat16).empty()) GTEST_SKIP() << "needs an sm_90 GPU for the Hopper paths";
   uint64_t seed = 900;
   for (auto dt : {at::kBFloat16, at::kHalf})
     for (int64_t K : {8, 64, 520, 1000, 1024, 2050, 4096, 4104, 9000})
@@ -225,14 +224,14 @@ TEST(CudaMatmul, HopperPathsAgreeBitwise) {
           const at::Tensor a = rnd({M, K}, dt, seed++), b = rnd({K, N}, dt, seed++), w = rnd({N, K}, dt, seed++);
           const at::Tensor bias = rnd({M, N}, dt, seed++);
           const std::string what = c10::str(dt, " M=", M, " N=", N, " K=", K);
-          const auto paths = cuda_ops::equivalent_matmul_paths(dev);
+          const auto paths = cuda_ops::equivalent_matmul_paths(dev, dt);
           std::vector<std::array<at::Tensor, 3>> per;
-          for (const auto path : paths) {
-            cuda_ops::ScopedMatmulPath forced(path);
+          for (const auto &path : paths) {
+            cuda_ops::ScopedMatmulPathChoice forced(path);
             per.push_back({cuda_ops::mm(a, b), cuda_ops::mm(a, w.t()), cuda_ops::addmm(bias, a, w.t(), 0.5, 1.5)});
           }
           for (size_t i = 1; i < paths.size(); ++i) {
-            const std::string vs = std::string(" ") + ck::gemm_path_name(paths[0]) + " vs " + ck::gemm_path_name(paths[i]);
+            const std::string vs = std::string(" ") + paths[0].name() + " vs " + paths[i].name();
             expect_bitwise(per[0][0], per[i][0], what + " B[K,N]" + vs);
             expect_bitwise(per[0][1], per[i][1], what + " B=W^T" + vs);
             expect_bitwise(per[0][2], per[i][2], what + " addmm" + vs);
@@ -248,8 +247,8 @@ TEST(CudaMatmul, HopperPathsAgreeBitwise) {
   for (auto dt : {at::kBFloat16, at::kHalf}) {
     const at::Tensor a = rnd({3, 70, 1040}, dt, seed++), b = rnd({3, 1040, 136}, dt, seed++);
     std::vector<at::Tensor> out;
-    for (const auto path : cuda_ops::equivalent_matmul_paths(dev)) {
-      cuda_ops::ScopedMatmulPath forced(path);
+    for (const auto &path : cuda_ops::equivalent_matmul_paths(dev, dt)) {
+      cuda_ops::ScopedMatmulPathChoice forced(path);
       out.push_back(cuda_ops::bmm(a, b));
     }
     for (size_t i = 1; i < out.size(); ++i) expect_bitwise(out[0], out[i], c10::str(dt, " bmm path ", i));
