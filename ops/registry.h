@@ -39,6 +39,7 @@ std::vector<ImplInfo> cpu_invariant_impls();   // ops/cpu
 std::vector<ImplInfo> cpu_mutant_impls();      // ops/cpu/mutants
 std::vector<ImplInfo> torch_default_impls(Backend backend);  // ops/baseline/torch_default
 std::vector<ImplInfo> attention_impls(Backend backend);      // ops/attention (paged_attention)
+std::vector<ImplInfo> engine_impls(Backend backend);         // ops/engine (laps_engine)
 #ifdef DETFUZZ_WITH_CUDA
 std::vector<ImplInfo> cuda_invariant_impls();  // ops/cuda
 std::vector<ImplInfo> cublas_impls();          // ops/baseline/cublas

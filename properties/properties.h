@@ -13,7 +13,7 @@
 
 namespace detfuzz {
 
-std::vector<std::string> all_ops();                               // row ops, then paged_attention
+std::vector<std::string> all_ops();                               // row ops, paged_attention, laps_engine
 bool is_known_op(const std::string &op);                          // all_ops() or a spec op (aten::mm, loaded specs)
 std::vector<std::string> properties_for(const std::string &op);   // empty for an unknown op
 // The impl from the registry, or for a spec op its dispatcher impl `torch`; nullopt when unknown.

@@ -32,7 +32,7 @@ std::string WorkloadConfig::describe() const {
 Trace make_workload(const WorkloadConfig &c) {
   if (c.requests < 1 || c.min_len < 1 || c.short_max < c.min_len || c.max_len <= c.short_max || c.vocab < 2 ||
       !(c.rate > 0) || c.decode_steps < 0 || c.short_share < 0 || c.short_share > 1 || c.shared_len < 0 ||
-      c.shared_prompts < 1 || c.shared_len >= c.min_len)
+      c.shared_prompts < 1)
     throw std::invalid_argument("workload: impossible parameters (" + c.describe() + ")");
   enum Stream : uint64_t { kind, length, gap, shared, which, token };
   Trace trace;

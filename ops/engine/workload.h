@@ -4,7 +4,8 @@
 // Prompt lengths: a `short_share` of requests draw log-uniformly from [min_len, short_max], the
 // rest from (short_max, max_len]. Arrivals: a Poisson process of `rate` requests per second.
 // Token ids are uniform in [0, vocab); a `shared_share` of requests open with one of a few
-// system prompts (`shared_len` tokens), so the prefix cache has something to reuse.
+// system prompts (`shared_len` tokens; a shorter prompt is all system prompt), so the prefix
+// cache has something to reuse.
 #pragma once
 
 #include "ops/engine/request.h"
