@@ -44,7 +44,23 @@ int64_t bounded(const CaseSpec &c, const std::string &key, int64_t fallback, int
 
 }  // namespace
 
+engine::WorkloadConfig workload(const CaseSpec &c, int64_t vocab) {
+  const auto wl = list(c, "wl");
+  require(wl.size() == 7, "wl= needs seed.requests.min.short_max.max.rate.decode, got '" + c.param("wl") + "'");
+  engine::WorkloadConfig w;
+  w.seed = static_cast<uint64_t>(wl[0]);
+  w.requests = wl[1];
+  w.min_len = wl[2];
+  w.short_max = wl[3];
+  w.max_len = wl[4];
+  w.rate = static_cast<double>(wl[5]);
+  w.decode_steps = wl[6];
+  w.vocab = vocab;
+  return w;
+}
+
 engine::Trace trace(const CaseSpec &c, int64_t vocab) {
+  if (!c.param("wl").empty()) return engine::make_workload(workload(c, vocab));
   const auto len = list(c, "len"), dec = list(c, "dec"), at = list(c, "at"), sys = list(c, "sys");
   const size_t n = len.size();
   require(n > 0 && dec.size() == n && at.size() == n && sys.size() == n,
@@ -124,45 +140,61 @@ engine::EngineConfig variant_config(const CaseSpec &c) {
   e.prefix_reuse = bounded(c, "reuse", 1, 0, 1) == 1;
   const int64_t pool = bounded(c, "pool", 0, 0, 1 << 20);
   if (pool > 0) {
+    require(c.param("wl").empty(), "pool= applies to len= traces only");
     int64_t largest = 0;
     const auto len = list(c, "len"), dec = list(c, "dec");
     for (size_t i = 0; i < len.size() && i < dec.size(); ++i)
       largest = std::max(largest, (len[i] + dec[i] + e.page_size - 1) / e.page_size);
     e.blocks_per_instance = largest + pool - 1;
   }
+  const std::string clock = c.param("clock", "model");
+  require(clock == "model" || clock == "measured", "clock='" + clock + "' (expected model or measured)");
+  e.cost.measured = clock == "measured";
   return e;
 }
 
-Verdict check(const CaseSpec &c, const ModelFactory &make_model) {
+engine::EngineConfig fifo_of(const engine::EngineConfig &variant) {
+  engine::EngineConfig e = variant;
+  e.policy = engine::Policy::fifo;
+  e.router.laps = false;
+  return e;
+}
+
+Comparison compare(const CaseSpec &c, engine::StepModel &model) {
   require(c.op == "laps_engine", "op is '" + c.op + "', not laps_engine");
   require(c.property == "schedule_invariance", "unknown property '" + c.property + "'");
-  std::unique_ptr<engine::StepModel> model = make_model(c);
-  const engine::Trace base = trace(c, model->vocab());
-  const engine::Trace variant = variant_trace(c, base);
-  const engine::EngineConfig vc = variant_config(c);
-  engine::EngineResult a, b;
+  Comparison r;
+  r.base_trace = trace(c, model.vocab());
+  r.variant_trace = variant_trace(c, r.base_trace);
+  r.variant_config = variant_config(c);
+  const std::string base = c.param("base", "alone");
+  require(base == "alone" || base == "fifo", "base='" + base + "' (expected alone or fifo)");
+  r.base_config = base == "fifo" ? fifo_of(r.variant_config) : baseline_config();
+  r.base_config.cost = r.variant_config.cost;
   try {
-    a = engine::run_trace(base, baseline_config(), *model);
-    b = engine::run_trace(variant, vc, *model);
+    r.base = engine::run_trace(r.base_trace, r.base_config, model);
+    r.variant = engine::run_trace(r.variant_trace, r.variant_config, model);
   } catch (const std::invalid_argument &) {
     throw;
   } catch (const std::exception &e) {
-    return Verdict::error(c.impl + " threw: " + e.what());
+    r.verdict = Verdict::error(c.impl + " threw: " + e.what());
+    return r;
   }
-  int64_t compared = 0, token_changes = 0, bit_changes = 0;
   int64_t first = -1;
   DiffStats first_diff;
-  for (size_t i = 0; i < base.size(); ++i) {
-    const engine::RequestOutput &x = a.outputs[i], &y = b.outputs[i];
-    if (variant[i].abort_s >= 0 && !y.finished) continue;
-    if (!x.finished || !y.finished)
-      return Verdict::error("request " + std::to_string(i) + " did not finish (" + (x.finished ? "variant" : "baseline") + " run)");
-    ++compared;
+  for (size_t i = 0; i < r.base_trace.size(); ++i) {
+    const engine::RequestOutput &x = r.base.outputs[i], &y = r.variant.outputs[i];
+    if (r.variant_trace[i].abort_s >= 0 && !y.finished) continue;
+    if (!x.finished || !y.finished) {
+      r.verdict = Verdict::error("request " + std::to_string(i) + " did not finish (" + (x.finished ? "variant" : "baseline") + " run)");
+      return r;
+    }
+    ++r.compared;
     const bool tokens_equal = x.tokens == y.tokens;
     DiffStats d = bitwise_diff(x.final_logprobs, y.final_logprobs);
     if (tokens_equal && d.equal()) continue;
-    token_changes += !tokens_equal;
-    ++bit_changes;
+    r.token_changes += !tokens_equal;
+    ++r.bit_changes;
     if (first >= 0) continue;
     first = static_cast<int64_t>(i);
     if (d.equal()) {  // same last log-probabilities, other tokens: show the token streams
@@ -173,17 +205,28 @@ Verdict check(const CaseSpec &c, const ModelFactory &make_model) {
     }
     first_diff = d;
   }
+  const engine::EngineStats &st = r.variant.stats;
   std::ostringstream what;
-  what << compared << " requests alone vs under " << vc.describe() << " (" << b.stats.steps << " steps, "
-       << b.stats.reused_tokens << " prefix tokens reused, " << b.stats.chunked_prefills << " chunked, "
-       << b.stats.router.rebalances << " rebalances, " << b.stats.aborted << " aborted)";
-  if (first < 0) return Verdict::pass(first_diff, what.str());
-  const engine::RequestOutput &y = b.outputs[first];
+  what << r.compared << " requests " << (base == "fifo" ? "under fifo" : "alone") << " vs under "
+       << r.variant_config.describe() << " (" << st.steps << " steps, " << st.reused_tokens << " prefix tokens reused, "
+       << st.chunked_prefills << " chunked, " << st.router.rebalances << " rebalances, " << st.aborted << " aborted)";
+  if (first < 0) {
+    r.verdict = Verdict::pass(first_diff, what.str());
+    return r;
+  }
+  const engine::RequestOutput &y = r.variant.outputs[first];
   std::ostringstream why;
-  why << what.str() << ": " << bit_changes << " changed bits, " << token_changes << " changed tokens; first request "
-      << first << " (" << base[first].prompt.size() << " prompt tokens, instance " << y.instance << ", "
-      << y.prefill_chunks << " chunks, " << y.cached_tokens << " cached): " << first_diff.summary();
-  return Verdict::fail(first_diff, why.str());
+  why << what.str() << ": " << r.bit_changes << " requests changed bits, " << r.token_changes
+      << " changed tokens; first request " << first << " (" << r.base_trace[first].prompt.size()
+      << " prompt tokens, instance " << y.instance << ", " << y.prefill_chunks << " chunks, " << y.cached_tokens
+      << " cached): " << first_diff.summary();
+  r.verdict = Verdict::fail(first_diff, why.str());
+  return r;
+}
+
+Verdict check(const CaseSpec &c, const ModelFactory &make_model) {
+  std::unique_ptr<engine::StepModel> model = make_model(c);
+  return compare(c, *model).verdict;
 }
 
 rc::Gen<CaseSpec> gen(const Target &t, std::vector<int64_t> shape, int64_t max_requests, int64_t max_len) {

@@ -27,6 +27,13 @@
 //                                              pages per instance beyond the largest request (0: enough for all)
 //          win=10 perm=123                     arrival permutation window (ms) and seed (win=0: none)
 //          abort=2.5 abort_ms=1.4              requests aborted in the variant, ms after their arrival
+//          wl=1.1000.16.256.4096.50.4          a generated workload instead of len/dec/at/sys (ops/engine/
+//                                              workload.h: seed, requests, min, short max, max length,
+//                                              rate per second, decode steps; 30% open with a 64-token
+//                                              system prompt)
+//          base=fifo                           compare with FIFO on the variant's instances, budget,
+//                                              pages and reuse (router groups off) instead of alone
+//          clock=measured                      steps last their measured wall time (default: the cost model)
 // Token id of request i at position p: counter_bits(seed, 2 i + 1, p) % vocab; of system prompt k:
 // counter_bits(seed, 2 k, p) % vocab.
 //
@@ -35,6 +42,7 @@
 #pragma once
 
 #include "ops/engine/engine.h"
+#include "ops/engine/workload.h"
 #include "properties/case.h"
 #include "properties/generators.h"
 #include "properties/verdict.h"
@@ -62,6 +70,18 @@ engine::Trace trace(const CaseSpec &c, int64_t vocab);  // the baseline trace
 engine::Trace variant_trace(const CaseSpec &c, const engine::Trace &base);  // permuted arrivals, aborts
 engine::EngineConfig baseline_config();
 engine::EngineConfig variant_config(const CaseSpec &c);
+engine::EngineConfig fifo_of(const engine::EngineConfig &variant);  // base=fifo
+engine::WorkloadConfig workload(const CaseSpec &c, int64_t vocab);  // from wl=
+
+// Both runs of a case and their verdict.
+struct Comparison {
+  Verdict verdict;
+  engine::Trace base_trace, variant_trace;
+  engine::EngineConfig base_config, variant_config;
+  engine::EngineResult base, variant;
+  int64_t compared = 0, token_changes = 0, bit_changes = 0;  // requests
+};
+Comparison compare(const CaseSpec &c, engine::StepModel &model);
 // The property with the model from `make_model` (the registry's for check_laps_case; tests
 // pass test doubles).
 Verdict check(const CaseSpec &c, const ModelFactory &make_model);
