@@ -6,10 +6,13 @@
 
 namespace detfuzz::engine {
 
-PrefixBlockManager::PrefixBlockManager(int64_t num_blocks, int64_t page_size, bool reuse)
+PrefixBlockManager::PrefixBlockManager(int64_t num_blocks, int64_t page_size, bool reuse, int64_t reserved)
     : allocator_(num_blocks), page_size_(page_size), reuse_(reuse), refs_(num_blocks, 0), key_(num_blocks),
       children_(num_blocks), idle_tick_(num_blocks, 0) {
   TORCH_CHECK(page_size > 0, "PrefixBlockManager: page_size must be positive, got ", page_size);
+  TORCH_CHECK(reserved >= 0 && reserved <= num_blocks, "PrefixBlockManager: cannot reserve ", reserved, " of ",
+              num_blocks, " blocks");
+  for (int64_t b : allocator_.allocate(reserved)) refs_[b] = 1;  // the allocator hands out 0, 1, ... first
 }
 
 PrefixBlockManager::Key PrefixBlockManager::key_of(const std::vector<int32_t> &prompt, int64_t page,

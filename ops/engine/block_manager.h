@@ -26,7 +26,8 @@ namespace detfuzz::engine {
 
 class PrefixBlockManager {
  public:
-  PrefixBlockManager(int64_t num_blocks, int64_t page_size, bool reuse);
+  // Blocks [0, reserved) are never handed out (the model's own pages, e.g. a graph scratch page).
+  PrefixBlockManager(int64_t num_blocks, int64_t page_size, bool reuse, int64_t reserved = 0);
 
   struct Lease {
     std::vector<int64_t> blocks;  // pages of the whole sequence, in order

@@ -51,12 +51,13 @@ struct Live {
 };
 
 struct Instance {
-  Instance(const EngineConfig &c, StepModel &model, int64_t blocks)
-      : scheduler(c.policy, c.threshold), pages(blocks, c.page_size, c.prefix_reuse),
-        cache(model.cache_config(blocks, c.page_size)) {}
+  Instance(const EngineConfig &c, StepModel &model, int64_t blocks, int64_t max_seq_pages)
+      : scheduler(c.policy, c.threshold),
+        pages(blocks + model.reserved_pages(), c.page_size, c.prefix_reuse, model.reserved_pages()),
+        model(model.instance(blocks + model.reserved_pages(), c.page_size, max_seq_pages)) {}
   DualQueueScheduler scheduler;
   PrefixBlockManager pages;
-  attention::KVCache cache;
+  std::unique_ptr<ModelInstance> model;  // this server's KV cache (and graph runner)
   std::vector<Live> live;  // admission order
   int64_t chunked_id = -1;  // the request whose prompt is part-way through
   double busy_until = kNever;  // end of the running step, kNever when idle
@@ -79,17 +80,19 @@ void validate(const Trace &trace, const EngineConfig &c) {
 class Simulation {
  public:
   Simulation(const Trace &trace, const EngineConfig &c, StepModel &model)
-      : trace_(trace), c_(c), model_(model), router_(c.instances, c.router) {
-    int64_t blocks = c.blocks_per_instance;
-    if (blocks == 0)
-      for (const Request &r : trace)
-        blocks += (static_cast<int64_t>(r.prompt.size()) + r.decode_steps + c.page_size - 1) / c.page_size;
+      : trace_(trace), c_(c), router_(c.instances, c.router) {
+    int64_t blocks = c.blocks_per_instance, max_seq_pages = 1;
+    for (const Request &r : trace) {
+      const int64_t pages = (static_cast<int64_t>(r.prompt.size()) + r.decode_steps + c.page_size - 1) / c.page_size;
+      max_seq_pages = std::max(max_seq_pages, pages);
+      if (c.blocks_per_instance == 0) blocks += pages;
+    }
     blocks = std::max<int64_t>(blocks, 1);
-    for (const Request &r : trace)
-      if ((static_cast<int64_t>(r.prompt.size()) + r.decode_steps + c.page_size - 1) / c.page_size > blocks)
-        throw std::invalid_argument("engine: request " + std::to_string(r.id) + " needs more pages than an instance has (" +
-                                    std::to_string(blocks) + ")");
-    for (int64_t i = 0; i < c.instances; ++i) instances_.push_back(std::make_unique<Instance>(c, model, blocks));
+    if (max_seq_pages > blocks)
+      throw std::invalid_argument("engine: a request needs " + std::to_string(max_seq_pages) +
+                                  " pages, more than an instance has (" + std::to_string(blocks) + ")");
+    for (int64_t i = 0; i < c.instances; ++i)
+      instances_.push_back(std::make_unique<Instance>(c, model, blocks, max_seq_pages));
     result_.outputs.resize(trace.size());
     for (size_t i = 0; i < trace.size(); ++i) {
       index_of_[trace[i].id] = i;
@@ -256,7 +259,7 @@ class Simulation {
     }
     shape.seqs = static_cast<int64_t>(batch.size());
     const auto t0 = Clock::now();
-    const StepOutput out = model_.run(batch, in.cache, prefill);
+    const StepOutput out = in.model->run(batch, prefill);
     const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
     shape.graph = out.graph;
     if (out.logprobs.dim() != 2 || out.logprobs.size(0) != shape.seqs)
@@ -307,7 +310,6 @@ class Simulation {
 
   const Trace &trace_;
   const EngineConfig &c_;
-  StepModel &model_;
   LapsRouter router_;
   std::vector<std::unique_ptr<Instance>> instances_;
   std::map<int64_t, size_t> index_of_;

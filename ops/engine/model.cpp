@@ -22,11 +22,12 @@ std::vector<int64_t> default_model_shape(Backend) { return {}; }
 
 at::Tensor prompt_logprobs(StepModel &model, const std::vector<int32_t> &prompt) {
   const int64_t page = 16, pages = (static_cast<int64_t>(prompt.size()) + page - 1) / page;
-  attention::KVCache cache(model.cache_config(pages, page));
+  const int64_t reserved = model.reserved_pages();
+  const auto instance = model.instance(pages + reserved, page, pages);
   SeqWork w;
   w.tokens = prompt;
-  for (int64_t b = 0; b < pages; ++b) w.blocks.push_back(b);
-  return model.run({w}, cache, true).logprobs[0];
+  for (int64_t b = 0; b < pages; ++b) w.blocks.push_back(reserved + b);
+  return instance->run({w}, true).logprobs[0];
 }
 
 }  // namespace detfuzz::engine

@@ -6,6 +6,7 @@
 // the token list alone.
 #pragma once
 
+#include "ops/attention/kv_cache.h"
 #include "ops/engine/step_model.h"
 
 #include <cmath>
@@ -34,20 +35,20 @@ inline uint64_t hash_tokens(const std::vector<int32_t> &seq) {
   return h;
 }
 
-class ContextHashModel : public StepModel {
+class ContextHashInstance : public ModelInstance {
  public:
-  int64_t vocab() const override { return kHashVocab; }
-  attention::KVCacheConfig cache_config(int64_t num_blocks, int64_t page_size) const override {
+  ContextHashInstance(int64_t num_pages, int64_t page_size, bool leak_batch) : cache_(config(num_pages, page_size)), leak_(leak_batch) {}
+  static attention::KVCacheConfig config(int64_t num_pages, int64_t page_size) {
     attention::KVCacheConfig c;
-    c.num_blocks = num_blocks;
+    c.num_blocks = num_pages;
     c.block_size = page_size;
     c.num_kv_heads = 1;
     c.head_dim = 2;
     c.dtype = at::kFloat;
     return c;
   }
-  StepOutput run(const std::vector<SeqWork> &batch, attention::KVCache &cache, bool) override {
-    const int64_t bs = cache.config().block_size;
+  StepOutput run(const std::vector<SeqWork> &batch, bool) override {
+    const int64_t bs = cache_.config().block_size;
     std::vector<int64_t> slots;
     std::vector<float> kv;
     for (const auto &s : batch)
@@ -59,8 +60,8 @@ class ContextHashModel : public StepModel {
       }
     const int64_t t = static_cast<int64_t>(slots.size());
     const at::Tensor k = at::from_blob(kv.data(), {t, 1, 2}, at::kFloat).clone();
-    cache.set_kv(0, at::from_blob(slots.data(), {t}, at::kLong).clone(), k, k);
-    const at::Tensor flat = cache.k(0).view({-1, 2});
+    cache_.set_kv(0, at::from_blob(slots.data(), {t}, at::kLong).clone(), k, k);
+    const at::Tensor flat = cache_.k(0).view({-1, 2});
     std::vector<at::Tensor> rows;
     for (const auto &s : batch) {
       std::vector<int32_t> seen;
@@ -73,10 +74,28 @@ class ContextHashModel : public StepModel {
       }
       rows.push_back(row_of(hash_tokens(seen) + poison));
     }
-    ++steps;
-    return {at::stack(rows), false};
+    at::Tensor out = at::stack(rows);
+    // The planted leak: a step of more than one sequence shifts every output, as a kernel whose
+    // split choice depends on the batch would.
+    if (leak_ && batch.size() > 1) out.add_(1.0f / 1024);
+    return {out, false};
   }
-  int64_t steps = 0;
+
+ private:
+  attention::KVCache cache_;
+  bool leak_;
+};
+
+class ContextHashModel : public StepModel {
+ public:
+  explicit ContextHashModel(bool leak_batch = false) : leak_(leak_batch) {}
+  int64_t vocab() const override { return kHashVocab; }
+  std::unique_ptr<ModelInstance> instance(int64_t num_pages, int64_t page_size, int64_t) override {
+    return std::make_unique<ContextHashInstance>(num_pages, page_size, leak_);
+  }
+
+ private:
+  bool leak_;
 };
 
 // What a request must produce: greedy decoding of the hash model over its own tokens.

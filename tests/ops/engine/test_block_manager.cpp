@@ -122,3 +122,18 @@ TEST(PrefixBlockManager, ReleasingAPageNotHeldIsAnError) {
 
 }  // namespace
 }  // namespace detfuzz::engine
+
+namespace detfuzz::engine {
+namespace {
+
+TEST(PrefixBlockManager, ReservedBlocksAreNeverHandedOut) {
+  PrefixBlockManager m(6, 4, true, 2);
+  EXPECT_EQ(m.num_free(), 4);
+  const auto a = m.acquire(std::vector<int32_t>(16, 1), 16);
+  ASSERT_TRUE(a);
+  for (int64_t b : a->blocks) EXPECT_GE(b, 2);
+  EXPECT_FALSE(m.acquire(std::vector<int32_t>(1, 1), 1));
+}
+
+}  // namespace
+}  // namespace detfuzz::engine
