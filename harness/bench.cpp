@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <ostream>
 #include <sstream>
 #include <stdexcept>
@@ -61,8 +62,44 @@ std::vector<BenchShape> read_bench_shapes(const std::string &path) {
   return out;
 }
 
+bool BenchPlan::times(const std::string &op, const std::string &impl) const {
+  return std::find(pairs.begin(), pairs.end(), std::make_pair(op, impl)) != pairs.end();
+}
+
+BenchPlan plan_bench(const BenchConfig &cfg) {
+  static const std::vector<std::string> benchable = {"mm", "log_softmax", "mean", "paged_attention"};
+  if (cfg.ops.empty()) throw std::invalid_argument("bench: no op selected");
+  if (cfg.impls.empty()) throw std::invalid_argument("bench: no impl selected");
+  for (const auto &op : cfg.ops)
+    if (std::find(benchable.begin(), benchable.end(), op) == benchable.end())
+      throw std::invalid_argument("bench: op '" + op + "' cannot be benchmarked (expected mm, log_softmax, mean or paged_attention)");
+  BenchPlan plan;
+  for (const auto &impl : cfg.impls) {
+    bool anywhere = false;
+    for (const auto &op : cfg.ops) {
+      // Paged attention times our fused kernel only (against a device copy and SDPA).
+      const bool has = op == "paged_attention"   ? impl == "invariant"
+                       : impl == kDispatchImpl ? op == "mm" && cfg.set_batch_invariant_mode != nullptr
+                                               : find_impl(op, impl, Backend::cuda) != nullptr;
+      if (has) {
+        plan.pairs.emplace_back(op, impl);
+        anywhere = true;
+      } else {
+        plan.notes.push_back("bench: skipping " + op + "/" + impl + ": " + op + " has no CUDA impl '" + impl + "'");
+      }
+    }
+#ifdef DETFUZZ_WITH_CUDA
+    const std::string hint = " (see detfuzz list impls)";
+#else
+    const std::string hint = " (this detfuzz was built without CUDA)";
+#endif
+    if (!anywhere) throw std::invalid_argument("bench: impl '" + impl + "' is not a CUDA impl of any selected op" + hint);
+  }
+  return plan;
+}
+
 #ifndef DETFUZZ_WITH_CUDA
-std::string run_bench(const BenchConfig &, std::ostream &) {
+std::string run_bench(const BenchConfig &, std::ostream &, std::string *) {
   throw std::invalid_argument("bench needs CUDA: this detfuzz was built without it");
 }
 std::string run_scan(const ScanConfig &, std::ostream &) {
@@ -283,8 +320,10 @@ void attention_bench(const BenchConfig &cfg, std::ostream &csv, std::ostream &lo
 
 }  // namespace
 
-std::string run_bench(const BenchConfig &cfg, std::ostream &log) {
+std::string run_bench(const BenchConfig &cfg, std::ostream &log, std::string *stopped) {
+  const BenchPlan plan = plan_bench(cfg);
   need_gpu("bench");
+  for (const auto &note : plan.notes) log << note << std::endl;
   static bool initialised = false;
   if (!initialised) {
     int argc = 1;
@@ -302,68 +341,122 @@ std::string run_bench(const BenchConfig &cfg, std::ostream &log) {
   gen.set_current_seed(20261121);
 
   std::ostringstream csv;
-  csv << "op,impl,dtype,M,N,K,median_us,tflops,gbps,baseline_impl,cublas_median_us,speedup_vs_cublas,invariant_verified\n";
+  csv << "op,impl,dtype,M,N,K,median_us,tflops,gbps,baseline_impl,cublas_median_us,speedup_vs_cublas,invariant_verified,"
+         "d2d_gbps,bandwidth_share_of_d2d\n";
+  // The dispatcher row: impl `torch` (at::mm) run with the batch-invariant mode on.
+  std::unique_ptr<ImplInfo> dispatch_impl;
+  if (cfg.set_batch_invariant_mode) {
+    const ImplInfo &torch_mm = cuda_impl("mm", "torch");
+    dispatch_impl = std::make_unique<ImplInfo>(torch_mm);
+    dispatch_impl->impl = kDispatchImpl;
+    // Turning the mode on is a no-op once it is on: the row runs last of its shape, and the mode
+    // goes off again after it, so every other impl runs on libtorch's own kernels.
+    dispatch_impl->run = [run = torch_mm.run, set = cfg.set_batch_invariant_mode](const OpArgs &a) {
+      set(true);
+      return run(a);
+    };
+  }
+  auto mode_off = [&] {
+    if (cfg.set_batch_invariant_mode) cfg.set_batch_invariant_mode(false);
+  };
   std::map<std::string, std::vector<double>> speedups;  // "op/impl/dtype" -> speedups
-  size_t done = 0, total = 0;
-  for (const auto &s : shapes)
-    if (std::find(cfg.ops.begin(), cfg.ops.end(), s.op) != cfg.ops.end()) total += cfg.dtypes.size();
+  try {
+    size_t done = 0, total = 0;
+    for (const auto &s : shapes)
+      if (std::find(cfg.ops.begin(), cfg.ops.end(), s.op) != cfg.ops.end()) total += cfg.dtypes.size();
 
-  for (const auto &s : shapes) {
-    if (std::find(cfg.ops.begin(), cfg.ops.end(), s.op) == cfg.ops.end()) continue;
-    const std::string baseline = s.op == "mm" ? "cublas" : "torch";
-    for (at::ScalarType dtype : cfg.dtypes) {
-      ++done;
-      std::vector<std::string> impls = cfg.impls;
-      impls.push_back(baseline);
-      // Input sets rotated so that together they exceed the L2 cache.
-      const double elem = static_cast<double>(c10::elementSize(dtype));
-      const double set_bytes = s.op == "mm" ? elem * (s.m * s.k + s.k * s.n) : elem * s.m * s.n;
-      const int sets = static_cast<int>(std::clamp(std::ceil(cfg.rotate_bytes / set_bytes), 1.0, 16.0));
-      std::vector<OpArgs> args;
-      for (int i = 0; i < sets; ++i) args.push_back(bench_args(s, dtype, gen));
+    for (const auto &s : shapes) {
+      if (std::find(cfg.ops.begin(), cfg.ops.end(), s.op) == cfg.ops.end()) continue;
+      const std::string baseline = s.op == "mm" ? "cublas" : "torch";
+      for (at::ScalarType dtype : cfg.dtypes) {
+        ++done;
+        std::vector<std::string> impls;
+        for (const auto &name : cfg.impls)
+          if (plan.times(s.op, name) && name != baseline) impls.push_back(name);
+        impls.push_back(baseline);
+        std::stable_partition(impls.begin(), impls.end(), [](const std::string &n) { return n != kDispatchImpl; });
+        // Input sets rotated so that together they exceed the L2 cache.
+        const double elem = static_cast<double>(c10::elementSize(dtype));
+        const double set_bytes = s.op == "mm" ? elem * (s.m * s.k + s.k * s.n) : elem * s.m * s.n;
+        const int sets = static_cast<int>(std::clamp(std::ceil(cfg.rotate_bytes / set_bytes), 1.0, 16.0));
+        std::vector<OpArgs> args;
+        for (int i = 0; i < sets; ++i) args.push_back(bench_args(s, dtype, gen));
 
-      MedianReporter reporter;
-      std::map<std::string, bool> verified;
-      for (const auto &name : impls) {
-        const ImplInfo &impl = cuda_impl(s.op, name);
-        if (!impl.supports(dtype)) continue;
-        verified[name] = batch_slice_holds(impl, args[0], s.m);
-        for (int w = 0; w < 3; ++w) impl.run(args[w % sets]);  // warm-up: module load, handles, autotune caches
-        const double once_us = time_one_call_us(impl, args[0], start, stop, stream);
-        const int64_t iters = static_cast<int64_t>(std::clamp(cfg.seconds_per_repetition * 1e6 / std::max(once_us, 1.0), 3.0, 2000.0));
-        benchmark::RegisterBenchmark(name.c_str(), [&, impl_ptr = &impl](benchmark::State &st) {
-          int k = 0;
-          for (auto _ : st) st.SetIterationTime(time_one_call_us(*impl_ptr, args[k++ % sets], start, stop, stream) * 1e-6);
-        })
-            ->UseManualTime()
-            ->Iterations(iters)
-            ->Repetitions(cfg.repetitions)
-            ->ReportAggregatesOnly(true)
-            ->Unit(benchmark::kMicrosecond);
-      }
-      benchmark::RunSpecifiedBenchmarks(&reporter);
-      benchmark::ClearRegisteredBenchmarks();
+        MedianReporter reporter;
+        std::map<std::string, bool> verified;
+        for (const auto &name : impls) {
+          const ImplInfo &impl = name == kDispatchImpl ? *dispatch_impl : cuda_impl(s.op, name);
+          if (!impl.supports(dtype)) continue;
+          verified[name] = batch_slice_holds(impl, args[0], s.m);
+          for (int w = 0; w < 3; ++w) impl.run(args[w % sets]);  // warm-up: module load, handles, autotune caches
+          mode_off();
+          const double once_us = time_one_call_us(impl, args[0], start, stop, stream);
+          const int64_t iters = static_cast<int64_t>(std::clamp(cfg.seconds_per_repetition * 1e6 / std::max(once_us, 1.0), 3.0, 2000.0));
+          benchmark::RegisterBenchmark(name.c_str(), [&, impl_ptr = &impl](benchmark::State &st) {
+            int k = 0;
+            for (auto _ : st) st.SetIterationTime(time_one_call_us(*impl_ptr, args[k++ % sets], start, stop, stream) * 1e-6);
+          })
+              ->UseManualTime()
+              ->Iterations(iters)
+              ->Repetitions(cfg.repetitions)
+              ->ReportAggregatesOnly(true)
+              ->Unit(benchmark::kMicrosecond);
+        }
+        benchmark::RunSpecifiedBenchmarks(&reporter);
+        benchmark::ClearRegisteredBenchmarks();
+        mode_off();
 
-      const double base_us = reporter.medians.count(baseline) ? reporter.medians[baseline] : NAN;
-      for (const auto &name : impls) {
-        if (!reporter.medians.count(name)) continue;
-        const double us = reporter.medians[name];
-        const double flops = s.op == "mm" ? 2.0 * s.m * s.n * s.k : 0;
-        const double out_elem = s.op == "mean" ? (dtype == at::kFloat ? 4 : elem) : elem;
-        const double bytes = s.op == "mm" ? 0 : elem * s.m * s.n + out_elem * (s.op == "mean" ? s.m : s.m * s.n);
-        const double speedup = base_us / us;
-        csv << s.op << ',' << name << ',' << dtype_name(dtype) << ',' << s.m << ',' << s.n << ',' << s.k << ',' << fmt(us) << ','
-            << (flops > 0 ? fmt(flops / us * 1e-6, "%.2f") : "") << ',' << (bytes > 0 ? fmt(bytes / us * 1e-3, "%.1f") : "") << ','
-            << baseline << ',' << fmt(base_us) << ',' << fmt(speedup, "%.4f") << ',' << (verified[name] ? "yes" : "no") << '\n';
-        if (name != baseline) speedups[s.op + "/" + name + "/" + dtype_name(dtype)].push_back(speedup);
-        log << "[" << done << "/" << total << "] " << s.op << " " << name << " " << dtype_name(dtype) << " M=" << s.m << " N=" << s.n
-            << " K=" << s.k << ": " << fmt(us, "%.1f") << " us, " << fmt(speedup, "%.2f") << "x " << baseline
-            << (verified[name] ? "" : "  (batch_slice FAILED)") << std::endl;
+        const double base_us = reporter.medians.count(baseline) ? reporter.medians[baseline] : NAN;
+        // The device-to-device copy of the bytes a B-bound (M <= 32) product moves, timed the same way.
+        const double mm_bytes = s.op == "mm" ? elem * (s.m * s.k + s.k * s.n + s.m * s.n) : 0;
+        double d2d_gbps = NAN;
+        if (s.op == "mm" && s.m <= 32) {
+          const int64_t n = static_cast<int64_t>(mm_bytes);
+          const at::Tensor src = at::empty({n}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA));
+          const at::Tensor dst = at::empty_like(src);
+          dst.copy_(src);
+          std::vector<double> t;
+          for (int r = 0; r < 20; ++r) {
+            DETFUZZ_CUDA_CHECK(cudaEventRecord(start, stream));
+            dst.copy_(src);
+            DETFUZZ_CUDA_CHECK(cudaEventRecord(stop, stream));
+            DETFUZZ_CUDA_CHECK(cudaEventSynchronize(stop));
+            float ms = 0;
+            DETFUZZ_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+            t.push_back(ms * 1e3);
+          }
+          std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+          d2d_gbps = 2.0 * mm_bytes / t[t.size() / 2] * 1e-3;
+        }
+        for (const auto &name : impls) {
+          if (!reporter.medians.count(name)) continue;
+          const double us = reporter.medians[name];
+          const double flops = s.op == "mm" ? 2.0 * s.m * s.n * s.k : 0;
+          const double out_elem = s.op == "mean" ? (dtype == at::kFloat ? 4 : elem) : elem;
+          const double bytes = s.op == "mm" ? mm_bytes : elem * s.m * s.n + out_elem * (s.op == "mean" ? s.m : s.m * s.n);
+          const double gbps = bytes / us * 1e-3;
+          const double speedup = base_us / us;
+          csv << s.op << ',' << name << ',' << dtype_name(dtype) << ',' << s.m << ',' << s.n << ',' << s.k << ',' << fmt(us) << ','
+              << (flops > 0 ? fmt(flops / us * 1e-6, "%.2f") : "") << ',' << (bytes > 0 ? fmt(bytes / us * 1e-3, "%.1f") : "") << ','
+              << baseline << ',' << fmt(base_us) << ',' << fmt(speedup, "%.4f") << ',' << (verified[name] ? "yes" : "no") << ','
+              << (std::isnan(d2d_gbps) ? "" : fmt(d2d_gbps, "%.1f")) << ','
+              << (std::isnan(d2d_gbps) ? "" : fmt(gbps / d2d_gbps, "%.4f")) << '\n';
+          if (name != baseline) speedups[s.op + "/" + name + "/" + dtype_name(dtype)].push_back(speedup);
+          log << "[" << done << "/" << total << "] " << s.op << " " << name << " " << dtype_name(dtype) << " M=" << s.m << " N=" << s.n
+              << " K=" << s.k << ": " << fmt(us, "%.1f") << " us, "
+              << (s.op == "mm" ? fmt(flops / us * 1e-6, "%.0f") + " TFLOP/s, " : std::string())
+              << (std::isnan(d2d_gbps) ? std::string() : fmt(100.0 * gbps / d2d_gbps, "%.0f") + "% of a D2D copy, ")
+              << fmt(speedup, "%.2f") << "x " << baseline
+              << (verified[name] ? "" : "  (batch_slice FAILED)") << std::endl;
+        }
       }
     }
+    if (plan.times("paged_attention", "invariant")) attention_bench(cfg, csv, log, gen, start, stop, stream);
+  } catch (const std::exception &e) {
+    if (!stopped) throw;
+    *stopped = std::string(e.what()).substr(0, std::string(e.what()).find('\n'));
+    log << "bench stopped: " << *stopped << "; keeping the rows finished so far" << std::endl;
   }
-  if (std::find(cfg.ops.begin(), cfg.ops.end(), "paged_attention") != cfg.ops.end())
-    attention_bench(cfg, csv, log, gen, start, stop, stream);
   DETFUZZ_CUDA_CHECK(cudaEventDestroy(start));
   DETFUZZ_CUDA_CHECK(cudaEventDestroy(stop));
   log << "\ngeomean speedup vs baseline (cublas for mm, torch for reductions):\n";

@@ -8,14 +8,19 @@
 // torch's CUDA kernels for log_softmax and mean. Paged attention (32 query heads, 8 KV heads,
 // head dim 128, pages of 16): decode over batch 1..256 and context 512..32k against a
 // device-to-device copy of the same bytes, prefill of 1k..8k tokens against torch's SDPA.
+// Every mm row reports TFLOP/s and the bytes of A, B and C moved per second; rows with M <= 32
+// (bound by reading B) also give that bandwidth as a share of a device-to-device copy's measured
+// in the same run (read and write both counted), the ceiling such a kernel can approach.
 //
 // scan: for one (N, K, dtype), for M = 1..max, compares row 0 of the M-row product with the
 // 1-row product, and the first M-1 rows with the (M-1)-row product: every M where a baseline's
 // kernel choice changes the bits.
 #pragma once
 
+#include <functional>
 #include <iosfwd>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -35,7 +40,12 @@ struct BenchConfig {
   int repetitions = 5;
   double seconds_per_repetition = 0.05;
   double rotate_bytes = 256e6;  // input sets rotated until they cover this many bytes
+  // Turns libtorch's batch-invariant mode on or off (set by the CLI, which links the mode). When
+  // set, impl `invariant-dispatch` of mm is at::mm (impl `torch`) with the mode on: the speed a
+  // PyTorch user gets through the dispatcher.
+  std::function<void(bool)> set_batch_invariant_mode;
 };
+inline const char *kDispatchImpl = "invariant-dispatch";
 
 // The default shape set: (N, K) in {(4096,4096), (14336,4096), (4096,14336), (1024,8192),
 // (6144,4096), (128256,4096)} x M in {1, 8, 32, 128, 512, 2048, 8192}, plus log_softmax and mean
@@ -44,9 +54,22 @@ std::vector<BenchShape> default_bench_shapes();
 // A user CSV with header op,M,N,K (reductions: M rows, N columns, K empty or 0).
 std::vector<BenchShape> read_bench_shapes(const std::string &path);  // throws std::invalid_argument
 
+// The (op, impl) pairs a bench will time, checked before anything is timed. Throws
+// std::invalid_argument (one line) for an op that cannot be benchmarked, an impl that no selected
+// op has on CUDA, or a selection that leaves nothing to time. A selected impl that some selected
+// ops lack (cublaslt-noworkspace of log_softmax) is skipped for those ops, with a note in `notes`.
+struct BenchPlan {
+  std::vector<std::pair<std::string, std::string>> pairs;  // (op, impl), baselines excluded
+  std::vector<std::string> notes;                          // one line per skipped pair
+  bool times(const std::string &op, const std::string &impl) const;
+};
+BenchPlan plan_bench(const BenchConfig &cfg);
+
 // Runs the benchmark; returns bench.csv's content and prints progress and the geomeans to `log`.
-// Throws std::invalid_argument when CUDA is unavailable.
-std::string run_bench(const BenchConfig &cfg, std::ostream &log);
+// When a benchmark throws part way, `stopped` receives the error and the rows finished so far are
+// returned (a report of what was measured rather than nothing). Throws std::invalid_argument
+// when the selection is invalid (plan_bench) or CUDA is unavailable, before timing anything.
+std::string run_bench(const BenchConfig &cfg, std::ostream &log, std::string *stopped = nullptr);
 
 struct ScanConfig {
   int64_t n = 4096, k = 4096, max_m = 1024;

@@ -1,5 +1,6 @@
 #include "harness/campaign.h"
 
+#include "harness/signals.h"
 #include "properties/properties.h"
 
 #include <rapidcheck.h>
@@ -75,14 +76,18 @@ bool selected(const CampaignConfig &cfg, const CaseSpec &c) {
 
 void replay_corpus(const CampaignConfig &cfg, ReportWriter &report, CampaignResult &result, std::ostream &log, int64_t &index) {
   int64_t files = 0;
+  size_t record_number = 0;
   for (const auto &root : cfg.corpora) {
     for (const auto &file : record_files(root)) {
       ++files;
       for (const Record &rec : read_records(file)) {
+        if (interrupt_signal() != 0) return;
+        if (!cfg.shard.takes(record_number++)) continue;  // another shard's record
         if (!selected(cfg, rec.spec) || !backend_available(rec.spec.backend)) {
           ++result.corpus_skipped;
           continue;
         }
+        if (cfg.before_case) cfg.before_case(rec.spec);
         const ReplayResult rr = replay_record(rec, cfg.batch_invariant_mode);
         ++result.corpus_replayed;
         const Record now = make_record(rec.spec, rr.verdict);
@@ -137,6 +142,7 @@ class Round {
       const CaseSpec c = *gen;
       if (shrinking_) return shrink_step(c);
       if (out_of_budget_()) RC_DISCARD("budget spent");
+      if (cfg_.before_case) cfg_.before_case(c);
       const auto start = Clock::now();
       const Verdict v = check_guarded(c);
       const double us = seconds_since(start) * 1e6;
@@ -151,6 +157,7 @@ class Round {
         return;
       }
       shrinking_ = true;
+      shrink_started_ = Clock::now();
       shrink_deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(cfg_.shrink_budget_s));
       last_failure_ = rec;
       RC_FAIL(v.detail);
@@ -163,7 +170,13 @@ class Round {
     rc::detail::TestMetadata meta;
     meta.id = meta.description = t.name();
     SilentListener listener;
+    const auto started = Clock::now();
     rc::detail::checkProperty(rc::detail::toProperty(property), meta, params, listener);
+    // Everything after the first failure's RC_FAIL is shrinking.
+    const double total = seconds_since(started);
+    const double shrink = shrinking_ ? seconds_since(shrink_started_) : 0.0;
+    stats_.seconds += total - shrink;
+    stats_.shrink_seconds += shrink;
     if (!shrinking_) return false;
     keep_minimal(last_failure_);
     return true;
@@ -171,8 +184,10 @@ class Round {
 
  private:
   void shrink_step(const CaseSpec &c) {
-    if (Clock::now() > shrink_deadline_) return;  // out of shrink time: accept no further shrinks
+    // Out of shrink time, or interrupted: accept no further shrinks.
+    if (Clock::now() > shrink_deadline_ || interrupt_signal() != 0) return;
     ++stats_.shrink_steps;
+    if (cfg_.before_case) cfg_.before_case(c);
     const Verdict v = check_guarded(c);
     if (v.passed()) return;
     last_failure_ = make_record(c, v);
@@ -192,7 +207,7 @@ class Round {
   int64_t &index_;
   const std::function<bool()> &out_of_budget_;
   bool shrinking_ = false;
-  Clock::time_point shrink_deadline_;
+  Clock::time_point shrink_started_, shrink_deadline_;
   Record last_failure_;
 };
 
@@ -229,7 +244,9 @@ nlohmann::json CampaignResult::to_json() const {
                         {"failure_rate", s.cases ? double(s.failures + s.errors) / s.cases : 0.0},
                         {"max_ulp", ulp_text(s.max_ulp)},
                         {"max_abs_diff", s.max_abs_diff},
-                        {"shrink_steps", s.shrink_steps}};
+                        {"shrink_steps", s.shrink_steps},
+                        {"seconds", s.seconds},
+                        {"cases_per_s", s.cases_per_s()}};
     if (s.has_minimal) t["minimal"] = record_row(s.minimal);
     ts.push_back(t);
   }
@@ -280,27 +297,44 @@ CampaignResult run_campaign(const CampaignConfig &cfg, ReportWriter &report, std
   int64_t index = 0;
   replay_corpus(cfg, report, result, log, index);
 
-  for (const auto &t : cfg.targets) result.targets.push_back({t});
+  // A target keeps its index in the full list (in its rounds' seeds) whichever shard runs it.
+  std::vector<size_t> global_index;
+  for (size_t k = 0; k < cfg.targets.size(); ++k)
+    if (cfg.shard.takes(k) && !cfg.skip_targets.count(cfg.targets[k].name())) {
+      result.targets.push_back({cfg.targets[k]});
+      global_index.push_back(k);
+    }
   Progress progress(log, cfg.progress, cfg.budget_s);
   bool stop = false;
   const std::function<bool()> out_of_budget = [&] {
-    return stop || (cfg.budget_s > 0 && seconds_since(start) >= cfg.budget_s) || (cfg.max_cases > 0 && result.cases >= cfg.max_cases);
+    return stop || interrupt_signal() != 0 || (cfg.budget_s > 0 && seconds_since(start) >= cfg.budget_s) || (cfg.max_cases > 0 && result.cases >= cfg.max_cases);
   };
-  for (uint64_t round = 0; !result.targets.empty() && !out_of_budget(); ++round) {
-    for (size_t k = 0; k < result.targets.size() && !out_of_budget(); ++k) {
-      TargetStats &stats = result.targets[k];
-      Round r(cfg, stats, report, result, index, out_of_budget);
-      if (r.run(mix(mix(cfg.seed, k), round))) {
-        const bool must = stats.target.expectation == Expectation::must_hold;
-        log << (must ? "FAILURE (must-hold) " : "failure (observed) ") << stats.target.name() << ", shrunk in " << stats.shrink_steps
-            << " steps to: " << stats.minimal.spec.describe() << "\n  " << stats.minimal.detail << "\n  repro: "
-            << repro_command(stats.minimal, cfg.program) << std::endl;
-        stop = cfg.stop_on_failure;
+  // Which target runs its next round: in turn when the budget counts cases (the cases checked
+  // then depend only on the seed and the budget), else the one that has had the least time so far
+  // (ties to the first), so that slow targets (attention, graph replay) cannot crowd out the rest
+  // of a timed campaign. A target's k-th round has the same seed either way.
+  const bool time_fair = cfg.max_cases == 0;
+  std::vector<uint64_t> rounds(result.targets.size(), 0);
+  for (size_t turn = 0; !result.targets.empty() && !out_of_budget(); ++turn) {
+    size_t k = turn % result.targets.size();
+    if (time_fair)
+      for (size_t j = 0; j < result.targets.size(); ++j) {
+        const auto spent = [&](size_t i) { return result.targets[i].seconds + result.targets[i].shrink_seconds; };
+        if (spent(j) < spent(k) || (spent(j) == spent(k) && j < k)) k = j;
       }
-      progress.tick(result, start);
+    TargetStats &stats = result.targets[k];
+    Round r(cfg, stats, report, result, index, out_of_budget);
+    if (r.run(mix(mix(cfg.seed, global_index[k]), rounds[k]++))) {
+      const bool must = stats.target.expectation == Expectation::must_hold;
+      log << (must ? "FAILURE (must-hold) " : "failure (observed) ") << stats.target.name() << ", shrunk in " << stats.shrink_steps
+          << " steps to: " << stats.minimal.spec.describe() << "\n  " << stats.minimal.detail << "\n  repro: "
+          << repro_command(stats.minimal, cfg.program) << std::endl;
+      stop = cfg.stop_on_failure;
     }
+    progress.tick(result, start);
   }
   result.elapsed_s = seconds_since(start);
+  result.interrupted_by = interrupt_signal();
   progress.tick(result, start, true);
   return result;
 }

@@ -1,15 +1,19 @@
 // The campaign runner. A campaign replays the corpus first (like libFuzzer and AFL++), then
-// fuzzes its targets round-robin, a RapidCheck run of a few cases per target per round, until its
-// time or case budget is spent. A target's first failure is shrunk by RapidCheck to a minimal
+// fuzzes its targets a RapidCheck run of a few cases at a time, until its time or case budget is
+// spent: the next run goes to the target with the least time spent so far (a case budget keeps
+// them in turn instead, so that its cases depend on the seed alone). A target's first failure is shrunk by RapidCheck to a minimal
 // case, saved as one replayable record and printed with a copy-pastable repro command; later
 // failures of the same target are counted (how often, and by how much) but not shrunk again.
 #pragma once
 
 #include "harness/report.h"
+#include "harness/shard.h"
 #include "properties/generators.h"
 
 #include <filesystem>
+#include <functional>
 #include <iosfwd>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -28,11 +32,19 @@ struct CampaignConfig {
   bool progress = true;
   bool stop_on_failure = false;  // end the campaign once a failure has been found (and shrunk)
   bool batch_invariant_mode = false;  // corpus records of impl `torch` are then must-hold
+  Shard shard;  // this campaign's share of the targets and corpus records (harness/shard.h)
+  std::set<std::string> skip_targets;  // target names left out (a fork-mode worker's crashed targets); indices unchanged
+  // Called with each case just before it is checked (corpus, fuzz and shrink cases): a fork-mode
+  // worker writes it where the parent finds it if the check crashes or hangs.
+  std::function<void(const CaseSpec &)> before_case;
 };
 
 struct TargetStats {
   Target target;
   int64_t cases = 0, failures = 0, errors = 0, shrink_steps = 0;
+  double seconds = 0;         // wall time spent generating and checking this target's cases (not shrinking)
+  double shrink_seconds = 0;  // wall time spent shrinking its first failure
+  double cases_per_s() const { return seconds > 0 ? cases / seconds : 0.0; }
   uint64_t max_ulp = 0;
   double max_abs_diff = 0;
   bool has_minimal = false;
@@ -44,6 +56,7 @@ struct CampaignResult {
   int64_t corpus_replayed = 0, corpus_skipped = 0, corpus_must_hold_failures = 0, corpus_observed_failures = 0;
   int64_t cases = 0;
   double elapsed_s = 0;
+  int interrupted_by = 0;  // SIGINT or SIGTERM when the campaign stopped early on one, else 0
   bool must_hold_failed() const;
   nlohmann::json to_json() const;
 };

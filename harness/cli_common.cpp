@@ -91,6 +91,7 @@ std::vector<Target> select_targets(const Selection &sel, Backend backend) {
       impls_seen.insert(impl.impl);
       for (const auto &p : props) {
         if (!sel.properties.empty() && std::find(sel.properties.begin(), sel.properties.end(), p) == sel.properties.end()) continue;
+        if (!property_applies(op, impl.impl, p)) continue;
         props_seen.insert(p);
         for (at::ScalarType d : dtypes) {
           if (!impl.supports(d)) continue;

@@ -59,8 +59,8 @@ Record record_from_fields(const std::vector<std::string> &f) {
   c.seed = parse_hex(f[8], "seed");
   c.params = parse_params(f[9]);
   r.outcome = f[10];
-  if (r.outcome != "pass" && r.outcome != "fail" && r.outcome != "error")
-    throw std::invalid_argument("outcome '" + r.outcome + "' is not pass, fail or error");
+  if (r.outcome != "pass" && r.outcome != "fail" && r.outcome != "error" && !is_crash_outcome(r.outcome))
+    throw std::invalid_argument("outcome '" + r.outcome + "' is not pass, fail, error, crash or timeout");
   r.diff.differing = parse_int(f[11], "differing");
   r.diff.numel = parse_int(f[12], "numel");
   r.diff.first_coords = f[13];

@@ -30,6 +30,9 @@ struct CorpusError : std::runtime_error {
 };
 
 Record make_record(const CaseSpec &c, const Verdict &v);
+// Outcomes only a fork-mode parent records (`fuzz --workers`): the worker died on the case
+// ("crash") or was killed after --case-timeout ("timeout"). `replay` runs such records in a child.
+inline bool is_crash_outcome(const std::string &outcome) { return outcome == "crash" || outcome == "timeout"; }
 const std::string &record_header();
 std::string record_row(const Record &r);            // one CSV line, no newline
 std::string csv_field(const std::string &s);        // quoted when needed

@@ -42,7 +42,9 @@ double value_of(uint64_t bits, at::ScalarType t) {
   }
 }
 
-std::string coords_of(int64_t linear, at::IntArrayRef sizes) {
+}  // namespace
+
+std::string coords_string(int64_t linear, at::IntArrayRef sizes) {
   std::vector<int64_t> c(sizes.size());
   for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {
     c[d] = sizes[d] ? linear % sizes[d] : 0;
@@ -54,8 +56,6 @@ std::string coords_of(int64_t linear, at::IntArrayRef sizes) {
   os << ']';
   return os.str();
 }
-
-}  // namespace
 
 uint64_t ulp_distance(uint64_t a_bits, uint64_t b_bits, at::ScalarType dtype) {
   if (a_bits == b_bits) return 0;
@@ -108,7 +108,7 @@ DiffStats bitwise_diff(const at::Tensor &expected, const at::Tensor &actual) {
     const uint64_t u = ulp_distance(x, y, dtype);
     if (u > s.max_ulp) s.max_ulp = u;
   }
-  if (s.first_index >= 0) s.first_coords = coords_of(s.first_index, e.sizes());
+  if (s.first_index >= 0) s.first_coords = coords_string(s.first_index, e.sizes());
   return s;
 }
 

@@ -34,6 +34,7 @@ DiffStats bitwise_diff(const at::Tensor &expected, const at::Tensor &actual);
 // patterns of that dtype's width; NaN on either side gives UINT64_MAX. +0 and -0 are 1 apart.
 uint64_t ulp_distance(uint64_t a_bits, uint64_t b_bits, at::ScalarType dtype);
 
-std::string hex_bits(uint64_t bits, at::ScalarType dtype);  // "0x3f800000", width of the dtype
+std::string hex_bits(uint64_t bits, at::ScalarType dtype);
+std::string coords_string(int64_t linear, at::IntArrayRef sizes);  // "[i,j,...]" of a row-major index  // "0x3f800000", width of the dtype
 
 }  // namespace detfuzz

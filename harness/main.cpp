@@ -3,23 +3,39 @@
 //   detfuzz replay   re-run saved records (failures.csv, corpora/, or one --case line)
 //   detfuzz list     ops, impls (with expectations), properties
 //   detfuzz bench    CUDA kernels vs cuBLAS / torch: bench.csv of medians and speedups
+//   detfuzz merge    combine the reports of a sharded campaign's shards into one
 //   detfuzz scan     every M where a baseline's rows change bits: scan.csv
 //   detfuzz laps     a workload under FIFO and LAPS scheduling: same bits? TTFT table (harness/laps_command.h)
+//   detfuzz gate     CI's verdict over report folders: must-hold failures, speed against a stored bench.csv
+//   detfuzz report   one self-contained HTML file of report folders (reports/html_report.py)
 // Exit codes: 0 every must-hold property held, 1 one failed, 2 usage or environment error.
 #include "harness/bench.h"
 #include "harness/campaign.h"
 #include "harness/cli_common.h"
 #include "harness/laps_command.h"
+#include "harness/cpu_threads.h"
+#include "harness/gate.h"
+#include "harness/html_report.h"
+#include "harness/junit.h"
+#include "harness/merge.h"
+#include "harness/shard.h"
+#include "harness/signals.h"
+#include "harness/target_table.h"
+#include "harness/workers.h"
 #include "ops/torch/batch_invariant_mode.h"
 #include "properties/properties.h"
 
+#include <ATen/Context.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iomanip>
 #include <iostream>
+#include <fstream>
 #include <random>
+#include <set>
 
 namespace detfuzz {
 namespace {
@@ -51,24 +67,41 @@ struct FuzzOptions {
   Selection sel;
   std::string mode = "native";
   std::vector<std::string> libraries, specs;
-  std::string seed, budget = "60s", shrink_budget = "30s", out;
+  std::string seed, budget = "60s", shrink_budget = "30s", out, junit, shard;
   int64_t cases = 0;
+  int cpu_threads = -1;  // harness/cpu_threads.h
   std::vector<std::string> corpora;
   bool no_corpus = false, no_shrink = false, quiet = false, stop_on_failure = false;
+  int workers = 0;                        // fork mode (harness/workers.h); 0: in process
+  std::string devices;                    // "all" or "0,1,...": fork mode with one worker per GPU
+  double case_timeout = 0;                // seconds; fork mode's watchdog
+  std::string worker, inflight;           // set by a fork-mode parent for its workers
+  std::vector<std::string> skip_targets;  // likewise: targets that crashed an earlier worker
 };
 
-void print_target_table(const CampaignResult &r, std::ostream &os) {
-  os << std::left << std::setw(44) << "target" << std::setw(11) << "expect" << std::right << std::setw(8) << "cases" << std::setw(9)
-     << "failed" << std::setw(8) << "rate" << std::setw(12) << "max_ulp" << "\n";
-  for (const auto &s : r.targets) {
-    if (s.cases == 0) continue;
-    const double rate = 100.0 * (s.failures + s.errors) / s.cases;
-    char pct[16];
-    std::snprintf(pct, sizeof pct, "%.1f%%", rate);
-    os << std::left << std::setw(44) << s.target.name() << std::setw(11) << to_string(s.target.expectation) << std::right << std::setw(8)
-       << s.cases << std::setw(9) << (s.failures + s.errors) << std::setw(8) << pct << std::setw(12)
-       << (s.max_ulp == UINT64_MAX ? std::string("inf") : std::to_string(s.max_ulp)) << "\n";
+// This process's command line, for fork mode's workers.
+std::vector<std::string> g_args;
+
+std::string self_exe() { return fs::read_symlink("/proc/self/exe").string(); }
+
+// The fuzz arguments a fork-mode worker gets: the user's, less those the parent sets per worker.
+std::vector<std::string> worker_args() {
+  static const std::set<std::string> with_value = {"--workers", "--devices", "--case-timeout", "--out", "--seed", "--budget", "--cases", "--junit"};
+  static const std::set<std::string> flags = {"--quiet", "--no-corpus"};
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i < g_args.size() && g_args[i] != "fuzz") ++i;
+  for (++i; i < g_args.size(); ++i) {
+    const std::string &a = g_args[i];
+    const std::string name = a.substr(0, a.find('='));
+    if (flags.count(a)) continue;
+    if (with_value.count(name)) {
+      if (name == a) ++i;  // "--opt value"
+      continue;
+    }
+    out.push_back(a);
   }
+  return out;
 }
 
 int run_fuzz(FuzzOptions o, const std::string &program, const std::string &command_line) {
@@ -87,6 +120,7 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
   cfg.program = program;
   cfg.progress = !o.quiet;
   cfg.stop_on_failure = o.stop_on_failure;
+  cfg.shard = resolve_shard(o.shard);
   if (!o.no_corpus) {
     if (o.corpora.empty()) {
       const fs::path dflt = fs::path(DETFUZZ_SOURCE_DIR) / "corpora";
@@ -96,14 +130,80 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
     for (const auto &c : cfg.corpora) record_files(c);  // fail early on a missing corpus
   }
   const fs::path out = o.out.empty() ? default_report_dir(to_string(backend), cfg.seed) : fs::path(o.out);
+  std::vector<int> devices;
+  if (!o.devices.empty()) {
+    if (backend != Backend::cuda) throw UsageError("--devices needs the CUDA backend (--backend cuda) and a GPU");
+    const int count = backend_available(Backend::cuda) ? static_cast<int>(at::getNumGPUs()) : 0;
+    if (count == 0) throw UsageError("--devices: no CUDA GPU found");
+    if (o.devices == "all") {
+      for (int d = 0; d < count; ++d) devices.push_back(d);
+    } else {
+      for (const auto &d : split_list(o.devices)) {
+        int id = -1;
+        try {
+          id = std::stoi(d);
+        } catch (const std::exception &) {
+        }
+        if (id < 0 || id >= count || std::to_string(id) != d)
+          throw UsageError("--devices: '" + d + "' is not a device index below " + std::to_string(count));
+        devices.push_back(id);
+      }
+    }
+    if (o.workers > 0 && o.workers != static_cast<int>(devices.size()))
+      throw UsageError("--devices runs one worker per GPU: leave out --workers or give it " + std::to_string(devices.size()));
+    o.workers = static_cast<int>(devices.size());
+  }
+  if (o.workers > 0) {
+    if (!o.junit.empty()) check_junit_path(o.junit);
+    if (fs::exists(out) && !fs::is_empty(out)) throw UsageError("report folder " + out.string() + " exists and is not empty");
+    WorkersConfig w;
+    w.self = self_exe();
+    w.child_args = worker_args();
+    w.workers = o.workers;
+    w.devices = devices;
+    w.case_timeout_s = o.case_timeout;
+    w.budget_s = cfg.budget_s;
+    w.max_cases = cfg.max_cases;
+    w.seed = cfg.seed;
+    w.corpus = !o.no_corpus;
+    w.out = out;
+    w.program = program;
+    w.command_line = command_line;
+    w.junit = o.junit;
+    w.backend = to_string(backend);
+    w.started = utc_now();
+    w.progress = !o.quiet;
+    std::cout << "Using configuration: seed=" << cfg.seed << " backend=" << to_string(backend) << " budget=" << cfg.budget_s << "s"
+              << " targets=" << cfg.targets.size() << " workers=" << o.workers
+              << (devices.empty() ? "" : " devices=" + o.devices)
+              << (o.case_timeout > 0 ? " case-timeout=" + std::to_string(o.case_timeout) + "s" : "") << std::endl;
+    install_interrupt_handlers();
+    return run_workers(w, std::cout);
+  }
+  if (!o.worker.empty()) {  // a fork-mode worker: shard `worker` of this campaign's shard
+    const Shard w = parse_shard(o.worker, "--worker");
+    cfg.shard = {cfg.shard.index + cfg.shard.count * w.index, cfg.shard.count * w.count, cfg.shard.source};
+  }
+  cfg.skip_targets.insert(o.skip_targets.begin(), o.skip_targets.end());
+  if (!o.inflight.empty())
+    cfg.before_case = [path = o.inflight](const CaseSpec &c) {
+      std::ofstream f(path, std::ios::trunc);
+      f << record_row(make_record(c, Verdict{})) << "\n";
+    };
+  if (!o.junit.empty()) check_junit_path(o.junit);
+  apply_cpu_threads(o.cpu_threads, backend == Backend::cpu);
   ReportWriter report(out);
+  install_interrupt_handlers();  // from here on, SIGINT/SIGTERM end the campaign with a finished report
 
   std::cout << "Using configuration: seed=" << cfg.seed << " backend=" << to_string(backend) << " budget=" << cfg.budget_s << "s"
-            << (cfg.max_cases ? " cases=" + std::to_string(cfg.max_cases) : "") << " targets=" << cfg.targets.size() << std::endl;
+            << (cfg.max_cases ? " cases=" + std::to_string(cfg.max_cases) : "") << " targets=" << cfg.targets.size()
+            << (cfg.shard.count > 1 ? " shard=" + std::to_string(cfg.shard.index) + "/" + std::to_string(cfg.shard.count) : "") << std::endl;
   const std::string started = utc_now();
   apply_mode(cfg.batch_invariant_mode);
   const CampaignResult result = run_campaign(cfg, report, std::cout);
-  const int exit_code = result.must_hold_failed() ? kExitMustHoldFailed : kExitOk;
+  // Interrupted: the report is still finished (summary.json says so); the exit code is the shell's 128 + signal.
+  const int exit_code = result.interrupted_by != 0 ? 128 + result.interrupted_by
+                        : result.must_hold_failed() ? kExitMustHoldFailed : kExitOk;
 
   nlohmann::json summary = tool_summary(command_line, started);
   summary.update({{"seed", cfg.seed},
@@ -111,13 +211,19 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
                             {"budget", {{"seconds", cfg.budget_s}, {"cases", cfg.max_cases}}},
                             {"selection", selection_json(o.sel)},
                             {"results", result.to_json()},
+                            {"shard", {{"index", cfg.shard.index}, {"count", cfg.shard.count}, {"source", cfg.shard.source}}},
+                            {"interrupted", result.interrupted_by != 0},
                             {"exit_code", exit_code}});
   report.finish(summary);
+  if (!o.junit.empty())
+    write_junit(o.junit, junit_xml(result, {program, to_string(backend), cfg.seed, started, report.path().string()}));
   std::cout << "\n";
   print_target_table(result, std::cout);
   std::cout << "\n" << result.cases << " cases in " << std::fixed << std::setprecision(1) << result.elapsed_s << "s; report: " << report.path().string()
             << "\n"
-            << (exit_code == kExitOk ? "every must-hold property held" : "MUST-HOLD PROPERTY FAILED") << std::endl;
+            << (result.interrupted_by != 0 ? "INTERRUPTED by signal " + std::to_string(result.interrupted_by) + "; "
+                                           : std::string())
+            << (!result.must_hold_failed() ? "every must-hold property held" : "MUST-HOLD PROPERTY FAILED") << std::endl;
   return exit_code;
 }
 
@@ -125,6 +231,8 @@ struct ReplayOptions {
   std::vector<std::string> paths, cases, libraries, specs;
   std::string mode = "native";
   bool expect_reproduce = false;
+  int cpu_threads = -1;  // harness/cpu_threads.h
+  double case_timeout = 10;  // for crash and timeout records, which run in a child
 };
 
 int run_replay(const ReplayOptions &o, const std::string &program) {
@@ -136,10 +244,21 @@ int run_replay(const ReplayOptions &o, const std::string &program) {
       for (auto &r : read_records(f)) records.push_back(std::move(r));
   for (const auto &line : o.cases) records.push_back(parse_record_line(line));
   if (records.empty()) throw UsageError("nothing to replay: give record files or folders, or --case");
+  apply_cpu_threads(o.cpu_threads, std::all_of(records.begin(), records.end(), [](const Record &r) { return r.spec.backend == Backend::cpu; }));
   apply_mode(batch_invariant);
 
   int64_t pass = 0, fail = 0, must_fail = 0, skipped = 0, recorded_fail = 0, reproduced_fail = 0, not_reproduced = 0;
   for (const Record &r : records) {
+    if (is_crash_outcome(r.outcome)) {  // run where a crash cannot take this process down
+      ++recorded_fail;
+      const bool back = replay_crash_in_child(r, self_exe(), o.case_timeout, std::cout, program) != 0;
+      if (back) ++reproduced_fail;
+      else ++not_reproduced;
+      const ImplInfo *impl = find_impl(r.spec.op, r.spec.impl, r.spec.backend);
+      if (back && (!impl || effective_expectation(*impl, batch_invariant) == Expectation::must_hold)) ++must_fail, ++fail;
+      else (back ? fail : pass)++;
+      continue;
+    }
     const ReplayResult rr = replay_record(r, batch_invariant);
     if (rr.skipped) {
       ++skipped;
@@ -194,15 +313,20 @@ int run_bench_command(const BenchOptions &o, const std::string &command_line) {
   cfg.dtypes = parse_dtypes(o.dtypes);
   cfg.repetitions = o.repetitions;
   if (!o.shapes.empty()) cfg.shapes = read_bench_shapes(o.shapes);
+  cfg.set_batch_invariant_mode = [](bool on) { on ? enable_batch_invariant_mode() : disable_batch_invariant_mode(); };
+  plan_bench(cfg);  // a bad selection fails here, before anything is timed
   if (!backend_available(Backend::cuda)) throw UsageError("bench needs a CUDA GPU: none found");
   ReportWriter report(o.out.empty() ? default_report_dir("bench", 0) : fs::path(o.out), false);
   const std::string started = utc_now();
-  report.add_file("bench.csv", run_bench(cfg, std::cout));
+  std::string stopped;
+  report.add_file("bench.csv", run_bench(cfg, std::cout, &stopped));
   nlohmann::json summary = tool_summary(command_line, started);
   summary["bench"] = {{"ops", cfg.ops}, {"impls", cfg.impls}, {"dtypes", split_list(o.dtypes)}, {"repetitions", cfg.repetitions},
                       {"shapes", o.shapes.empty() ? "default" : o.shapes}};
+  if (!stopped.empty()) summary["bench"]["stopped"] = stopped;
   report.finish(summary);
   std::cout << "report: " << report.path().string() << std::endl;
+  if (!stopped.empty()) throw UsageError("bench stopped part way (the rows finished are in the report): " + stopped);
   return kExitOk;
 }
 
@@ -279,6 +403,7 @@ int main(int argc, char **argv) {
   app.require_subcommand(1);
   std::string command_line;
   for (int i = 0; i < argc; ++i) command_line += (i ? " " : "") + std::string(argv[i]);
+  g_args.assign(argv, argv + argc);
 
   FuzzOptions fo;
   std::string ops, impls, props, dtypes;
@@ -297,9 +422,22 @@ int main(int argc, char **argv) {
   fuzz->add_flag("--no-shrink", fo.no_shrink, "record first failures as found, without shrinking");
   fuzz->add_option("--shrink-budget", fo.shrink_budget, "time allowed to shrink one failure")->default_val("30s");
   fuzz->add_flag("--quiet", fo.quiet, "no progress lines");
+  fuzz->add_option("--cpu-threads", fo.cpu_threads, "ATen threads: default 1 on the CPU backend (many small cases), libtorch's own on CUDA; 0 libtorch's")
+      ->check(CLI::Range(0, 1024));
+  fuzz->add_option("--junit", fo.junit, "also write JUnit XML here: a testcase per target, failures with their shrunk record and repro");
+  fuzz->add_option("--shard", fo.shard, "i/n: run shard i of n (targets and corpus records k with k mod n = i); default from "
+                                        "DETFUZZ_SHARD, JOB_COMPLETION_INDEX+DETFUZZ_SHARD_COUNT or SLURM_ARRAY_TASK_*");
   fuzz->add_flag("--stop-on-failure", fo.stop_on_failure, "end the campaign at the first failure, once it is shrunk");
   fuzz->add_option("--mode", fo.mode, "native, or batch-invariant: our kernels behind libtorch's dispatcher (impl torch then must hold)")
       ->default_val("native");
+  fuzz->add_option("--workers", fo.workers, "fork mode: run the campaign in N child processes; a crash or hang of one becomes a "
+                                            "crash/timeout record and a fresh worker carries on")->check(CLI::Range(0, 1024));
+  fuzz->add_option("--devices", fo.devices, "all or 0,1,...: fork mode with one worker per GPU (CUDA_VISIBLE_DEVICES), one merged report");
+  fuzz->add_option("--case-timeout", fo.case_timeout, "with --workers: seconds a case may run before its worker is killed (0: none)")
+      ->check(CLI::Range(0.0, 1e6));
+  fuzz->add_option("--worker", fo.worker, "(internal) i/n: this process is fork-mode worker i of n")->group("");
+  fuzz->add_option("--inflight", fo.inflight, "(internal) file to write each case to before checking it")->group("");
+  fuzz->add_option("--skip-target", fo.skip_targets, "(internal) targets to leave out")->group("");
   fuzz->add_option("--load", fo.libraries, "a kernel library registering torch operators (TORCH_LIBRARY), loaded before --spec");
   fuzz->add_option("--spec", fo.specs, "an op spec file describing operators to fuzz with --op ns::name --impl torch");
 
@@ -309,6 +447,9 @@ int main(int argc, char **argv) {
   replay->add_option("--case", ro.cases, "one record line, as printed in a repro command");
   replay->add_flag("--expect-reproduce", ro.expect_reproduce, "exit 1 unless every record's outcome and diff come back bit for bit");
   replay->add_option("--mode", ro.mode, "native or batch-invariant, as for fuzz")->default_val("native");
+  replay->add_option("--cpu-threads", ro.cpu_threads, "ATen threads, as for fuzz (default 1 when every record is a CPU one)")->check(CLI::Range(0, 1024));
+  replay->add_option("--case-timeout", ro.case_timeout, "seconds a crash or timeout record may run in its child (default 10)")
+      ->check(CLI::Range(0.0, 1e6));
   replay->add_option("--load", ro.libraries, "kernel libraries to load first");
   replay->add_option("--spec", ro.specs, "op spec files to load first");
 
@@ -326,6 +467,11 @@ int main(int argc, char **argv) {
   bench->add_option("--out", bo.out, "report folder (default: reports/<time>-bench-seed0)");
 
   ScanOptions so;
+  std::string merge_out;
+  std::vector<std::string> merge_shards;
+  auto *merge = app.add_subcommand("merge", "Combine the reports of a sharded campaign's shards (fuzz --shard) into one report");
+  merge->add_option("out", merge_out, "the merged report folder (must not exist or be empty)")->required();
+  merge->add_option("shards", merge_shards, "the shards' report folders")->required();
   auto *scan = app.add_subcommand("scan", "For one (N, K, dtype), list every M where an impl's rows differ from the smaller product");
   scan->add_option("--n", so.n, "N")->default_val(4096);
   scan->add_option("--k", so.k, "K")->default_val(4096);
@@ -354,6 +500,18 @@ int main(int argc, char **argv) {
   laps->add_option("--rebalance-interval-ms", lo.rebalance_interval_ms, "router rebalance interval")->default_val(lo.rebalance_interval_ms);
   laps->add_option("--rebalance-ratio", lo.rebalance_ratio, "pending ratio that moves an instance")->default_val(lo.rebalance_ratio);
   laps->add_option("--out", lo.out, "report folder (default: reports/<time>-laps-<backend>-seed<seed>)");
+  GateConfig gc;
+  std::string gate_baseline;
+  std::vector<std::string> gate_runs;
+  auto *gate = app.add_subcommand("gate", "Exit 1 when a must-hold property failed in a run, or a bench speedup fell against a stored bench.csv");
+  gate->add_option("--baseline", gate_baseline, "the stored bench.csv, or a report folder holding one (omit: no speed check)");
+  gate->add_option("--run", gate_runs, "report folders of the run to judge (fuzz, replay, bench); repeatable")->required();
+  gate->add_option("--max-slowdown", gc.max_slowdown, "largest allowed fall of a speedup, as a fraction")->default_val(0.1);
+
+  HtmlReportOptions ho;
+  auto *html = app.add_subcommand("report", "Render report folders (fuzz, bench, scan) as one self-contained HTML file");
+  html->add_option("runs", ho.runs, "report folders")->required();
+  html->add_option("--out", ho.out, "the HTML file (default: report.html in the first folder)");
 
   try {
     app.parse(argc, argv);
@@ -367,10 +525,17 @@ int main(int argc, char **argv) {
     fo.sel.properties = split_list(props);
     fo.sel.dtypes = split_list(dtypes);
     if (*fuzz) return run_fuzz(fo, argv[0], command_line);
+    if (*merge) return merge_reports(merge_out, {merge_shards.begin(), merge_shards.end()}, command_line);
     if (*replay) return run_replay(ro, argv[0]);
     if (*bench) return run_bench_command(bo, command_line);
     if (*scan) return run_scan_command(so, command_line);
     if (*laps) return run_laps_command(lo, command_line, std::cout);
+    if (*gate) {
+      gc.baseline = gate_baseline;
+      for (const auto &r : gate_runs) gc.runs.emplace_back(r);
+      return run_gate(gc, std::cout);
+    }
+    if (*html) return render_html_report(ho);
     return run_list(list_what);
   } catch (const UsageError &e) {
     std::cerr << "detfuzz: error: " << e.what() << std::endl;

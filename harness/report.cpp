@@ -103,19 +103,35 @@ void ReportWriter::finish(const nlohmann::json &summary) {
   finished_ = true;
 }
 
+GitState git_state_of(const fs::path &source_dir) {
+  GitState g;
+  std::error_code ec;
+  const fs::path src = fs::weakly_canonical(source_dir, ec);
+  if (ec) return g;
+  const std::string quoted = "'" + src.string() + "'";
+  // Only when the source tree is itself the top of a work tree: an enclosing repository (a
+  // tarball unpacked inside someone's home repository) says nothing about these sources.
+  const std::string top = command_output("git -C " + quoted + " rev-parse --show-toplevel 2>/dev/null");
+  if (top.empty() || fs::weakly_canonical(top, ec) != src || ec) return g;
+  const std::string commit = command_output("git -C " + quoted + " rev-parse --verify --quiet HEAD 2>/dev/null");
+  if (commit.empty()) return g;
+  g.commit = commit;
+  g.dirty = !command_output("git -C " + quoted + " status --porcelain --untracked-files=no 2>/dev/null").empty();
+  return g;
+}
+
 nlohmann::json run_context() {
   nlohmann::json ctx;
   ctx["libtorch"] = TORCH_VERSION;
   ctx["cpu"] = cpu_model();
   ctx["cpu_threads"] = at::get_num_threads();
   ctx["hostname"] = command_output("hostname");
-  const std::string src = DETFUZZ_SOURCE_DIR;
-  const std::string commit = command_output("git -C '" + src + "' rev-parse --verify --quiet HEAD 2>/dev/null");
-  ctx["git_commit"] = commit.empty() ? "unknown" : commit;
-  ctx["git_dirty"] = !command_output("git -C '" + src + "' status --porcelain --untracked-files=no 2>/dev/null").empty();
+  const GitState git = git_state_of(DETFUZZ_SOURCE_DIR);
+  ctx["git_commit"] = git.commit;
+  ctx["git_dirty"] = git.dirty;
   nlohmann::json env = nlohmann::json::object();
   for (const char *name : {"CUBLAS_WORKSPACE_CONFIG", "CUBLASLT_WORKSPACE_SIZE", "TORCH_BLAS_PREFER_CUBLASLT", "NVIDIA_TF32_OVERRIDE",
-                           "CUDA_VISIBLE_DEVICES", "CUDA_LAUNCH_BLOCKING", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "MKL_CBWR",
+                           "CUDA_VISIBLE_DEVICES", "CUDA_LAUNCH_BLOCKING", "OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MKL_NUM_THREADS", "MKL_CBWR",
                            "ATEN_CPU_CAPABILITY", "DNNL_MAX_CPU_ISA"})
     env[name] = std::getenv(name) ? nlohmann::json(std::getenv(name)) : nlohmann::json(nullptr);
   ctx["env"] = env;

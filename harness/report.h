@@ -51,6 +51,14 @@ class ReportWriter {
   bool finished_ = false;
 };
 
+// The git commit of a source tree: "unknown" (and not dirty) unless `source_dir` is the top of a
+// git work tree itself; an enclosing repository's commit is not this tree's.
+struct GitState {
+  std::string commit = "unknown";
+  bool dirty = false;
+};
+GitState git_state_of(const std::filesystem::path &source_dir);
+
 // The context block of summary.json: device, versions, git commit, determinism-relevant env.
 nlohmann::json run_context();
 

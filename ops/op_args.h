@@ -6,6 +6,10 @@
 //   bmm          {a[B,M,K], b[B,K,N]}
 //   log_softmax  {x}                dim, half_to_float
 //   mean         {x}                dims (empty = all), keepdim, out_dtype
+//   rms_norm     {x[T,H], weight[H]}          eps
+//   silu_and_mul {x[T,2I]}                    -
+//   rope         {x[T,H,D], positions[T]}     theta   (positions int32/int64)
+//   embedding    {weight[V,H], ids[T]}        -       (ids int32/int64)
 //
 // Tensors may be any strided view (transposed, sliced, offset); impls must honour strides.
 #pragma once
@@ -28,13 +32,17 @@ struct OpArgs {
   double alpha = 1.0;
   double beta = 1.0;
   std::optional<at::ScalarType> out_dtype;
+  double eps = 1e-6;       // rms_norm
+  double theta = 10000.0;  // rope
 };
 
 using OpFn = std::function<at::Tensor(const OpArgs &)>;
 
 // The row ops every backend implements, in catalogue order.
 inline const std::vector<std::string> &row_ops() {
-  static const std::vector<std::string> ops = {"mm", "addmm", "bmm", "log_softmax", "mean"};
+  static const std::vector<std::string> ops = {"mm",       "addmm",        "bmm",  "log_softmax",
+                                                  "mean",     "rms_norm",     "rope", "silu_and_mul",
+                                                  "embedding"};
   return ops;
 }
 

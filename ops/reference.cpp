@@ -18,6 +18,13 @@
 //   log_softmax  core = u (2 |x_i - m| + 2 R + 2 n + 8 + 4 |log S|)                + n tiny
 //                with m the row max, S = sum_j exp(x_j - m), R = sum_j p_j |x_j - m| (p = softmax)
 //   mean         core = (n + 2) u mean(|x|)                                        + tiny
+//   rms_norm     core = ((H + 10) u + 2^-149 / (ss/H + eps)) |ref| + 2^-149 |w|  + (H + 10) tiny
+//                (ss = sum x^2; the second term covers squares that underflow float32; unbounded
+//                where sum x^2 exceeds FLT_MAX / 2 or ss/H + eps is 0)
+//   silu_and_mul core = 8 u |ref| + tiny, plus |ref| itself where gate < -80 (silu underflows
+//                float32 there; the reference flushes silu to zero where float32 cannot hold it)
+//   rope         core = 4 u (|x_i c| + |x_j s|)                                   + 4 tiny
+//   embedding    core = 0 (a copy)
 //
 // Where the magnitude term of a matmul or mean exceeds FLT_MAX / 2, a float32 accumulator may
 // overflow: that element is unbounded (any value passes). Where ref is finite, out may be the infinity of ref's sign if
@@ -48,6 +55,16 @@ const at::Tensor &input(const std::string &op, const OpArgs &args, size_t index,
 
 at::Tensor f64(const at::Tensor &t) { return t.to(at::kDouble); }
 
+// cos and sin of RoPE's angles in float64, [T, 1, D/2] (broadcast over heads).
+std::pair<at::Tensor, at::Tensor> rope_cos_sin_f64(const at::Tensor &positions, int64_t d, double theta) {
+  const int64_t half = d / 2;
+  auto inv_freq = at::empty({half}, at::kDouble);
+  for (int64_t i = 0; i < half; ++i)
+    inv_freq[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(d));
+  const at::Tensor angle = positions.to(at::kCPU, at::kDouble).unsqueeze(1) * inv_freq.unsqueeze(0);
+  return {angle.cos().unsqueeze(1), angle.sin().unsqueeze(1)};
+}
+
 std::vector<int64_t> mean_dims(const at::Tensor &x, at::IntArrayRef dims) {
   if (!dims.empty()) return dims.vec();
   std::vector<int64_t> all(static_cast<size_t>(x.dim()));
@@ -65,7 +82,9 @@ int64_t mean_count(const at::Tensor &x, at::IntArrayRef dims) {
 }
 
 at::ScalarType expected_dtype(const std::string &op, const OpArgs &args) {
-  const at::ScalarType in = args.tensors.back().scalar_type();
+  // rope and embedding end with an index tensor; their first tensor carries the dtype.
+  const at::ScalarType in =
+      (op == "rope" || op == "embedding" ? args.tensors.front() : args.tensors.back()).scalar_type();
   if (op == "log_softmax") return args.half_to_float ? at::kFloat : in;
   if (op == "mean") return args.out_dtype ? *args.out_dtype : at::isFloatingType(in) ? in : at::kFloat;
   return in;
@@ -138,6 +157,37 @@ at::Tensor core_bound(const std::string &op, const OpArgs &args) {
     const at::Tensor mean_abs = at::mean(f64(x).abs(), mean_dims(x, args.dims), args.keepdim);
     return unbounded_where_huge(mean_abs * n, mean_abs * ((n + 2) * kU32) + kTiny);
   }
+  if (op == "rms_norm") {
+    const at::Tensor x = f64(input(op, args, 0, 2));
+    const double h = static_cast<double>(x.size(1));
+    const at::Tensor ref = reference_f64(op, args).abs();
+    const at::Tensor sum_sq = (x * x).sum(1, /*keepdim=*/true);
+    // Squares below float32's range round to its subnormal grid (absolute error <= 2^-150 each):
+    // the mean square is off by up to 2^-150, which moves 1/rms by up to 2^-149 / (ss/H + eps)
+    // relative. Where ss/H + eps is below 2^-140 (it may underflow), the float32 1/rms is unbounded.
+    const at::Tensor denom = (sum_sq / h + args.eps).expand_as(ref);
+    const at::Tensor underflow = at::where(denom > 0x1p-140, 0x1p-149 / denom, at::full_like(denom, INFINITY));
+    // x * (1/rms) may underflow before the weight scales it back up: up to 2^-149 |w| absolute.
+    const at::Tensor w_abs = f64(input(op, args, 1, 2)).abs().unsqueeze(0);
+    const at::Tensor core = ref * ((h + 10) * kU32) + ref * underflow + w_abs * 0x1p-149 + (h + 10) * kTiny;
+    return unbounded_where_huge(sum_sq.expand_as(ref), at::where(underflow.isinf(), at::full_like(core, INFINITY), core));
+  }
+  if (op == "silu_and_mul") {
+    const at::Tensor x = f64(input(op, args, 0, 1));
+    const int64_t i = x.size(1) / 2;
+    const at::Tensor ref = reference_f64(op, args).abs();
+    const at::Tensor overflowed = x.narrow(1, 0, i) < -80;
+    return ref * (8 * kU32) + at::where(overflowed, ref, at::zeros_like(ref)) + kTiny;
+  }
+  if (op == "rope") {
+    const at::Tensor x = f64(input(op, args, 0, 2));
+    const int64_t half = x.size(2) / 2;
+    const auto [c, s] = rope_cos_sin_f64(input(op, args, 1, 2), half * 2, args.theta);
+    const at::Tensor x0 = x.narrow(2, 0, half).abs(), x1 = x.narrow(2, half, half).abs();
+    const at::Tensor ca = c.abs(), sa = s.abs();
+    return at::cat({x0 * ca + x1 * sa, x1 * ca + x0 * sa}, 2) * (4 * kU32) + 4 * kTiny;
+  }
+  if (op == "embedding") return at::zeros_like(reference_f64(op, args));
   TORCH_CHECK(false, "check_accuracy: no bound for op '", op, "'");
 }
 
@@ -167,7 +217,30 @@ at::Tensor reference_f64(const std::string &op, const OpArgs &args) {
     const at::Tensor &x = input(op, args, 0, 1);
     return at::mean(f64(x), mean_dims(x, args.dims), args.keepdim);
   }
-  TORCH_CHECK(false, "reference_f64: unknown op '", op, "' (expected mm, addmm, bmm, log_softmax or mean)");
+  if (op == "rms_norm") {
+    const at::Tensor x = f64(input(op, args, 0, 2)), w = f64(input(op, args, 1, 2));
+    return x * ((x * x).mean(1, /*keepdim=*/true) + args.eps).rsqrt() * w.unsqueeze(0);
+  }
+  if (op == "silu_and_mul") {
+    const at::Tensor x = f64(input(op, args, 0, 1));
+    const int64_t i = x.size(1) / 2;
+    const at::Tensor g = x.narrow(1, 0, i);
+    // silu in float64, flushed to (signed) zero where the kernels' float32 silu is zero: where
+    // |silu| or exp(gate) (the sigmoid's numerator for gate < 0) is at most half the smallest
+    // float32 subnormal, which rounds to zero. Then silu * inf is NaN in both.
+    at::Tensor silu = g / (1 + (-g).exp());
+    silu = at::where((silu.abs() <= 0x1p-150) | (g.exp() <= 0x1p-150), silu * 0, silu);
+    return silu * x.narrow(1, i, i);
+  }
+  if (op == "rope") {
+    const at::Tensor x = f64(input(op, args, 0, 2));
+    const int64_t half = x.size(2) / 2;
+    const auto [c, s] = rope_cos_sin_f64(input(op, args, 1, 2), half * 2, args.theta);
+    const at::Tensor x0 = x.narrow(2, 0, half), x1 = x.narrow(2, half, half);
+    return at::cat({x0 * c - x1 * s, x1 * c + x0 * s}, 2);
+  }
+  if (op == "embedding") return f64(input(op, args, 0, 2)).index_select(0, input(op, args, 1, 2).to(at::kCPU, at::kLong));
+  TORCH_CHECK(false, "reference_f64: unknown op '", op, "'");
 }
 
 AccuracyResult check_accuracy(const std::string &op, const OpArgs &args, const at::Tensor &out) {

@@ -29,12 +29,14 @@ const std::vector<ImplInfo> &all_impls() {
     add(cpu_mutant_impls());
     add(attention_impls(Backend::cpu));
     add(engine_impls(Backend::cpu));
+    add(graph_impls(Backend::cpu));
 #ifdef DETFUZZ_WITH_CUDA
     add(cuda_invariant_impls());
     add(torch_default_impls(Backend::cuda));
     add(cublas_impls());
     add(attention_impls(Backend::cuda));
     add(engine_impls(Backend::cuda));
+    add(graph_impls(Backend::cuda));
 #endif
     return all;
   }();
@@ -48,6 +50,7 @@ const ImplInfo *find_impl(const std::string &op, const std::string &impl, Backen
 }
 
 std::vector<at::ScalarType> float_dtypes() { return {at::kFloat, at::kHalf, at::kBFloat16}; }
+std::vector<at::ScalarType> half_dtypes() { return {at::kHalf, at::kBFloat16}; }
 std::vector<at::ScalarType> float_and_int_dtypes() { return {at::kFloat, at::kHalf, at::kBFloat16, at::kInt, at::kLong}; }
 
 at::ScalarType dtype_from_string(const std::string &s) {

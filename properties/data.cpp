@@ -1,14 +1,26 @@
 #include "properties/data.h"
 
+#include "properties/counter_data.h"
+
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <vector>
+
+#ifdef DETFUZZ_WITH_CUDA
+#include "ops/cuda/cuda_check.h"
+#include "properties/cuda/device_kernels.h"
+
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#endif
 
 namespace detfuzz {
 namespace {
 
-// Uniform in [0, 1) with 53 random bits.
-double unit(uint64_t bits) { return static_cast<double>(bits >> 11) * 0x1.0p-53; }
+using counter_data::Dist;
+using counter_data::OutType;
 
 double smallest_subnormal(at::ScalarType t) {
   switch (t) {
@@ -18,60 +30,149 @@ double smallest_subnormal(at::ScalarType t) {
   }
 }
 
-double normal(uint64_t seed, uint64_t tensor, uint64_t i) {
-  const double u1 = unit(counter_bits(seed, tensor, 2 * i)), u2 = unit(counter_bits(seed, tensor, 2 * i + 1));
-  return std::sqrt(-2.0 * std::log1p(-u1)) * std::cos(6.283185307179586 * u2);
+Dist dist_of(const std::string &dist) {
+  if (dist == "normal") return Dist::normal;
+  if (dist == "uniform") return Dist::uniform;
+  if (dist == "linspace") return Dist::linspace;
+  if (dist == "wide") return Dist::wide;
+  if (dist == "special") return Dist::special;
+  throw std::invalid_argument("unknown distribution '" + dist + "' (expected normal, uniform, linspace, wide or special)");
 }
+
+// A floating dtype the generator rounds itself (counter_data::rounded_bits): ATen's own
+// conversion gives the same bits except for NaN, whose bfloat16 pattern depends on whether its
+// vectorised or scalar path converted the element (0xffff or 0x7fc0), i.e. on the element's
+// position and the machine's CPU capability. Ours is one pattern everywhere, on the GPU too.
+bool rounded_here(at::ScalarType t, OutType &out) {
+  switch (t) {
+    case at::kFloat: out = OutType::float32; return true;
+    case at::kHalf: out = OutType::float16; return true;
+    case at::kBFloat16: out = OutType::bfloat16; return true;
+    default: return false;
+  }
+}
+
+template <typename Word, OutType type>
+void store_rounded_as(Word *out, const double *values, int64_t count) {
+  for (int64_t k = 0; k < count; ++k) out[k] = static_cast<Word>(counter_data::rounded_bits(values[k], type));
+}
+
+// Writes the rounded bits of values[0..count) into `out` (contiguous, CPU, count elements).
+void store_rounded(at::Tensor &out, OutType type, const double *values, int64_t count) {
+  switch (type) {
+    case OutType::float16: store_rounded_as<uint16_t, OutType::float16>(static_cast<uint16_t *>(out.data_ptr()), values, count); break;
+    case OutType::bfloat16: store_rounded_as<uint16_t, OutType::bfloat16>(static_cast<uint16_t *>(out.data_ptr()), values, count); break;
+    default: store_rounded_as<uint32_t, OutType::float32>(static_cast<uint32_t *>(out.data_ptr()), values, count); break;
+  }
+}
+
+// The host's values: float64, rounded once to the dtype.
+at::Tensor host_values(uint64_t seed, uint64_t tensor, at::IntArrayRef sizes, at::ScalarType dtype, Dist dist) {
+  auto wide = at::empty(sizes, at::TensorOptions().dtype(at::kDouble));
+  double *v = wide.data_ptr<double>();
+  const int64_t n = wide.numel();
+  const counter_data::Keys keys = counter_data::keys_of(seed, tensor);
+  if (at::isIntegralType(dtype, /*includeBool=*/false)) {
+    for (int64_t i = 0; i < n; ++i) v[i] = static_cast<double>(counter_data::int_value(keys, i));
+    return wide.to(dtype);
+  }
+  const double subnormal = smallest_subnormal(dtype);
+  for (int64_t i = 0; i < n; ++i) v[i] = counter_data::float_value(keys, i, n, dist, subnormal);
+  OutType type;
+  if (!rounded_here(dtype, type)) return wide.to(dtype);
+  at::Tensor out = at::empty(sizes, at::TensorOptions().dtype(dtype));
+  store_rounded(out, type, v, n);
+  return out;
+}
+
+#ifdef DETFUZZ_WITH_CUDA
+bool device_out_type(at::ScalarType t, OutType &out) {
+  switch (t) {
+    case at::kFloat: out = OutType::float32; return true;
+    case at::kHalf: out = OutType::float16; return true;
+    case at::kBFloat16: out = OutType::bfloat16; return true;
+    case at::kInt: out = OutType::int32; return true;
+    case at::kLong: out = OutType::int64; return true;
+    default: return false;
+  }
+}
+
+// The same values made on the GPU (properties/cuda/device_data.cu). The few elements whose
+// float64 value the device cannot round with certainty as the host does are recomputed here.
+at::Tensor device_values(uint64_t seed, uint64_t tensor, at::IntArrayRef sizes, at::ScalarType dtype, Dist dist, OutType type,
+                         const at::Device &device) {
+  const c10::cuda::CUDAGuard guard(device);
+  at::Tensor out = at::empty(sizes, at::TensorOptions().dtype(dtype).device(device));
+  const int64_t n = out.numel();
+  if (n == 0) return out;
+  const int64_t capacity = std::max<int64_t>(256, n / 4096);
+  // One buffer: the flagged count (8 bytes) and then the flagged indices.
+  at::Tensor scratch = at::empty({capacity + 1}, at::TensorOptions().dtype(at::kLong).device(device));
+  auto *count = reinterpret_cast<unsigned long long *>(scratch.data_ptr<int64_t>());
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const double subnormal = smallest_subnormal(dtype);
+  device_kernels::launch_counter_fill(out.data_ptr(), type, n, seed, tensor, dist, subnormal, count, scratch.data_ptr<int64_t>() + 1,
+                                      capacity, stream);
+  unsigned long long flagged = 0;
+  DETFUZZ_CUDA_CHECK(cudaMemcpyAsync(&flagged, count, sizeof flagged, cudaMemcpyDeviceToHost, stream));
+  DETFUZZ_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (flagged == 0) return out;
+  if (static_cast<int64_t>(flagged) > capacity) return host_values(seed, tensor, sizes, dtype, dist).to(device);
+  const at::Tensor index = scratch.narrow(0, 1, static_cast<int64_t>(flagged)).cpu();
+  const int64_t *where = index.data_ptr<int64_t>();
+  std::vector<double> exact(flagged);
+  const counter_data::Keys keys = counter_data::keys_of(seed, tensor);
+  for (size_t k = 0; k < exact.size(); ++k) exact[k] = counter_data::float_value(keys, where[k], n, dist, subnormal);
+  at::Tensor fixed = at::empty({static_cast<int64_t>(flagged)}, at::TensorOptions().dtype(dtype));
+  store_rounded(fixed, type, exact.data(), static_cast<int64_t>(flagged));
+  out.view(-1).index_copy_(0, index.to(device), fixed.to(device));
+  return out;
+}
+#endif
 
 }  // namespace
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 const std::vector<std::string> &distributions() {
   static const std::vector<std::string> d = {"normal", "uniform", "linspace", "wide", "special"};
   return d;
 }
 
-uint64_t counter_bits(uint64_t seed, uint64_t tensor, uint64_t index) {
-  return splitmix64(splitmix64(splitmix64(seed) ^ tensor) + index);
+at::Tensor make_values(uint64_t seed, uint64_t tensor, at::IntArrayRef sizes, at::ScalarType dtype, const std::string &dist,
+                       const at::Device &device) {
+  const Dist d = dist_of(dist);
+#ifdef DETFUZZ_WITH_CUDA
+  OutType type;
+  if (device.is_cuda() && device_out_type(dtype, type)) return device_values(seed, tensor, sizes, dtype, d, type, device);
+#endif
+  const at::Tensor values = host_values(seed, tensor, sizes, dtype, d);
+  return device.is_cpu() ? values : values.to(device);
 }
 
-at::Tensor make_values(uint64_t seed, uint64_t tensor, at::IntArrayRef sizes, at::ScalarType dtype,
-                       const std::string &dist) {
-  auto out = at::empty(sizes, at::TensorOptions().dtype(at::kDouble));
-  double *v = out.data_ptr<double>();
-  const int64_t n = out.numel();
-  if (at::isIntegralType(dtype, /*includeBool=*/false)) {
-    for (int64_t i = 0; i < n; ++i) v[i] = static_cast<double>(static_cast<int64_t>(counter_bits(seed, tensor, i) % 201) - 100);
-    return out.to(dtype);
-  }
-  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
-  if (dist == "normal") {
-    for (int64_t i = 0; i < n; ++i) v[i] = normal(seed, tensor, i);
-  } else if (dist == "uniform") {
-    for (int64_t i = 0; i < n; ++i) v[i] = 2.0 * unit(counter_bits(seed, tensor, i)) - 1.0;
-  } else if (dist == "linspace") {  // as the seed's tests: linspace(-100, 100, numel)
-    for (int64_t i = 0; i < n; ++i) v[i] = n == 1 ? -100.0 : -100.0 + 200.0 * static_cast<double>(i) / static_cast<double>(n - 1);
-  } else if (dist == "wide") {  // magnitudes 1e-30 .. 1e30, both signs
-    for (int64_t i = 0; i < n; ++i) {
-      const uint64_t b = counter_bits(seed, tensor, i);
-      v[i] = ((b & 1) ? -1.0 : 1.0) * std::pow(10.0, 60.0 * unit(b) - 30.0);
+at::Tensor keyed_rows(const std::vector<uint64_t> &keys, const std::vector<uint64_t> &first, int64_t width, const at::Device &device) {
+  if (keys.size() != first.size() || width < 0) throw std::invalid_argument("keyed_rows: keys and first differ in length, or width < 0");
+  const int64_t rows = static_cast<int64_t>(keys.size());
+#ifdef DETFUZZ_WITH_CUDA
+  if (device.is_cuda() && rows > 0 && width > 0) {
+    const c10::cuda::CUDAGuard guard(device);
+    // One transfer of the (key, first) pairs, then a kernel writes every element.
+    at::Tensor pairs = at::empty({rows, 2}, at::TensorOptions().dtype(at::kLong));
+    auto *p = reinterpret_cast<uint64_t *>(pairs.data_ptr<int64_t>());
+    for (int64_t r = 0; r < rows; ++r) {
+      p[2 * r] = keys[r];
+      p[2 * r + 1] = first[r];
     }
-  } else if (dist == "special") {  // a quarter of the elements are +-0, denormals, +-inf or NaN
-    const double specials[] = {0.0, -0.0, smallest_subnormal(dtype), -smallest_subnormal(dtype), inf, -inf, nan};
-    for (int64_t i = 0; i < n; ++i) {
-      const uint64_t b = counter_bits(seed, tensor ^ 0x5bd1e995ull, i);
-      v[i] = (b % 4 == 0) ? specials[(b >> 8) % 7] : normal(seed, tensor, i);
-    }
-  } else {
-    throw std::invalid_argument("unknown distribution '" + dist + "' (expected normal, uniform, linspace, wide or special)");
+    const at::Tensor on_device = pairs.to(device);
+    at::Tensor out = at::empty({rows, width}, at::TensorOptions().dtype(at::kFloat).device(device));
+    device_kernels::launch_keyed_rows(out.data_ptr<float>(), reinterpret_cast<const uint64_t *>(on_device.data_ptr<int64_t>()), rows, width,
+                                      at::cuda::getCurrentCUDAStream());
+    return out;
   }
-  return out.to(dtype);
+#endif
+  at::Tensor out = at::empty({rows, width}, at::TensorOptions().dtype(at::kFloat));
+  float *o = out.data_ptr<float>();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t e = 0; e < width; ++e) o[r * width + e] = counter_data::irwin_hall_value(keys[r], first[r] + static_cast<uint64_t>(e));
+  return device.is_cpu() ? out : out.to(device);
 }
 
 at::Device device_of(Backend b) { return b == Backend::cpu ? at::Device(at::kCPU) : at::Device(at::kCUDA, 0); }
@@ -87,7 +188,7 @@ at::Tensor with_layout(const at::Tensor &values, char layout, const at::Device &
   const int64_t rank = values.dim();
   at::Tensor view;
   switch (layout) {
-    case 'c': view = poison(values.sizes()); break;
+    case 'c': view = at::empty(values.sizes(), opts); break;  // the copy covers all of it: nothing to poison
     case 't': {
       if (rank < 2) { view = poison(values.sizes()); break; }
       auto swapped = values.sizes().vec();

@@ -1,10 +1,12 @@
 // Test data that rebuilds the same bits on any machine. Element e of tensor t of a case with
 // data seed s is a pure function of (s, t, e) through a counter-based generator (splitmix64
-// finalisers), computed on the host in float64 and rounded once to the tensor's dtype. Layouts
+// finalisers), computed in float64 and rounded once to the tensor's dtype (properties/
+// counter_data.h). CUDA tensors are made on the device with the same bits as the host's. Layouts
 // are made by copying those values into a poisoned (NaN-filled) storage viewed with the
 // requested strides, so an impl that reads outside its view sees NaN.
 #pragma once
 
+#include "ops/counter_rng.h"
 #include "ops/registry.h"
 
 #include <string>
@@ -15,16 +17,18 @@ namespace detfuzz {
 // The distributions of the catalogue.
 const std::vector<std::string> &distributions();  // normal uniform linspace wide special
 
-// The splitmix64 finaliser: a bijective mix of 64 bits, for deriving keys and shuffles.
-uint64_t splitmix64(uint64_t x);
+// splitmix64 and counter_bits (the counter-based generator) live in ops/counter_rng.h.
 
-// A uniform 64-bit value keyed by (seed, tensor, index): the counter-based generator.
-uint64_t counter_bits(uint64_t seed, uint64_t tensor, uint64_t index);
-
-// Contiguous CPU tensor of `sizes` and `dtype` drawn from `dist` (integers: uniform in [-100, 100]).
-// Throws std::invalid_argument for an unknown distribution.
+// Contiguous tensor of `sizes` and `dtype` drawn from `dist` (integers: uniform in [-100, 100]),
+// on `device`: generated there for a CUDA device (float32/16, bfloat16, int32/64), bit for bit the
+// host's values. Throws std::invalid_argument for an unknown distribution.
 at::Tensor make_values(uint64_t seed, uint64_t tensor, at::IntArrayRef sizes, at::ScalarType dtype,
-                       const std::string &dist);
+                       const std::string &dist, const at::Device &device = at::Device(at::kCPU));
+
+// Rows of the paged-attention data (counter_data::irwin_hall_value): row r holds the values of
+// key keys[r] at indices first[r] .. first[r] + width - 1, as a float32 [rows, width] tensor
+// made on `device` (on a CUDA device by a kernel, with the host's bits).
+at::Tensor keyed_rows(const std::vector<uint64_t> &keys, const std::vector<uint64_t> &first, int64_t width, const at::Device &device);
 
 // The same values seen through a layout: 'c' contiguous, 't' transposed storage (last two dims),
 // 'p' padded rows plus a storage offset, 'g' every other element of a twice-as-wide buffer.

@@ -29,18 +29,20 @@ rc::Gen<std::string> gen_layout(size_t n) {
 struct SliceRaw {
   int64_t i, len, offset, tail;
   uint64_t perm;
+  int axis_choice;  // bmm: 0..2 the batch of matrices, 3 the rows of each matrix
 };
 
 rc::Gen<SliceRaw> gen_slice_raw() {
-  return rc::gen::apply([](int64_t i, int64_t len, int64_t o, int64_t tail, uint64_t perm) { return SliceRaw{i, len, o, tail, perm}; },
-                        rc::gen::inRange<int64_t>(0, 512), rc::gen::inRange<int64_t>(1, 512),
-                        rc::gen::inRange<int64_t>(0, 64), rc::gen::inRange<int64_t>(0, 64),
-                        rc::gen::inRange<uint64_t>(0, 1u << 30));
+  return rc::gen::apply(
+      [](int64_t i, int64_t len, int64_t o, int64_t tail, uint64_t perm, int axis) { return SliceRaw{i, len, o, tail, perm, axis}; },
+      rc::gen::inRange<int64_t>(0, 512), rc::gen::inRange<int64_t>(1, 512), rc::gen::inRange<int64_t>(0, 64),
+      rc::gen::inRange<int64_t>(0, 64), rc::gen::inRange<uint64_t>(0, 1u << 30), rc::gen::inRange(0, 4));
 }
 
 // Property parameters in terms of the case's actual batch size.
 void add_property_params(CaseSpec &c, const SliceRaw &r) {
   if (c.property == "repeat" || c.property == "variant_agree" || c.property == "accuracy") return;
+  if (c.op == "bmm") c.params["axis"] = r.axis_choice < 3 ? "matrices" : "rows";
   const int64_t batch = row_batch_axis(c).size;
   const int64_t i = batch == 0 ? 0 : std::min(r.i, batch - 1);
   const int64_t j = batch == 0 ? 0 : std::min(batch, i + r.len);
@@ -104,7 +106,9 @@ rc::Gen<CaseSpec> gen_reduction_case(const Target &t, const SizeLimits &lim) {
         const int64_t shown = negative ? reduce_at - rank : reduce_at;
         if (t.op == "log_softmax") {
           c.params["dim"] = std::to_string(shown);
-          if (h2f && t.dtype != at::kFloat) c.params["h2f"] = "1";
+          // libtorch's CPU log_softmax refuses half_to_float: such a case would only ever be an error.
+          const bool h2f_refused = t.impl == "torch" && t.backend == Backend::cpu;
+          if (h2f && t.dtype != at::kFloat && !h2f_refused) c.params["h2f"] = "1";
         } else {
           std::string dims = std::to_string(shown);
           // A second reduced dim, when the rank leaves a batch dim beside it.
@@ -118,6 +122,25 @@ rc::Gen<CaseSpec> gen_reduction_case(const Target &t, const SizeLimits &lim) {
       rc::gen::inRange(2, 4), gen_dim(1, lim.rows), gen_dim(1, 17), gen_dim(0, lim.reduce), rc::gen::inRange(0, 3),
       rc::gen::inRange(0, 2), rc::gen::arbitrary<bool>(), rc::gen::arbitrary<bool>(), rc::gen::arbitrary<bool>(), gen_layout(1),
       gen_dist(), rc::gen::inRange<uint64_t>(0, 1ull << 48), gen_slice_raw());
+}
+
+// rms_norm {T, H}, silu_and_mul {T, I}, rope {T, H, D}, embedding {T, V, H}: T tokens (the
+// batch), one layout code for the float input (the index inputs are contiguous).
+rc::Gen<CaseSpec> gen_transformer_op_case(const Target &t, const SizeLimits &lim) {
+  return rc::gen::apply(
+      [t](int64_t tokens, int64_t width, int64_t heads, int64_t half_dim, int64_t vocab, std::string layout,
+          std::string dist, uint64_t seed, SliceRaw raw, int eps_kind) {
+        std::vector<int64_t> shape;
+        if (t.op == "rope") shape = {tokens, heads, 2 * half_dim};
+        else if (t.op == "embedding") shape = {tokens, vocab, width};
+        else shape = {tokens, width};
+        CaseSpec c = base_case(t, shape, layout, dist, seed);
+        if (t.op == "rms_norm" && eps_kind) c.params["eps"] = double_to_hex(eps_kind == 1 ? 1e-5 : 0.0);
+        add_property_params(c, raw);
+        return c;
+      },
+      gen_dim(0, lim.rows), gen_dim(1, lim.reduce), gen_dim(1, 9), gen_dim(1, 128), gen_dim(1, 300), gen_layout(1),
+      gen_dist(), rc::gen::inRange<uint64_t>(0, 1ull << 48), gen_slice_raw(), rc::gen::inRange(0, 3));
 }
 
 }  // namespace
@@ -144,6 +167,8 @@ rc::Gen<int64_t> gen_dim(int64_t lo, int64_t hi) {
 rc::Gen<CaseSpec> gen_row_case(const Target &t) {
   const SizeLimits lim = size_limits(t.backend);
   if (t.op == "mm" || t.op == "addmm" || t.op == "bmm") return gen_matmul_case(t, lim);
+  if (t.op == "rms_norm" || t.op == "silu_and_mul" || t.op == "rope" || t.op == "embedding")
+    return gen_transformer_op_case(t, lim);
   return gen_reduction_case(t, lim);
 }
 

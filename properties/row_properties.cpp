@@ -13,6 +13,8 @@
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+
+#include "ops/cuda/cuda_ops.h"
 #endif
 
 namespace detfuzz {
@@ -55,11 +57,24 @@ std::vector<int64_t> reduced_dims(const CaseSpec &c) {
 
 at::Tensor run_impl(const ImplInfo &impl, const OpArgs &args) { return impl.run(args); }
 
-// Values (contiguous CPU tensors) of every input, before layouts.
+// Input `t` of a case drawn as tensor `tensor_id`: the dtype's data from the case's distribution,
+// except the index inputs (rope's positions in [0, 4096), embedding's ids in [0, V)), int64.
+at::Tensor input_tensor(const CaseSpec &c, size_t t, uint64_t tensor_id, at::IntArrayRef sizes, const at::Device &device) {
+  const bool index = t == 1 && (c.op == "rope" || c.op == "embedding");
+  if (!index) return make_values(c.seed, tensor_id, sizes, c.dtype, c.dist, device);
+  const int64_t range = c.op == "rope" ? 4096 : std::max<int64_t>(1, c.shape[1]);
+  at::Tensor v = at::empty(sizes, at::kLong);
+  int64_t *p = v.data_ptr<int64_t>();
+  for (int64_t e = 0; e < v.numel(); ++e) p[e] = static_cast<int64_t>(counter_bits(c.seed, tensor_id, e) % range);
+  return v.to(device);
+}
+
+// Values (contiguous tensors, made on the case's device) of every input, before layouts.
 std::vector<at::Tensor> input_values(const CaseSpec &c) {
   const auto sizes = row_input_sizes(c);
+  const at::Device device = device_of(c.backend);
   std::vector<at::Tensor> v;
-  for (size_t t = 0; t < sizes.size(); ++t) v.push_back(make_values(c.seed, t, sizes[t], c.dtype, c.dist));
+  for (size_t t = 0; t < sizes.size(); ++t) v.push_back(input_tensor(c, t, t, sizes[t], device));
   return v;
 }
 
@@ -80,6 +95,8 @@ OpArgs args_from_values(const CaseSpec &c, const std::vector<at::Tensor> &values
     a.dims = parse_dims(c.param("dims"));
     a.keepdim = c.param_int("keepdim", 0) != 0;
   }
+  a.eps = c.param_double("eps", 1e-6);
+  a.theta = c.param_double("theta", 10000.0);
   return a;
 }
 
@@ -91,11 +108,20 @@ const ImplInfo &impl_of(const CaseSpec &c) {
   return *impl;
 }
 
-// Slice range [i, j) of the batch from the case's parameters, clamped to the batch size.
+// Slice range [i, j) of the batch from the case's parameters. A record whose range does not fit
+// the batch is malformed (std::invalid_argument naming the parameter), never clamped: a replayed
+// record must check exactly what it says.
 std::pair<int64_t, int64_t> slice_of(const CaseSpec &c, int64_t batch) {
-  if (batch == 0) return {0, 0};
-  const int64_t i = std::clamp<int64_t>(c.param_int("i", 0), 0, batch - 1);
-  const int64_t j = std::clamp<int64_t>(c.param_int("j", batch), i + 1, batch);
+  const int64_t i = c.param_int("i", 0), j = c.param_int("j", batch);
+  const std::string of_batch = " (the case's batch has " + std::to_string(batch) + " rows)";
+  if (batch == 0) {
+    if (i != 0 || j != 0) throw std::invalid_argument("parameters i=" + std::to_string(i) + " j=" + std::to_string(j) + " must be 0 for an empty batch");
+    return {0, 0};
+  }
+  if (i < 0 || i >= batch) throw std::invalid_argument("parameter i=" + std::to_string(i) + " is outside [0, " + std::to_string(batch) + ")" + of_batch);
+  if (j <= i || j > batch)
+    throw std::invalid_argument("parameter j=" + std::to_string(j) + " is outside (i, " + std::to_string(batch) + "] = (" + std::to_string(i) + ", " +
+                                std::to_string(batch) + "]" + of_batch);
   return {i, j};
 }
 
@@ -123,7 +149,7 @@ Verdict batch_compose(const CaseSpec &c, const ImplInfo &impl) {
   for (auto [t, d] : ax.inputs) {
     auto sizes = values[t].sizes().vec();
     sizes[d] = offset + len + tail;
-    at::Tensor fresh = make_values(c.seed, kFreshRowsTensor + t, sizes, c.dtype, c.dist);
+    at::Tensor fresh = input_tensor(c, t, kFreshRowsTensor + t, sizes, values[t].device());
     fresh.narrow(d, offset, len).copy_(values[t].narrow(d, i, len));
     composed[t] = fresh;
   }
@@ -140,13 +166,13 @@ Verdict permute(const CaseSpec &c, const ImplInfo &impl) {
   std::iota(perm.begin(), perm.end(), 0);
   const uint64_t key = static_cast<uint64_t>(c.param_int("perm", 0));
   for (int64_t k = ax.size - 1; k > 0; --k) std::swap(perm[k], perm[counter_bits(key, 7, k) % (k + 1)]);
-  const at::Tensor index = at::tensor(perm, at::kLong);
   const auto values = input_values(c);
+  const at::Tensor index = at::tensor(perm, at::kLong).to(device_of(c.backend));
   auto permuted = values;
   for (auto [t, d] : ax.inputs) permuted[t] = values[t].index_select(d, index);
   const at::Tensor a = run_impl(impl, args_from_values(c, values, false));
   const at::Tensor b = run_impl(impl, args_from_values(c, permuted, false));
-  return Verdict::from_diff(a.index_select(ax.out_dim, index.to(a.device())), b, "op(x[perm]) vs op(x)[perm]");
+  return Verdict::from_diff(a.index_select(ax.out_dim, index), b, "op(x[perm]) vs op(x)[perm]");
 }
 
 Verdict repeat(const CaseSpec &c, const ImplInfo &impl) {
@@ -188,6 +214,17 @@ Verdict variant_agree(const CaseSpec &c, const ImplInfo &impl) {
     }
     stream_wait(main, side);
     v = Verdict::from_diff(a, captured, "CUDA-graph replay vs eager");
+  }
+  // Every matmul kernel path that may be chosen for some M (persistent or split on Hopper) gives
+  // the automatic choice's bits on the same inputs.
+  const bool matmul = c.op == "mm" || c.op == "addmm" || c.op == "bmm";
+  if (v.passed() && matmul && impl.impl == "invariant" && c.backend == Backend::cuda && a.numel() > 0) {
+    for (const auto path : cuda_ops::equivalent_matmul_paths(a.device().index())) {
+      if (!v.passed()) break;
+      cuda_ops::ScopedMatmulPath forced(path);
+      v = Verdict::from_diff(a, run_impl(impl, laid_out),
+                             std::string("automatic path vs ") + cuda_kernels::gemm_path_name(path));
+    }
   }
 #endif
   return v;
@@ -240,6 +277,24 @@ std::vector<std::vector<int64_t>> row_input_sizes(const CaseSpec &c) {
     need_rank(c, 1, 4);
     return {s};
   }
+  if (c.op == "rms_norm") {
+    need_rank(c, 2, 2);  // T H
+    return {s, {s[1]}};
+  }
+  if (c.op == "silu_and_mul") {
+    need_rank(c, 2, 2);  // T I
+    return {{s[0], 2 * s[1]}};
+  }
+  if (c.op == "rope") {
+    need_rank(c, 3, 3);  // T H D
+    if (s[2] % 2 != 0) throw std::invalid_argument("rope needs an even head dim, got shape '" + c.shape_string() + "'");
+    return {s, {s[0]}};
+  }
+  if (c.op == "embedding") {
+    need_rank(c, 3, 3);  // T V H
+    if (s[1] < 1) throw std::invalid_argument("embedding needs a vocabulary of at least 1, got shape '" + c.shape_string() + "'");
+    return {{s[1], s[2]}, {s[0]}};
+  }
   throw std::invalid_argument("unknown row op '" + c.op + "'");
 }
 
@@ -253,10 +308,30 @@ BatchAxis row_batch_axis(const CaseSpec &c) {
     ax.inputs = {{1, 0}};
     if (c.param_int("bias", 1) == 2) ax.inputs.push_back({0, 0});
     ax.size = c.shape[0];
-  } else if (c.op == "bmm") {  // rows of each matrix: the tokens
-    ax.inputs = {{0, 1}};
-    ax.out_dim = 1;
-    ax.size = c.shape[1];
+  } else if (c.op == "bmm") {
+    // axis=matrices (the default): the batch of matrices, dimension 0, which grows with the
+    // serving batch; axis=rows: the rows of each matrix (dimension 1 of the first operand).
+    const std::string axis = c.param("axis", "matrices");
+    if (axis == "matrices") {
+      ax.inputs = {{0, 0}, {1, 0}};
+      ax.out_dim = 0;
+      ax.size = c.shape[0];
+    } else if (axis == "rows") {
+      ax.inputs = {{0, 1}};
+      ax.out_dim = 1;
+      ax.size = c.shape[1];
+    } else {
+      throw std::invalid_argument("parameter axis='" + axis + "' (expected matrices or rows)");
+    }
+  } else if (c.op == "rms_norm" || c.op == "silu_and_mul") {  // tokens
+    ax.inputs = {{0, 0}};
+    ax.size = c.shape[0];
+  } else if (c.op == "rope") {  // tokens and their positions
+    ax.inputs = {{0, 0}, {1, 0}};
+    ax.size = c.shape[0];
+  } else if (c.op == "embedding") {  // ids; the table is shared by every row
+    ax.inputs = {{1, 0}};
+    ax.size = c.shape[0];
   } else {
     const int64_t rank = c.shape.size();
     std::vector<int64_t> reduced;

@@ -1,7 +1,7 @@
 // The outcome of checking one property on one case.
 #pragma once
 
-#include "harness/diff.h"
+#include "properties/device_diff.h"
 
 #include <string>
 
@@ -18,8 +18,9 @@ struct Verdict {
   static Verdict fail(DiffStats d, std::string why) { return {Outcome::fail, std::move(d), std::move(why)}; }
   static Verdict error(std::string why) { return {Outcome::error, {}, std::move(why)}; }
   // Pass when the two tensors are bitwise equal, fail otherwise; `what` names the comparison.
+  // CUDA tensors are compared on the device.
   static Verdict from_diff(const at::Tensor &expected, const at::Tensor &actual, const std::string &what) {
-    DiffStats d = bitwise_diff(expected, actual);
+    DiffStats d = compare_bits(expected, actual);
     return d.equal() ? pass(std::move(d), what) : fail(d, what + ": " + d.summary());
   }
 };

@@ -6,7 +6,29 @@
 #include <stdexcept>
 #include <string>
 
+#ifdef DETFUZZ_WITH_CUDA
+#include "ops/cuda/cuda_check.h"
+
+#include <c10/cuda/CUDAStream.h>
+#endif
+
 namespace detfuzz::attention {
+namespace {
+
+// Whether t's device's current stream is capturing a CUDA graph (no host syncs allowed then).
+bool capturing_graph(const at::Tensor &t) {
+#ifdef DETFUZZ_WITH_CUDA
+  if (!t.is_cuda()) return false;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  DETFUZZ_CUDA_CHECK(cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream(t.device().index()).stream(), &status));
+  return status != cudaStreamCaptureStatusNone;
+#else
+  (void)t;
+  return false;
+#endif
+}
+
+}  // namespace
 
 BlockAllocator::BlockAllocator(int64_t num_blocks) : num_blocks_(num_blocks), used_(num_blocks, false) {
   TORCH_CHECK(num_blocks >= 0, "BlockAllocator: num_blocks must be >= 0, got ", num_blocks);
@@ -81,7 +103,7 @@ void KVCache::set_kv(int64_t layer, const at::Tensor &slot_mapping, const at::Te
     TORCH_CHECK(x->dim() == 3 && x->size(0) == t && x->size(1) == c.num_kv_heads && x->size(2) == c.head_dim,
                 "set_kv: k and v must be [", t, ", ", c.num_kv_heads, ", ", c.head_dim, "], got ", x->sizes());
   const int64_t slots = c.num_blocks * c.block_size;
-  if (t > 0) {
+  if (t > 0 && !capturing_graph(slot_mapping)) {
     const auto sm = slot_mapping.to(at::kCPU, at::kLong);
     const int64_t lo = sm.min().item<int64_t>(), hi = sm.max().item<int64_t>();
     TORCH_CHECK(lo >= 0 && hi < slots, "set_kv: slot_mapping holds ", (lo < 0 ? lo : hi), ", outside [0, ", slots, ")");
@@ -93,6 +115,13 @@ void KVCache::set_kv(int64_t layer, const at::Tensor &slot_mapping, const at::Te
   const auto idx = slot_mapping.to(kf.device(), at::kLong);
   kf.index_copy_(0, idx, k.to(kf.device(), c.dtype));
   vf.index_copy_(0, idx, v.to(vf.device(), c.dtype));
+}
+
+KVCache KVCache::clone() const {
+  KVCache copy = *this;
+  for (auto &t : copy.k_) t = t.clone();
+  for (auto &t : copy.v_) t = t.clone();
+  return copy;
 }
 
 AttnMetadata make_metadata(const std::vector<int64_t> &q_lens, const std::vector<int64_t> &kv_lens,
@@ -118,7 +147,7 @@ AttnMetadata make_metadata(const std::vector<int64_t> &q_lens, const std::vector
 
 MetadataHost validate_paged_inputs(const at::Tensor &q, const at::Tensor &k_pool, const at::Tensor &v_pool,
                                    const at::Tensor &cu_seqlens_q, const at::Tensor &seq_lens_kv,
-                                   const at::Tensor &block_table) {
+                                   const at::Tensor &block_table, bool allow_rows_without_keys) {
   TORCH_CHECK(q.dim() == 3, "paged_attention: q must be [T_q, H_q, D], got ", q.sizes());
   TORCH_CHECK(k_pool.dim() == 4, "paged_attention: k_pool must be [num_blocks, block_size, H_kv, D], got ",
               k_pool.sizes());
@@ -175,7 +204,7 @@ MetadataHost validate_paged_inputs(const at::Tensor &q, const at::Tensor &k_pool
     TORCH_CHECK(kl >= 0, "paged_attention: seq_lens_kv[", s, "] = ", kl, " is negative");
     TORCH_CHECK(kl <= capacity, "paged_attention: seq_lens_kv[", s, "] = ", kl, " exceeds the block table's capacity ",
                 m.max_blocks, " blocks x ", m.block_size, " = ", capacity);
-    TORCH_CHECK(ql <= kl, "paged_attention: sequence ", s, " has a query of ", ql, " tokens but only ", kl,
+    TORCH_CHECK(allow_rows_without_keys || ql <= kl, "paged_attention: sequence ", s, " has a query of ", ql, " tokens but only ", kl,
                 " cached tokens (seq_lens_kv[", s, "] = ", kl, "): q_len must be <= kv_len");
     const int64_t used = (kl + m.block_size - 1) / m.block_size;
     for (int64_t j = 0; j < used; ++j) {

@@ -58,7 +58,11 @@ class KVCache {
   const at::Tensor &v(int64_t layer) const;
   // Writes k[i], v[i] ([T, H_kv, D]) to flat slot slot_mapping[i] (int64 [T]) of layer `layer`,
   // through the [num_blocks*block_size, H_kv, D] view of the pools (same bytes).
+  // The slot range is checked on the host (a sync), except while the current CUDA stream is
+  // capturing a graph (the graph runner checks its slots before filling its buffers).
   void set_kv(int64_t layer, const at::Tensor &slot_mapping, const at::Tensor &k, const at::Tensor &v);
+  // A copy of both pools of every layer (to snapshot and compare cache states).
+  KVCache clone() const;
 
  private:
   KVCacheConfig config_;
@@ -86,9 +90,10 @@ struct MetadataHost {
 // dtype; int32 metadata of consistent sizes; cu_seqlens_q from 0, non-decreasing, ending at T_q;
 // 0 <= q_len <= kv_len <= max_blocks * BS; every block id a sequence uses in [0, NB).
 // Copies the metadata to the host (a device sync on CUDA).
+// allow_rows_without_keys lifts q_len <= kv_len (graph slots, see paged_attention_split_cpu).
 MetadataHost validate_paged_inputs(const at::Tensor &q, const at::Tensor &k_pool, const at::Tensor &v_pool,
                                    const at::Tensor &cu_seqlens_q, const at::Tensor &seq_lens_kv,
-                                   const at::Tensor &block_table);
+                                   const at::Tensor &block_table, bool allow_rows_without_keys = false);
 
 // Path A's gather: sequence s's used pages of `pool` [NB, BS, H_kv, D], flattened to its
 // [kv_len, H_kv, D] keys (or values), on the pool's device and in its dtype.

@@ -60,9 +60,13 @@ using PlanFn = std::function<SplitPlan(const MetadataHost &, int64_t seq)>;
 
 // The fixed-split algorithm on the CPU in float32 (the CUDA kernel's algorithm, same split size,
 // same merge order; exp from the C library). An empty `plan` means the invariant plan.
+// allow_rows_without_keys: q_len may exceed kv_len (the right-aligned slots of a graph bucket,
+// ops/graph); the first q_len - kv_len rows of such a sequence see no key and come out as zeros.
+// (The CUDA kernel leaves those rows unspecified: they are padding, never read.)
 at::Tensor paged_attention_split_cpu(const at::Tensor &q, const at::Tensor &k_pool, const at::Tensor &v_pool,
                                      const at::Tensor &cu_seqlens_q, const at::Tensor &seq_lens_kv,
-                                     const at::Tensor &block_table, double alpha, const PlanFn &plan = {});
+                                     const at::Tensor &block_table, double alpha, const PlanFn &plan = {},
+                                     bool allow_rows_without_keys = false);
 
 // Planted bugs (see register.cpp for what each imitates).
 enum class Mutant { splits_from_maxlen, qtile_from_avg, padded_grid };

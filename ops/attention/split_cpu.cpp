@@ -12,8 +12,10 @@ namespace detfuzz::attention {
 
 at::Tensor paged_attention_split_cpu(const at::Tensor &q, const at::Tensor &k_pool, const at::Tensor &v_pool,
                                      const at::Tensor &cu_seqlens_q, const at::Tensor &seq_lens_kv,
-                                     const at::Tensor &block_table, double alpha, const PlanFn &plan) {
-  const MetadataHost m = validate_paged_inputs(q, k_pool, v_pool, cu_seqlens_q, seq_lens_kv, block_table);
+                                     const at::Tensor &block_table, double alpha, const PlanFn &plan,
+                                     bool allow_rows_without_keys) {
+  const MetadataHost m =
+      validate_paged_inputs(q, k_pool, v_pool, cu_seqlens_q, seq_lens_kv, block_table, allow_rows_without_keys);
   const float scale = softmax_scale_log2(alpha, m.head_dim);
   const int64_t D = m.head_dim, group = m.h_q / m.h_kv, BS = m.block_size;
   const auto qf = q.to(at::kCPU).to(at::kFloat).contiguous();
@@ -51,6 +53,10 @@ at::Tensor paged_attention_split_cpu(const at::Tensor &q, const at::Tensor &k_po
     s_tile.resize(p.tile);
     for (int64_t qi = 0; qi < ql; ++qi) {
       const int64_t row = m.cu_q[s] + qi, visible = kl - ql + qi + 1;
+      if (visible <= 0) {  // a padding row of a graph slot (allow_rows_without_keys): zeros
+        std::fill(od + row * m.h_q * D, od + (row + 1) * m.h_q * D, 0.f);
+        continue;
+      }
       const int64_t nsplit = (visible + p.split - 1) / p.split;
       split_m.assign(nsplit, neg_inf);
       split_l.assign(nsplit, 0.f);

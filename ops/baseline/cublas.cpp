@@ -1,4 +1,5 @@
-// Baselines `cublas` and `cublaslt-noworkspace` for mm, addmm and bmm. Expectation: observed.
+// Baselines `cublas`, `cublaslt-noworkspace` and `cublaslt-pinned` for mm, addmm and bmm.
+// Expectation: observed.
 //
 //   cublas                cublasGemmEx / cublasGemmStridedBatchedEx with CUBLAS_COMPUTE_32F and
 //                         the default algorithm choice (what torch's CUDA mm reaches through
@@ -6,6 +7,8 @@
 //   cublaslt-noworkspace  cublasLtMatmul, first heuristic result under a preference of no
 //                         workspace and reduction scheme NONE (no split-K reduction), the
 //                         setting inference engines use for batch invariance.
+//   cublaslt-pinned       the same preference, but one algorithm per (N, K, dtype, transposes)
+//                         chosen at M = 4096 and reused for every M: the cheap fix engines try.
 //
 // Row-major C[M,N] = A[M,K] B[K,N] is run as column-major C^T = B^T A^T. A row-major or
 // column-major operand is passed in place with the matching op and leading dimension; any
@@ -19,6 +22,7 @@
 
 #include <map>
 #include <mutex>
+#include <tuple>
 
 namespace detfuzz {
 namespace {
@@ -146,8 +150,45 @@ struct LtLayout {
   LtLayout &operator=(const LtLayout &) = delete;
 };
 
-void run_cublaslt(const at::Tensor &a3, const at::Tensor &b3, at::Tensor &out, float alpha, float beta) {
-  const int64_t batch = a3.size(0), M = a3.size(1), N = b3.size(2);
+// The first heuristic algorithm under a preference of no workspace and no split-K reduction.
+cublasLtMatmulAlgo_t lt_heuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
+                                  cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc, const char *who) {
+  cublasLtMatmulPreference_t pref = nullptr;
+  DETFUZZ_CUDA_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  struct PrefGuard {
+    cublasLtMatmulPreference_t p;
+    ~PrefGuard() { cublasLtMatmulPreferenceDestroy(p); }
+  } pref_guard{pref};
+  const uint64_t workspace = 0;
+  const uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+  DETFUZZ_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                                          sizeof(workspace)));
+  DETFUZZ_CUDA_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &scheme, sizeof(scheme)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  DETFUZZ_CUDA_CHECK(cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, lc, lc, pref, 1, &result, &found));
+  TORCH_CHECK(found > 0, who, ": no cuBLASLt algorithm without workspace for this problem");
+  return result.algo;
+}
+
+// cublaslt-pinned: one algorithm per (device, dtype, N, K, transposes, batched), chosen by the
+// heuristic for M = kPinM and reused for every M. Where cuBLASLt rejects the pinned algorithm for
+// some M (or it would want workspace), that call takes the heuristic's choice for its own M: a
+// deterministic fallback, and exactly the kind of M-dependence the fuzzer looks for.
+constexpr int64_t kPinM = 4096;
+struct PinKey {
+  int dev;
+  cudaDataType_t dt;
+  int64_t n, k;
+  bool ta, tb, batched;
+  bool operator<(const PinKey &o) const {
+    return std::tie(dev, dt, n, k, ta, tb, batched) < std::tie(o.dev, o.dt, o.n, o.k, o.ta, o.tb, o.batched);
+  }
+};
+
+void run_lt(const at::Tensor &a3, const at::Tensor &b3, at::Tensor &out, float alpha, float beta, bool pinned) {
+  const int64_t batch = a3.size(0), M = a3.size(1), K = a3.size(2), N = b3.size(2);
   const ColOperand opA = as_col_operand(b3);
   const ColOperand opB = as_col_operand(a3);
   const int dev = a3.device().index();
@@ -168,27 +209,37 @@ void run_cublaslt(const at::Tensor &a3, const at::Tensor &b3, at::Tensor &out, f
   LtLayout lb(dt, opB.rows_stored, opB.cols_stored, opB.ld, batch, opB.batch_stride);
   LtLayout lc(dt, N, M, N, batch, M * N);
 
-  cublasLtMatmulPreference_t pref = nullptr;
-  DETFUZZ_CUDA_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  struct PrefGuard {
-    cublasLtMatmulPreference_t p;
-    ~PrefGuard() { cublasLtMatmulPreferenceDestroy(p); }
-  } pref_guard{pref};
-  const uint64_t workspace = 0;
-  const uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
-  DETFUZZ_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-                                                          sizeof(workspace)));
-  DETFUZZ_CUDA_CHECK(
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &scheme, sizeof(scheme)));
-
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  DETFUZZ_CUDA_CHECK(cublasLtMatmulAlgoGetHeuristic(h, desc, la.l, lb.l, lc.l, lc.l, pref, 1, &result, &found));
-  TORCH_CHECK(found > 0, "cublaslt-noworkspace: no algorithm without workspace for ", a3.sizes(), " x ", b3.sizes(), " ",
-              a3.scalar_type());
+  cublasLtMatmulAlgo_t algo;
+  if (!pinned) {
+    algo = lt_heuristic(h, desc, la.l, lb.l, lc.l, "cublaslt-noworkspace");
+  } else {
+    static std::mutex mu;
+    static std::map<PinKey, cublasLtMatmulAlgo_t> pins;
+    const PinKey key{dev, dt, N, K, opA.trans, opB.trans, batch > 1};
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = pins.find(key);
+    if (it == pins.end()) {
+      // A's operand at M = kPinM (B's and the layout kinds unchanged).
+      LtLayout lb_ref(dt, opB.trans ? kPinM : K, opB.trans ? K : kPinM, opB.trans ? kPinM : K, batch,
+                      batch > 1 ? kPinM * K : 0);
+      LtLayout lc_ref(dt, N, kPinM, N, batch, kPinM * N);
+      it = pins.emplace(key, lt_heuristic(h, desc, la.l, lb_ref.l, lc_ref.l, "cublaslt-pinned")).first;
+    }
+    algo = it->second;
+    cublasLtMatmulHeuristicResult_t check{};
+    if (cublasLtMatmulAlgoCheck(h, desc, la.l, lb.l, lc.l, lc.l, &algo, &check) != CUBLAS_STATUS_SUCCESS ||
+        check.workspaceSize > 0)
+      algo = lt_heuristic(h, desc, la.l, lb.l, lc.l, "cublaslt-pinned");
+  }
   DETFUZZ_CUDA_CHECK(cublasLtMatmul(h, desc, &alpha, opA.ptr, la.l, opB.ptr, lb.l, &beta, out.data_ptr(), lc.l,
-                                    out.data_ptr(), lc.l, &result.algo, nullptr, 0,
-                                    at::cuda::getCurrentCUDAStream(dev).stream()));
+                                    out.data_ptr(), lc.l, &algo, nullptr, 0, at::cuda::getCurrentCUDAStream(dev).stream()));
+}
+
+void run_cublaslt(const at::Tensor &a3, const at::Tensor &b3, at::Tensor &out, float alpha, float beta) {
+  run_lt(a3, b3, out, alpha, beta, false);
+}
+void run_cublaslt_pinned(const at::Tensor &a3, const at::Tensor &b3, at::Tensor &out, float alpha, float beta) {
+  run_lt(a3, b3, out, alpha, beta, true);
 }
 
 using Runner = void (*)(const at::Tensor &, const at::Tensor &, at::Tensor &, float, float);
@@ -245,6 +296,9 @@ std::vector<ImplInfo> cublas_impls() {
   std::vector<ImplInfo> all = impls_for("cublas", run_cublas, "cublasGemmEx, CUBLAS_COMPUTE_32F, default heuristics (no TF32)");
   for (auto &i : impls_for("cublaslt-noworkspace", run_cublaslt,
                            "cublasLtMatmul, workspace 0, reduction scheme NONE, first heuristic"))
+    all.push_back(std::move(i));
+  for (auto &i : impls_for("cublaslt-pinned", run_cublaslt_pinned,
+                           "cublasLtMatmul, workspace 0, one algorithm per (N, K, dtype) chosen at M = 4096 for every M"))
     all.push_back(std::move(i));
   return all;
 }

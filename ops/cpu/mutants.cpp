@@ -15,12 +15,18 @@
 #include <ATen/WrapDimUtilsMulti.h>
 
 #include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <thread>
 
 namespace detfuzz {
 namespace {
 
 // From this many rows on (M > 16) the split-K mutant splits.
 constexpr int64_t kSplitKMinRows = 17;
+// From this many matrices on (B >= 3) the batched split-K mutant splits.
+constexpr int64_t kBatchSplitKMinMatrices = 3;
 // From this many rows on the block-size mutant uses the smaller K block.
 constexpr int64_t kSmallBlockMinRows = 8;
 constexpr int64_t kSmallKBlock = 32;
@@ -139,6 +145,30 @@ at::Tensor reversed_mean(const OpArgs &args) {
   return cpu_ops::mean(x.flip(dims), args.dims, args.keepdim, args.out_dtype);
 }
 
+// Planted crashes for the fork mode's isolation (`fuzz --workers`): a kernel that segfaults,
+// aborts or hangs once the reduction has at least kCrashMinRows output rows; fewer rows run the
+// invariant mean. Never selected by default (mutant-); outside --workers they end the campaign.
+constexpr int64_t kCrashMinRows = 5;
+bool crash_rows_reached(const OpArgs &args) {
+  const at::Tensor &x = args.tensors.at(0);
+  const std::vector<int64_t> dims = reduced_dims(x, args.dims);
+  int64_t n = 1;
+  for (int64_t d : dims) n *= x.size(d);
+  return n > 0 && x.numel() / n >= kCrashMinRows;
+}
+at::Tensor segfaulting_mean(const OpArgs &args) {
+  if (crash_rows_reached(args)) std::raise(SIGSEGV);
+  return cpu_ops::mean(args.tensors.at(0), args.dims, args.keepdim, args.out_dtype);
+}
+at::Tensor aborting_mean(const OpArgs &args) {
+  if (crash_rows_reached(args)) std::abort();
+  return cpu_ops::mean(args.tensors.at(0), args.dims, args.keepdim, args.out_dtype);
+}
+at::Tensor hanging_mean(const OpArgs &args) {
+  while (crash_rows_reached(args)) std::this_thread::sleep_for(std::chrono::hours(1));
+  return cpu_ops::mean(args.tensors.at(0), args.dims, args.keepdim, args.out_dtype);
+}
+
 at::Tensor neighbour_mean(const OpArgs &args) {
   const at::Tensor &x = args.tensors.at(0);
   const at::Tensor invariant = cpu_ops::mean(x, args.dims, args.keepdim, args.out_dtype);  // shape, dtype, checks
@@ -188,6 +218,14 @@ std::vector<ImplInfo> cpu_mutant_impls() {
                     }));
   const auto e = Expectation::must_hold;
   const auto cpu = Backend::cpu;
+  // Imitates a batched GEMM whose heuristic looks at the number of matrices (it grows with the
+  // serving batch) and switches to split-K for many of them: invariant in the rows of each
+  // matrix, caught only by slicing the batch of matrices.
+  add({{"mutant-batchsplitk", "bmm", cpu, float_dtypes(), e, "split-K in two halves when the batch has >= 3 matrices",
+        [](const OpArgs &x) {
+          const at::Tensor &a = x.tensors.at(0), &b = x.tensors.at(1);
+          return a.size(0) >= kBatchSplitKMinMatrices ? split_k_accumulator(a, b).to(a.scalar_type()) : cpu_ops::bmm(a, b);
+        }}});
   add({
       // Imitates a reduction whose loop direction is chosen by a launch heuristic on the row count.
       {"mutant-roworder", "log_softmax", cpu, float_dtypes(), e, "reversed sum of exp when rows > 4",
@@ -200,6 +238,9 @@ std::vector<ImplInfo> cpu_mutant_impls() {
       // the previous row's total at the end instead.
       {"mutant-neighbour", "mean", cpu, float_and_int_dtypes(), e,
        "sum starts from the previous row's total, subtracted at the end", neighbour_mean},
+      {"mutant-crash-segv", "mean", cpu, float_dtypes(), e, "raises SIGSEGV when output rows >= 5", segfaulting_mean},
+      {"mutant-crash-abort", "mean", cpu, float_dtypes(), e, "calls abort() when output rows >= 5", aborting_mean},
+      {"mutant-crash-hang", "mean", cpu, float_dtypes(), e, "never returns when output rows >= 5", hanging_mean},
   });
   return all;
 }

@@ -32,6 +32,15 @@ std::vector<ImplInfo> cpu_invariant_impls() {
       {"invariant", "mean", cpu, float_and_int_dtypes(), e,
        "fixed-order CPU mean: blocked (64) float32 sum / n, integers promoted to float32",
        [](const OpArgs &x) { return cpu_ops::mean(tensor_arg(x, 0, "mean", 1), x.dims, x.keepdim, x.out_dtype); }},
+      {"invariant", "rms_norm", cpu, float_dtypes(), e,
+       "CPU rms_norm: float32 sum of squares in blocks of 64, sequential over blocks",
+       [](const OpArgs &x) { return cpu_ops::rms_norm(tensor_arg(x, 0, "rms_norm", 2), tensor_arg(x, 1, "rms_norm", 2), x.eps); }},
+      {"invariant", "rope", cpu, float_dtypes(), e, "CPU NeoX RoPE: float64 angles, float32 rotation",
+       [](const OpArgs &x) { return cpu_ops::rope(tensor_arg(x, 0, "rope", 2), tensor_arg(x, 1, "rope", 2), x.theta); }},
+      {"invariant", "silu_and_mul", cpu, float_dtypes(), e, "CPU silu(gate) * up in float32",
+       [](const OpArgs &x) { return cpu_ops::silu_and_mul(tensor_arg(x, 0, "silu_and_mul", 1)); }},
+      {"invariant", "embedding", cpu, float_dtypes(), e, "CPU row gather",
+       [](const OpArgs &x) { return cpu_ops::embedding(tensor_arg(x, 0, "embedding", 2), tensor_arg(x, 1, "embedding", 2)); }},
   };
 }
 

@@ -48,6 +48,8 @@ int sm_count(const at::Device &device) {
   return counts[idx];
 }
 
+thread_local ck::GemmPath forced_path = ck::GemmPath::automatic;
+
 bool aligned16(const at::Tensor &t) { return (reinterpret_cast<uintptr_t>(t.data_ptr()) & 15) == 0; }
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
@@ -139,6 +141,7 @@ at::Tensor gemm(const at::Tensor &a3, const at::Tensor &b3, const c10::optional<
   p.K = Kp;
   p.batch = batch;
   p.num_ctas = sm_count(a3.device());
+  p.path = p.dtype == ck::DType::f32 ? ck::GemmPath::automatic : forced_path;
   ck::launch_gemm(p, at::cuda::getCurrentCUDAStream(a3.device().index()).stream());
   return c;
 }
@@ -162,6 +165,15 @@ at::Tensor as_rows(const at::Tensor &t, int64_t rows, int64_t len) {
 }
 
 }  // namespace
+
+ScopedMatmulPath::ScopedMatmulPath(ck::GemmPath path) : saved_(forced_path) { forced_path = path; }
+ScopedMatmulPath::~ScopedMatmulPath() { forced_path = saved_; }
+
+std::vector<ck::GemmPath> equivalent_matmul_paths(int device) {
+  if (!ck::gemm_path_available(ck::GemmPath::sm90_persistent, device)) return {};
+  return {ck::GemmPath::sm90_persistent, ck::GemmPath::sm90_split, ck::GemmPath::sm90_persistent_64,
+          ck::GemmPath::sm90_split_64};
+}
 
 at::Tensor mm(const at::Tensor &a, const at::Tensor &b) {
   check_matmul_operand(a, "mm", "a", 2);

@@ -5,6 +5,8 @@
 #include "ops/cuda/gemm.cuh"
 
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 
 namespace detfuzz::cuda_kernels {
@@ -31,6 +33,33 @@ int dtype_size(DType t) {
   return 0;
 }
 
+const char *gemm_path_name(GemmPath p) {
+  switch (p) {
+    case GemmPath::automatic: return "automatic";
+    case GemmPath::mma_sync: return "mma_sync";
+    case GemmPath::sm90_persistent: return "sm90_persistent";
+    case GemmPath::sm90_split: return "sm90_split";
+    case GemmPath::sm90_persistent_64: return "sm90_persistent_64";
+    case GemmPath::sm90_split_64: return "sm90_split_64";
+  }
+  return "?";
+}
+
+bool gemm_path_available(GemmPath p, int device) {
+  if (p == GemmPath::automatic || p == GemmPath::mma_sync) return true;
+  // Compute capability per device, read once (the kernels are built for sm_90a).
+  static std::mutex mu;
+  static std::map<int, int> major;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = major.find(device);
+  if (it == major.end()) {
+    int m = 0;
+    DETFUZZ_CUDA_CHECK(cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, device));
+    it = major.emplace(device, m).first;
+  }
+  return it->second == 9;
+}
+
 int gemm_alignment(DType t) { return t == DType::f32 ? 4 : 8; }
 
 std::string gemm_check(const GemmParams &p) {
@@ -54,7 +83,19 @@ void launch_gemm(const GemmParams &p, cudaStream_t stream) {
   const std::string why = gemm_check(p);
   if (!why.empty()) throw std::invalid_argument("launch_gemm: " + why);
   if (p.M == 0 || p.N == 0 || p.batch == 0) return;
-  if (p.dtype == DType::f32) launch_gemm_f32(p, stream);
+  if (p.dtype == DType::f32) {
+    launch_gemm_f32(p, stream);
+    return;
+  }
+  int dev = 0;
+  DETFUZZ_CUDA_CHECK(cudaGetDevice(&dev));
+  if (p.path != GemmPath::automatic && !gemm_path_available(p.path, dev))
+    throw std::invalid_argument(std::string("launch_gemm: path ") + gemm_path_name(p.path) +
+                                " needs an sm_90 GPU (device " + std::to_string(dev) + " is not one)");
+  const bool hopper = p.path != GemmPath::mma_sync &&
+                      (p.path != GemmPath::automatic || gemm_path_available(GemmPath::sm90_persistent, dev));
+  // K = 0 has no chunk to run: every path writes alpha * 0 (+ beta * bias) the mma.sync way.
+  if (hopper && p.K > 0) launch_gemm_sm90(p, p.path, stream);
   else launch_gemm_tc(p, stream);
 }
 

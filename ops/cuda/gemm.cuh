@@ -27,6 +27,18 @@ enum class DType { f32, f16, bf16, i32, i64 };
 const char *dtype_name(DType t);
 int dtype_size(DType t);
 
+// Which kernel runs a 16-bit matmul. `automatic` takes the Hopper kernel (gemm_sm90.cu) on an
+// sm_90 device and the mma.sync kernel (gemm_tc.cu) elsewhere, and on Hopper picks the persistent
+// or the split path by the tile count: the two Hopper paths give the same bits (see
+// gemm_sm90.cu), so the pick never changes a result. The mma.sync kernel has bits of its own
+// (no K chunks), invariant on their own. Tests and variant_agree force a path.
+// The sm90 paths with the _64 suffix use 64-row tiles (one consumer warpgroup), the automatic
+// choice for M <= 64; the others 128-row tiles.
+enum class GemmPath { automatic, mma_sync, sm90_persistent, sm90_split, sm90_persistent_64, sm90_split_64 };
+const char *gemm_path_name(GemmPath p);
+// The paths this device can run for a 16-bit dtype (sm90 ones only on compute capability 9.x).
+bool gemm_path_available(GemmPath p, int device);
+
 struct GemmParams {
   DType dtype = DType::f32;  // A, B, C and bias all have this dtype
   const void *a = nullptr;
@@ -42,6 +54,7 @@ struct GemmParams {
   int64_t M = 0, N = 0, K = 0, batch = 1;
   int num_ctas = 0;  // persistent CTA slots: cuda_ops passes the device's SM count (the 16-bit
                      // kernel runs 2 co-resident CTAs per slot). Must be >= 1; never changes bits.
+  GemmPath path = GemmPath::automatic;  // 16-bit dtypes only; float32 has one kernel
 };
 
 // Empty string when the kernels can run these params as given, else why not.
@@ -56,5 +69,9 @@ void launch_gemm(const GemmParams &p, cudaStream_t stream);
 // Internal: one per kernel file.
 void launch_gemm_tc(const GemmParams &p, cudaStream_t stream);   // f16, bf16 (gemm_tc.cu)
 void launch_gemm_f32(const GemmParams &p, cudaStream_t stream);  // f32 (gemm_f32.cu)
+// f16, bf16 on sm_90 (gemm_sm90.cu); path is automatic or one of the sm90 ones.
+void launch_gemm_sm90(const GemmParams &p, GemmPath path, cudaStream_t stream);
+// Whether the automatic choice takes the split path for this many tiles and K chunks on `sms` SMs.
+bool gemm_sm90_split_preferred(int64_t tiles, int chunks, int sms);
 
 }  // namespace detfuzz::cuda_kernels

@@ -48,6 +48,29 @@ GemmArgs<E> gemm_args(const GemmParams &p) {
   return a;
 }
 
+// The fixed split of the K range into chunks, a function of K alone (never of M, N, the batch or
+// the grid). Every kernel path computes one output element as
+//   total = p_0;  total = total + p_1;  ...;  total = total + p_{count-1}
+// where p_c is the dot product over chunk c's K range accumulated from zero in the kernel's K
+// order, and the adds are plain float32 adds. A path may compute the p_c in one CTA (a running
+// total in registers, for large M) or in `count` CTAs of one cluster (reduced through distributed
+// shared memory in the order above, for small M): the bits are the same, so the path may change
+// with M. Chunks are multiples of 64 so that every kernel's K step divides them.
+struct KChunks {
+  int64_t size;  // K elements per chunk (the last chunk may be shorter)
+  int count;     // 1 .. kMaxKChunks
+};
+constexpr int kMaxKChunks = 8;           // a portable cluster size
+constexpr int64_t kMinKChunk = 1024;     // below this a split costs more than it gains (H100: a split
+                                         // CTA's fixed costs are about two chunks of 512)
+__host__ __device__ inline KChunks k_chunks(int64_t K) {
+  if (K <= kMinKChunk) return {K > 0 ? K : 1, 1};
+  int64_t count = (K + kMinKChunk - 1) / kMinKChunk;
+  if (count > kMaxKChunks) count = kMaxKChunks;
+  const int64_t size = ((K + count - 1) / count + 63) / 64 * 64;
+  return {size, static_cast<int>((K + size - 1) / size)};
+}
+
 struct TileCoord {
   int64_t batch, pid_m, pid_n;
 };

@@ -10,18 +10,43 @@ std::vector<ImplInfo> cuda_invariant_impls() {
   const auto e = Expectation::must_hold;
   return {
       {"invariant", "mm", b, float_dtypes(), e,
-       "persistent matmul, one CTA per SM, fixed 128x128 tiles and K order (mma.sync for 16-bit, FMA for fp32)",
+       "16-bit: Hopper TMA+wgmma, 128x128 tiles, fixed K chunks (persistent or cluster split, same bits); fp32: FMA",
        [](const OpArgs &x) { return cuda_ops::mm(x.tensors.at(0), x.tensors.at(1)); }},
       {"invariant", "addmm", b, float_dtypes(), e, "persistent matmul with alpha/beta and the bias fused in the epilogue",
        [](const OpArgs &x) { return cuda_ops::addmm(x.tensors.at(0), x.tensors.at(1), x.tensors.at(2), x.beta, x.alpha); }},
       {"invariant", "bmm", b, float_dtypes(), e, "persistent matmul, batch folded into the tile space (one launch)",
        [](const OpArgs &x) { return cuda_ops::bmm(x.tensors.at(0), x.tensors.at(1)); }},
+      // The mma.sync kernel that other GPUs run, forced on this one: invariant on its own bits.
+      {"invariant-mma-sync", "mm", b, half_dtypes(), e, "the sm_80 mma.sync persistent matmul (no K chunks), forced",
+       [](const OpArgs &x) {
+         cuda_ops::ScopedMatmulPath path(cuda_kernels::GemmPath::mma_sync);
+         return cuda_ops::mm(x.tensors.at(0), x.tensors.at(1));
+       }},
+      {"invariant-mma-sync", "addmm", b, half_dtypes(), e, "the sm_80 mma.sync matmul with the bias fused, forced",
+       [](const OpArgs &x) {
+         cuda_ops::ScopedMatmulPath path(cuda_kernels::GemmPath::mma_sync);
+         return cuda_ops::addmm(x.tensors.at(0), x.tensors.at(1), x.tensors.at(2), x.beta, x.alpha);
+       }},
+      {"invariant-mma-sync", "bmm", b, half_dtypes(), e, "the sm_80 mma.sync matmul over a batch, forced",
+       [](const OpArgs &x) {
+         cuda_ops::ScopedMatmulPath path(cuda_kernels::GemmPath::mma_sync);
+         return cuda_ops::bmm(x.tensors.at(0), x.tensors.at(1));
+       }},
       {"invariant", "log_softmax", b, float_dtypes(), e,
        "three-pass row log_softmax, reduction order fixed by the row length",
        [](const OpArgs &x) { return cuda_ops::log_softmax(x.tensors.at(0), x.dim, x.half_to_float); }},
       {"invariant", "mean", b, float_and_int_dtypes(), e,
        "row mean over any dims (one fixed-order reduction, integers promoted to float32)",
        [](const OpArgs &x) { return cuda_ops::mean(x.tensors.at(0), x.dims, x.keepdim, x.out_dtype); }},
+      {"invariant", "rms_norm", b, float_dtypes(), e,
+       "one CTA per row, 64-element block partials summed in block order (the CPU's bits)",
+       [](const OpArgs &x) { return cuda_ops::rms_norm(x.tensors.at(0), x.tensors.at(1), x.eps); }},
+      {"invariant", "rope", b, float_dtypes(), e, "NeoX RoPE, a thread per rotated pair, float64 angles",
+       [](const OpArgs &x) { return cuda_ops::rope(x.tensors.at(0), x.tensors.at(1), x.theta); }},
+      {"invariant", "silu_and_mul", b, float_dtypes(), e, "silu(gate) * up, a thread per element",
+       [](const OpArgs &x) { return cuda_ops::silu_and_mul(x.tensors.at(0)); }},
+      {"invariant", "embedding", b, float_dtypes(), e, "row gather (index_select of whole rows)",
+       [](const OpArgs &x) { return cuda_ops::embedding(x.tensors.at(0), x.tensors.at(1)); }},
   };
 }
 

@@ -1,5 +1,6 @@
 #include "properties/attention/attention_properties.h"
 
+#include "properties/counter_data.h"
 #include "properties/data.h"
 #include "properties/streams.h"
 
@@ -39,15 +40,9 @@ std::string join(const std::vector<int64_t> &v) {
   return s;
 }
 
-float value(uint64_t seed, uint64_t tensor, uint64_t index) {
-  // One splitmix64 per element: its four 16-bit quarters are four uniforms whose centred sum
-  // (Irwin-Hall) is normal-ish with variance 1 and |v| < 3.47.
-  const uint64_t h = counter_bits(seed, tensor, index);
-  const int64_t sum = static_cast<int64_t>(h & 0xffff) + static_cast<int64_t>((h >> 16) & 0xffff) +
-                      static_cast<int64_t>((h >> 32) & 0xffff) + static_cast<int64_t>(h >> 48) - 2 * 65535;
-  const float v = static_cast<float>(static_cast<double>(sum) * (1.7320508075688772 / 65536.0));
-  return v == 0.f ? 0.5f : v;
-}
+float value(uint64_t seed, uint64_t tensor, uint64_t index) { return keyed_value(counter_data::tensor_key(seed, tensor), index); }
+
+float keyed_value(uint64_t key, uint64_t index) { return counter_data::irwin_hall_value(key, index); }
 
 Geometry geometry(const CaseSpec &c) {
   if (c.shape.size() != 4)
@@ -110,12 +105,13 @@ Batch build(const CaseSpec &c, const std::vector<Seq> &seqs, int64_t place_seed,
     tokens += seqs[i].kv_len - (share_physical && i > 0 ? seqs[i].share_pages * BS : 0);
     t_q += seqs[i].q_len;
   }
-  auto kh = at::empty({tokens, g.h_kv, D}, at::kFloat), vh = at::empty({tokens, g.h_kv, D}, at::kFloat);
+  // Each row of K, V and Q is a run of keyed values (properties/data.h keyed_rows), made where
+  // the case runs: its key and the index of its first element are listed here.
   auto slots = at::empty({tokens}, at::kLong);
-  auto qh = at::empty({t_q, g.h_q, D}, at::kFloat);
-  float *kp = kh.data_ptr<float>(), *vp = vh.data_ptr<float>(), *qp = qh.data_ptr<float>();
   int64_t *sp = slots.data_ptr<int64_t>();
+  std::vector<uint64_t> k_keys, v_keys, kv_first, q_keys, q_first;
   const uint64_t seed = c.seed;
+  const int64_t kv_width = g.h_kv * D, q_width = g.h_q * D;
   int64_t t = 0, r = 0;
   Batch b;
   for (int64_t i = 0; i < S; ++i) {
@@ -125,23 +121,24 @@ Batch build(const CaseSpec &c, const std::vector<Seq> &seqs, int64_t place_seed,
       const bool in_prefix = i > 0 && pos < s.share_pages * BS;
       if (in_prefix && share_physical) continue;
       const uint64_t uid = in_prefix ? src_shared : static_cast<uint64_t>(s.uid);
-      sp[t] = slot_of(blocks[i], BS, pos);
-      for (int64_t e = 0; e < g.h_kv * D; ++e) {
-        kp[t * g.h_kv * D + e] = value(seed, 3 * uid + 1, static_cast<uint64_t>(pos * g.h_kv * D + e));
-        vp[t * g.h_kv * D + e] = value(seed, 3 * uid + 2, static_cast<uint64_t>(pos * g.h_kv * D + e));
-      }
-      ++t;
+      sp[t++] = slot_of(blocks[i], BS, pos);
+      k_keys.push_back(counter_data::tensor_key(seed, 3 * uid + 1));
+      v_keys.push_back(counter_data::tensor_key(seed, 3 * uid + 2));
+      kv_first.push_back(static_cast<uint64_t>(pos * kv_width));
     }
     b.row_begin.push_back(r);
+    const uint64_t q_key = counter_data::tensor_key(seed, 3 * static_cast<uint64_t>(s.uid));
     for (int64_t qi = 0; qi < s.q_len; ++qi, ++r) {
-      const int64_t pos = s.kv_len - s.q_len + qi;
-      for (int64_t e = 0; e < g.h_q * D; ++e)
-        qp[r * g.h_q * D + e] = value(seed, 3 * static_cast<uint64_t>(s.uid), static_cast<uint64_t>(pos * g.h_q * D + e));
+      q_keys.push_back(q_key);
+      q_first.push_back(static_cast<uint64_t>((s.kv_len - s.q_len + qi) * q_width));
     }
   }
+  const at::Device dev = c.backend == Backend::cuda ? at::Device(at::kCUDA) : at::Device(at::kCPU);
+  const at::Tensor kh = keyed_rows(k_keys, kv_first, kv_width, dev).view({tokens, g.h_kv, D});
+  const at::Tensor vh = keyed_rows(v_keys, kv_first, kv_width, dev).view({tokens, g.h_kv, D});
+  const at::Tensor qh = keyed_rows(q_keys, q_first, q_width, dev).view({t_q, g.h_q, D});
   b.row_begin.push_back(r);
 
-  const at::Device dev = c.backend == Backend::cuda ? at::Device(at::kCUDA) : at::Device(at::kCPU);
   KVCacheConfig cfg;
   cfg.num_blocks = num_blocks;
   cfg.block_size = BS;
@@ -157,7 +154,7 @@ Batch build(const CaseSpec &c, const std::vector<Seq> &seqs, int64_t place_seed,
     kl.push_back(s.kv_len);
   }
   const AttnMetadata meta = make_metadata(ql, kl, blocks, max_pages, dev);
-  b.args.tensors = {qh.to(c.dtype).to(dev), cache.k(0), cache.v(0), meta.cu_seqlens_q, meta.seq_lens_kv,
+  b.args.tensors = {qh.to(c.dtype), cache.k(0), cache.v(0), meta.cu_seqlens_q, meta.seq_lens_kv,
                     meta.block_table};
   b.args.alpha = c.param_double("alpha", 0.0);
   b.num_blocks = num_blocks;
@@ -177,7 +174,7 @@ namespace {
 at::Tensor rows(const at::Tensor &out, const Batch &b, int64_t seq, int64_t from = 0, int64_t count = -1) {
   const int64_t begin = b.row_begin[seq] + from;
   const int64_t end = count < 0 ? b.row_begin[seq + 1] : begin + count;
-  return out.slice(0, begin, end).to(at::kCPU);
+  return out.slice(0, begin, end);  // left where it is: CUDA rows are compared on the device
 }
 
 double dtype_eps(at::ScalarType t) {
@@ -243,7 +240,7 @@ Verdict check_attention_case(const CaseSpec &c) {
         seqs[i].share_pages = std::min({share, seqs[0].kv_len / geometry(c).page_size, seqs[i].kv_len / geometry(c).page_size});
       const Batch a = build(c, seqs, place, extra, false);
       const Batch b = build(c, seqs, place2, extra, true);
-      return Verdict::from_diff(run(a).to(at::kCPU), run(b).to(at::kCPU),
+      return Verdict::from_diff(run(a), run(b),
                                 "whole batch, placement " + std::to_string(place) + " vs " + std::to_string(place2) +
                                     " with " + std::to_string(share) + " shared prefix pages");
     }

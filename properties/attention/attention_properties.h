@@ -70,6 +70,7 @@ std::string join(const std::vector<int64_t> &v);  // "5.1.1"
 
 // The data generator: normal-ish, never zero.
 float value(uint64_t seed, uint64_t tensor, uint64_t index);
+float keyed_value(uint64_t key, uint64_t index);  // value(seed, tensor, i) with key = counter_data::tensor_key(seed, tensor)
 
 struct Seq {
   int64_t uid = 0, q_len = 1, kv_len = 1;

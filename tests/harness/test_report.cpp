@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
 
 namespace detfuzz {
@@ -59,6 +60,23 @@ TEST(Report, RefusesANonEmptyOrUnwritableFolder) {
   EXPECT_TRUE(fs::exists(out / "keep.txt"));
   remove_tree(out.string());
   EXPECT_THROW(ReportWriter w("/proc/detfuzz/report"), ReportError);
+}
+
+// summary.json's commit comes from the source tree itself: a folder inside another repository
+// (a tarball unpacked in someone's repository) is "unknown", the repository's own top is not.
+TEST(Report, GitCommitComesOnlyFromTheSourceTreeItself) {
+  if (std::system("git --version >/dev/null 2>&1") != 0) GTEST_SKIP() << "git is not installed";
+  const fs::path repo = fresh_dir("detfuzz_git_enclosing");
+  fs::create_directories(repo / "unpacked" / "detfuzz");
+  const std::string git = "git -C '" + repo.string() + "' ";
+  ASSERT_EQ(std::system((git + "init -q && " + git + "-c user.name=t -c user.email=t@t commit -q --allow-empty -m init").c_str()), 0);
+  const GitState top = git_state_of(repo);
+  EXPECT_EQ(top.commit.size(), 40u) << top.commit;
+  const GitState nested = git_state_of(repo / "unpacked" / "detfuzz");
+  EXPECT_EQ(nested.commit, "unknown");
+  EXPECT_FALSE(nested.dirty);
+  EXPECT_EQ(git_state_of(fs::temp_directory_path() / "detfuzz_no_such_tree").commit, "unknown");
+  remove_tree(repo.string());
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
+#include <array>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -207,6 +208,67 @@ TEST(CudaMatmul, LayoutsAgreeBitwise) {
     }
 }
 
+// On Hopper the 16-bit matmul has two paths (persistent, cluster split over the K chunks) that
+// the launcher picks by tile count: each must give the other's bits on the same inputs, for both
+// B layouts, with a bias, over a batch, and for K below, at and across chunk boundaries. The
+// mma.sync kernel (other GPUs) is checked for accuracy and batch invariance on its own bits.
+TEST(CudaMatmul, HopperPathsAgreeBitwise) {
+  REQUIRE_GPU();
+  const int dev = at::cuda::current_device();
+  if (cuda_ops::equivalent_matmul_paths(dev).empty()) GTEST_SKIP() << "needs an sm_90 GPU for the Hopper paths";
+  namespace ck = cuda_kernels;
+  uint64_t seed = 900;
+  for (auto dt : {at::kBFloat16, at::kHalf})
+    for (int64_t K : {8, 64, 520, 1000, 1024, 2050, 4096, 4104, 9000})
+      for (int64_t N : {8, 136, 264})
+        for (int64_t M : {1, 65, 300}) {
+          const at::Tensor a = rnd({M, K}, dt, seed++), b = rnd({K, N}, dt, seed++), w = rnd({N, K}, dt, seed++);
+          const at::Tensor bias = rnd({M, N}, dt, seed++);
+          const std::string what = c10::str(dt, " M=", M, " N=", N, " K=", K);
+          const auto paths = cuda_ops::equivalent_matmul_paths(dev);
+          std::vector<std::array<at::Tensor, 3>> per;
+          for (const auto path : paths) {
+            cuda_ops::ScopedMatmulPath forced(path);
+            per.push_back({cuda_ops::mm(a, b), cuda_ops::mm(a, w.t()), cuda_ops::addmm(bias, a, w.t(), 0.5, 1.5)});
+          }
+          for (size_t i = 1; i < paths.size(); ++i) {
+            const std::string vs = std::string(" ") + ck::gemm_path_name(paths[0]) + " vs " + ck::gemm_path_name(paths[i]);
+            expect_bitwise(per[0][0], per[i][0], what + " B[K,N]" + vs);
+            expect_bitwise(per[0][1], per[i][1], what + " B=W^T" + vs);
+            expect_bitwise(per[0][2], per[i][2], what + " addmm" + vs);
+          }
+          expect_bitwise(per[0][0], cuda_ops::mm(a, b), what + " automatic");
+          if (M == 65) {
+            expect_accurate(per[0][0], a, b);
+            expect_accurate(per[1][1], a, w.t());
+            expect_accurate(per[3][2], a, w.t(), &bias, 1.5, 0.5);
+          }
+        }
+  // bmm: the batch in the tile space of both paths.
+  for (auto dt : {at::kBFloat16, at::kHalf}) {
+    const at::Tensor a = rnd({3, 70, 1040}, dt, seed++), b = rnd({3, 1040, 136}, dt, seed++);
+    std::vector<at::Tensor> out;
+    for (const auto path : cuda_ops::equivalent_matmul_paths(dev)) {
+      cuda_ops::ScopedMatmulPath forced(path);
+      out.push_back(cuda_ops::bmm(a, b));
+    }
+    for (size_t i = 1; i < out.size(); ++i) expect_bitwise(out[0], out[i], c10::str(dt, " bmm path ", i));
+    for (int64_t j = 0; j < 3; ++j) expect_accurate(out[1][j], a[j], b[j]);
+  }
+}
+
+TEST(CudaMatmul, MmaSyncPathIsAccurateAndInvariant) {
+  REQUIRE_GPU();
+  cuda_ops::ScopedMatmulPath forced(cuda_kernels::GemmPath::mma_sync);
+  uint64_t seed = 950;
+  for (auto dt : {at::kBFloat16, at::kHalf}) {
+    const at::Tensor a = rnd({200, 1000}, dt, seed++), b = rnd({1000, 136}, dt, seed++);
+    const at::Tensor full = cuda_ops::mm(a, b);
+    expect_accurate(full, a, b);
+    for (int64_t m : {1, 7, 64, 129}) expect_bitwise(full.narrow(0, 50, m), cuda_ops::mm(a.narrow(0, 50, m), b), "mma.sync");
+  }
+}
+
 TEST(CudaMatmul, StreamsAndRepeatsAgree) {
   REQUIRE_GPU();
   uint64_t seed = 600;
@@ -261,7 +323,7 @@ TEST(CudaMatmul, Int64Offsets) {
 TEST(CudaBaselines, CublasImplsAreAccurate) {
   REQUIRE_GPU();
   uint64_t seed = 700;
-  for (const char *impl : {"cublas", "cublaslt-noworkspace"})
+  for (const char *impl : {"cublas", "cublaslt-noworkspace", "cublaslt-pinned"})
     for (auto dt : kDtypes) {
       const ImplInfo *mm = find_impl("mm", impl, Backend::cuda);
       const ImplInfo *addmm = find_impl("addmm", impl, Backend::cuda);

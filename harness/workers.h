@@ -1,0 +1,51 @@
+// Fork mode (`detfuzz fuzz --workers N`), after libFuzzer's: the campaign runs in N child
+// processes of this binary, worker i taking shard i of N of the targets and corpus records (within
+// the campaign's own --shard). Each writes its own report; the parent merges them into one
+// (harness/merge.h). Before checking a case a worker writes it to an "in flight" file, so when a
+// worker dies (a signal: a segfault, an abort, a CUDA error that kills the process) or stops
+// making progress for --case-timeout seconds (the parent kills it), the parent turns that case
+// into a record with outcome `crash` or `timeout`, prints it with its repro command, and starts a
+// fresh worker for the same shard with the time left (a new seed, no corpus, the crashed targets
+// left out). Crash records go to failures.csv and crashes.csv of the merged report; a crash of a
+// must-hold target fails the campaign (exit 1). SIGINT/SIGTERM are passed on to the workers,
+// whose reports are then merged as usual. With --devices, worker i runs on GPU devices[i] alone
+// and the merged summary's `workers.devices` says which worker had which GPU.
+#pragma once
+
+#include "harness/corpus.h"
+
+#include <cstdint>
+#include <filesystem>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace detfuzz {
+
+struct WorkersConfig {
+  std::string self;                     // this binary (/proc/self/exe)
+  std::vector<std::string> child_args;  // the fuzz arguments every worker gets (no --workers, --out, --seed, --budget, --cases)
+  int workers = 1;
+  // One worker per GPU when set (`--devices`): worker i sees only devices[i] (CUDA_VISIBLE_DEVICES).
+  std::vector<int> devices;
+  double case_timeout_s = 0;  // 0: no watchdog
+  double budget_s = 60;
+  int64_t max_cases = 0;      // split among the workers
+  uint64_t seed = 1;
+  bool corpus = true;         // the first generation of workers replays the corpus
+  std::filesystem::path out;
+  std::filesystem::path junit;  // empty: no JUnit file; else written from the merged report, crashes as failures
+  std::string backend, started; // for the JUnit suite
+  std::string program, command_line;
+  bool progress = true;
+};
+
+// Returns the campaign's exit code (0, 1, 2, or 128 + signal when interrupted).
+int run_workers(const WorkersConfig &cfg, std::ostream &log);
+
+// Replays a crash or timeout record in a child process (`self replay --case ...`) and says how
+// the child ended. Returns 1 when the crash or timeout came back, 0 when the case now completes.
+int replay_crash_in_child(const Record &r, const std::string &self, double timeout_s, std::ostream &log,
+                          const std::string &program);
+
+}  // namespace detfuzz

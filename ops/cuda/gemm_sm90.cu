@@ -1,0 +1,425 @@
+// Batch-invariant matmul for bfloat16 and float16 on Hopper (sm_90a): TMA loads, wgmma, a
+// producer warpgroup and two consumer warpgroups, and the fixed K chunks of k_chunks(K).
+//
+// Design. An output tile is 128 x 128. Each K step of 64 is one pipeline stage: the producer
+// warpgroup (one thread) waits for the stage to be free, then TMA loads A's 128 x 64 box (only
+// the first ceil8(M) rows when M < 128: TMA's zero fill of rows past M is slower than a load, and a
+// row of the MMA never reads another row, so the stale rows below are harmless) and B's 64 x 128 (one box of 128 N rows when B is a transposed [N, K] weight, two boxes of 64 N columns
+// when B is [K, N]) into 128-byte-swizzled shared memory, 6 stages deep (9 for 64-row tiles); out-of-range rows,
+// columns and K are zero-filled by TMA. Each consumer warpgroup owns 64 rows of the tile and issues
+// four wgmma.m64n128k16 per stage (A and B from shared memory; B K-major or N-major), keeping one
+// stage's MMAs in flight while it releases the previous stage.
+//
+// Arithmetic of one output element (the invariance argument). K is cut into the chunks of
+// k_chunks(K), a function of K alone. The partial p_c of chunk c is the chain of wgmma k16 steps
+// over the chunk in increasing K order, starting from zero (the first MMA of a chunk ignores the
+// accumulator). The result is total = p_0, then total = total + p_c for c = 1, 2, ... in order
+// (float32 adds), then alpha * total (+ beta * bias), rounded once. Two paths compute exactly this:
+//  - persistent: a grid of at most one CTA per SM walks the tiles (gemm_common's grouped order);
+//    a CTA computes every chunk of its tile, keeping the running total in registers beside the
+//    chunk accumulator;
+//  - split: a cluster of k_chunks(K).count CTAs per tile, CTA c computing p_c; the partials meet in
+//    distributed shared memory, where CTA r sums rows r, r + count, ... in chunk order.
+// Each path comes in two tile heights: 128 rows (two consumer warpgroups) and 64 rows (one, taken
+// for M <= 64 so that no warpgroup multiplies only rows past M); a 64-row slab of either is the
+// same wgmma sequence on the same data.
+// Both run the same instruction (m64n128k16, f32 accumulation) on the same shared-memory layouts
+// over the same K ranges, and the same adds in the same order, so they give the same bits: the
+// launcher may pick any of the four for any M (split when the tiles alone cannot fill the GPU). Nothing
+// depends on M, the batch, the grid or the B layout. variant_agree runs all four on the same
+// inputs (tests force each one).
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/gemm.cuh"
+#include "ops/cuda/gemm_common.cuh"
+#include "ops/cuda/mma_sm80.cuh"
+#include "ops/cuda/ptx_sm90.cuh"
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+namespace detfuzz::cuda_kernels {
+namespace {
+
+constexpr int BN = 128, BK = 64, GROUP_M = 8;
+// A CTA has CONSUMERS warpgroups of 64 rows each (tile height 64 * CONSUMERS) and warpgroup 0
+// produces. Two for M > 64; one for M <= 64, where a second would multiply rows past M.
+template <int CONSUMERS>
+constexpr int kThreads = 128 * (CONSUMERS + 1);
+constexpr int B_BYTES = BK * BN * 2;              // 16 KiB
+constexpr int PART_LD = BN + 4;                   // floats per row of a split partial in shared memory
+// Shared memory of a CTA: `stages` pipeline stages of A's box then B's 64 x 128, then the full and
+// empty barriers. A 64-row tile's smaller stages buy it more of them (decode streams B, and what
+// bounds it is the bytes in flight per SM).
+template <int CONSUMERS>
+struct Geometry {
+  static constexpr int tile_m = 64 * CONSUMERS;
+  static constexpr int a_bytes = tile_m * BK * 2;
+  static constexpr int stage_bytes = a_bytes + B_BYTES;
+  static constexpr int stages = CONSUMERS == 2 ? 6 : 9;
+  static constexpr int smem_bytes = 1024 + stages * stage_bytes + 2 * stages * 8;
+  static_assert(tile_m * PART_LD * 4 <= stages * stage_bytes, "the split partial reuses the stages");
+  static_assert(smem_bytes <= 227 * 1024, "fits an SM");
+};
+static_assert(kMinKChunk % BK == 0, "chunks are whole K steps");
+static_assert(GROUP_M > 0, "tile rows per group of the persistent order");
+
+using TcArgs = GemmArgs<uint16_t>;
+
+struct Sm90Args {
+  TcArgs g;
+  int64_t tiles_m, tiles_n, tiles;
+  int kblocks;        // ceil(K / BK)
+  int chunk_kblocks;  // K steps per chunk: ceil(k_chunks(K).size / BK)
+  int chunks;         // k_chunks(K).count
+  int a_rank3, b_rank3;
+  int stage_tx_bytes;  // bytes TMA writes per stage: A's box (a_box_rows x 64) and B's 64 x 128
+};
+
+// alpha * total (+ beta * bias), without contraction: both paths must round identically.
+template <typename T>
+__device__ __forceinline__ float finish(float total, const Sm90Args &p, const uint16_t *bias, int64_t gm, int64_t gn) {
+  float v = __fmul_rn(p.g.alpha, total);
+  if (bias) v = __fadd_rn(v, __fmul_rn(p.g.beta, to_f<T>(bias[gm * p.g.bsm + gn * p.g.bsn])));
+  return v;
+}
+
+template <typename T, bool B_KN, bool SPLIT, int CONSUMERS>
+__global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
+    gemm_sm90_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+                     const Sm90Args p) {
+#if DETFUZZ_SM90A
+  using namespace sm90;
+  using G = Geometry<CONSUMERS>;
+  constexpr int TILE_M = G::tile_m, STAGES = G::stages, STAGE_BYTES = G::stage_bytes, A_BYTES = G::a_bytes;
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t stages = (raw + 1023) & ~1023u;  // 128-byte swizzle wants 1024-byte alignment
+  const uint32_t full_bar = stages + STAGES * STAGE_BYTES;
+  const uint32_t empty_bar = full_bar + STAGES * 8;
+  auto stage_a = [&](int s) { return stages + s * STAGE_BYTES; };
+  auto stage_b = [&](int s) { return stages + s * STAGE_BYTES + A_BYTES; };
+
+  const int tid = threadIdx.x;
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform to the compiler
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full_bar + 8 * s, 1);
+      mbar_init(empty_bar + 8 * s, CONSUMERS * 4);  // one arrival per consumer warp
+    }
+    fence_mbar_init();
+    prefetch_tensor_map(&tmap_a);
+    prefetch_tensor_map(&tmap_b);
+  }
+  __syncthreads();
+
+  // The work of this CTA: tiles [first, ...) stepping by `step`, and K blocks [kb_begin, kb_end).
+  const int my_chunk = SPLIT ? static_cast<int>(blockIdx.x % p.chunks) : 0;
+  const int64_t first = SPLIT ? blockIdx.x / p.chunks : blockIdx.x;
+  const int64_t step = SPLIT ? p.tiles : gridDim.x;  // split: one tile per CTA
+  const int kb_begin = SPLIT ? my_chunk * p.chunk_kblocks : 0;
+  const int kb_end = SPLIT ? min(p.kblocks, kb_begin + p.chunk_kblocks) : p.kblocks;
+
+  if (wg == 0) {
+    // Producer: one thread issues every TMA load.
+    if constexpr (CONSUMERS == 2) release_registers<40>();
+    if (tid == 0) {
+      int it = 0;
+      for (int64_t tile = first; tile < p.tiles; tile += step) {
+        const TileCoord tc = persistent_tile<GROUP_M>(tile, p.tiles_m, p.tiles_n);
+        const int m0 = static_cast<int>(tc.pid_m * TILE_M), n0 = static_cast<int>(tc.pid_n * BN);
+        const int b = static_cast<int>(tc.batch);
+        for (int kb = kb_begin; kb < kb_end; ++kb, ++it) {
+          const int s = it % STAGES;
+          mbar_wait(empty_bar + 8 * s, ((it / STAGES) & 1) ^ 1);
+          const uint32_t fb = full_bar + 8 * s;
+          mbar_expect_tx(fb, p.stage_tx_bytes);
+          const int k0 = kb * BK;
+          if (p.a_rank3) tma_load_3d(stage_a(s), &tmap_a, fb, k0, m0, b);
+          else tma_load_2d(stage_a(s), &tmap_a, fb, k0, m0);
+          if (B_KN) {
+            for (int half = 0; half < 2; ++half) {
+              const uint32_t dst = stage_b(s) + half * (B_BYTES / 2);
+              if (p.b_rank3) tma_load_3d(dst, &tmap_b, fb, n0 + 64 * half, k0, b);
+              else tma_load_2d(dst, &tmap_b, fb, n0 + 64 * half, k0);
+            }
+          } else {
+            if (p.b_rank3) tma_load_3d(stage_b(s), &tmap_b, fb, k0, n0, b);
+            else tma_load_2d(stage_b(s), &tmap_b, fb, k0, n0);
+          }
+        }
+      }
+    }
+  } else {
+    // Consumers.
+    if constexpr (CONSUMERS == 2) claim_registers<232>();  // 128 x 40 + 256 x 232 <= 64K registers
+    const int cw = wg - 1;                       // rows [64 cw, 64 cw + 64) of the tile
+    const int t = tid % 128, warp = t / 32, lane = t % 32;
+    float acc[64], total[64];
+    int it = 0;
+    for (int64_t tile = first; tile < p.tiles; tile += step) {
+      const TileCoord tc = persistent_tile<GROUP_M>(tile, p.tiles_m, p.tiles_n);
+      const int64_t m0 = tc.pid_m * TILE_M, n0 = tc.pid_n * BN;
+      const int valid_m = static_cast<int>(min(static_cast<int64_t>(TILE_M), p.g.M - m0));
+      const bool active = cw * 64 < valid_m;  // whether any of this warpgroup's rows is stored
+
+      for (int cb = kb_begin; cb < kb_end; cb += p.chunk_kblocks) {
+        const int ce = min(kb_end, cb + p.chunk_kblocks);
+        int prev = -1;
+        for (int kb = cb; kb < ce; ++kb, ++it) {
+          const int s = it % STAGES;
+          mbar_wait(full_bar + 8 * s, (it / STAGES) & 1);
+          // A warpgroup whose rows all lie past M still runs its MMAs (on TMA's zero rows, never
+          // stored): a branch around wgmma would make ptxas serialize every wgmma of the kernel.
+          wgmma_fence();
+          const uint32_t a0 = stage_a(s) + cw * (64 * 128);
+#pragma unroll
+          for (int kk = 0; kk < BK / 16; ++kk) {
+            const uint64_t da = desc_k_major(a0 + kk * 32);
+            const uint64_t db = B_KN ? desc_mn_major(stage_b(s) + kk * 2048, B_BYTES / 2)
+                                     : desc_k_major(stage_b(s) + kk * 32);
+            wgmma_m64n128k16<T, B_KN ? 1 : 0>(acc, da, db, (kb > cb || kk > 0) ? 1 : 0);
+          }
+          wgmma_commit();
+          wgmma_wait<1>();  // the previous stage's MMAs are done: release it
+          if (prev >= 0 && lane == 0) mbar_arrive(empty_bar + 8 * prev);
+          prev = s;
+        }
+        wgmma_wait<0>();
+        fence_registers(acc);
+        if (prev >= 0 && lane == 0) mbar_arrive(empty_bar + 8 * prev);
+        if (cb == kb_begin) {
+#pragma unroll
+          for (int i = 0; i < 64; ++i) total[i] = acc[i];
+        } else {
+#pragma unroll
+          for (int i = 0; i < 64; ++i) total[i] = __fadd_rn(total[i], acc[i]);
+        }
+      }
+
+      // Split: both consumer warpgroups are done reading the stages before either overwrites
+      // them with its partial (the producer has nothing left to load).
+      if (SPLIT) asm volatile("bar.sync 1, %0;" ::"n"(CONSUMERS * 128) : "memory");
+      if (!active) continue;
+      const int row_base = cw * 64 + warp * 16 + lane / 4;
+      if (SPLIT) {
+        // Leave the partial in this CTA's shared memory.
+        float *part = reinterpret_cast<float *>(smem_raw + (stages - raw));
+#pragma unroll
+        for (int j = 0; j < 16; ++j)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = row_base + 8 * h;
+            if (r < valid_m) {
+              const int c = 8 * j + 2 * (lane % 4);
+              part[r * PART_LD + c] = total[4 * j + 2 * h];
+              part[r * PART_LD + c + 1] = total[4 * j + 2 * h + 1];
+            }
+          }
+      } else {
+        uint16_t *C = p.g.c + tc.batch * p.g.sc;
+        const uint16_t *bias = p.g.bias ? p.g.bias + tc.batch * p.g.sbias : nullptr;
+        const bool vec2 = ((p.g.ldc & 1) == 0) && ((reinterpret_cast<uintptr_t>(C) & 3) == 0);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = row_base + 8 * h;
+          if (r >= valid_m) continue;
+          const int64_t gm = m0 + r;
+#pragma unroll
+          for (int j = 0; j < 16; ++j) {
+            const int64_t gn = n0 + 8 * j + 2 * (lane % 4);
+            if (gn >= p.g.N) continue;
+            uint16_t *dst = C + gm * p.g.ldc + gn;
+            const uint16_t v0 = from_f<T>(finish<T>(total[4 * j + 2 * h], p, bias, gm, gn));
+            if (gn + 1 < p.g.N) {
+              const uint16_t v1 = from_f<T>(finish<T>(total[4 * j + 2 * h + 1], p, bias, gm, gn + 1));
+              if (vec2) {
+                *reinterpret_cast<uint32_t *>(dst) = static_cast<uint32_t>(v0) | (static_cast<uint32_t>(v1) << 16);
+              } else {
+                dst[0] = v0;
+                dst[1] = v1;
+              }
+            } else {
+              dst[0] = v0;
+            }
+          }
+        }
+      }
+    }
+  }
+
+  if constexpr (SPLIT) {
+    // Every partial of the tile is in its CTA's shared memory: CTA r sums rows r, r + chunks, ...
+    // reading the partials in chunk order 0, 1, ..., chunks - 1.
+    __syncwarp();
+    cluster_sync();
+    const int64_t tile = first;
+    const TileCoord tc = persistent_tile<GROUP_M>(tile, p.tiles_m, p.tiles_n);
+    const int64_t m0 = tc.pid_m * TILE_M, n0 = tc.pid_n * BN;
+    const int valid_m = static_cast<int>(min(static_cast<int64_t>(TILE_M), p.g.M - m0));
+    const int valid_n = static_cast<int>(min(static_cast<int64_t>(BN), p.g.N - n0));
+    const int my_rows = valid_m > my_chunk ? (valid_m - my_chunk + p.chunks - 1) / p.chunks : 0;
+    uint16_t *C = p.g.c + tc.batch * p.g.sc;
+    const uint16_t *bias = p.g.bias ? p.g.bias + tc.batch * p.g.sbias : nullptr;
+    // Four columns per thread: the remote loads of a row quad are independent 16-byte reads.
+    for (int idx = tid; idx < my_rows * (BN / 4); idx += kThreads<CONSUMERS>) {
+      const int r = my_chunk + (idx / (BN / 4)) * p.chunks, c = (idx % (BN / 4)) * 4;
+      if (c >= valid_n) continue;
+      const uint32_t at = stages + static_cast<uint32_t>(r * PART_LD + c) * 4;
+      float4 sum = ld_dsmem4(map_dsmem(at, 0));
+      for (int q = 1; q < p.chunks; ++q) {
+        const float4 v = ld_dsmem4(map_dsmem(at, q));
+        sum.x = __fadd_rn(sum.x, v.x);
+        sum.y = __fadd_rn(sum.y, v.y);
+        sum.z = __fadd_rn(sum.z, v.z);
+        sum.w = __fadd_rn(sum.w, v.w);
+      }
+      const float out[4] = {sum.x, sum.y, sum.z, sum.w};
+      const int64_t gm = m0 + r;
+      for (int e = 0; e < 4 && c + e < valid_n; ++e) {
+        const int64_t gn = n0 + c + e;
+        C[gm * p.g.ldc + gn] = from_f<T>(finish<T>(out[e], p, bias, gm, gn));
+      }
+    }
+    cluster_sync();  // no CTA leaves while another still reads its shared memory
+  }
+#endif
+}
+
+// cuTensorMapEncodeTiled from the driver, found once through the runtime (no -lcuda).
+PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void *f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    DETFUZZ_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q));
+    if (q != cudaDriverEntryPointSuccess || !f)
+      throw std::runtime_error("gemm_sm90: the driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// A 128-byte-swizzled tiled map over a 16-bit [batch][rows][cols] tensor (rank 2 when the batch
+// stride is 0), boxes of box_cols x box_rows.
+CUtensorMap make_map(const void *base, int64_t cols, int64_t rows, int64_t ld, int64_t batch, int64_t batch_stride,
+                     int box_cols, int box_rows, int *rank3) {
+  CUtensorMap map;
+  const bool r3 = batch > 1 && batch_stride != 0;
+  *rank3 = r3 ? 1 : 0;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(batch)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(ld) * 2, static_cast<cuuint64_t>(batch_stride) * 2};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows), 1};
+  const cuuint32_t elem[3] = {1, 1, 1};
+  const CUresult r = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, r3 ? 3 : 2, const_cast<void *>(base), dims,
+                                    strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw std::runtime_error("gemm_sm90: cuTensorMapEncodeTiled failed (CUresult " + std::to_string(static_cast<int>(r)) +
+                             ") for a " + std::to_string(rows) + " x " + std::to_string(cols) + " operand, ld " +
+                             std::to_string(ld));
+  return map;
+}
+
+template <typename T, bool B_KN, bool SPLIT, int CONSUMERS>
+void launch_one(const CUtensorMap &ma, const CUtensorMap &mb, const Sm90Args &args, int grid, cudaStream_t stream) {
+  auto kernel = gemm_sm90_kernel<T, B_KN, SPLIT, CONSUMERS>;
+  static std::atomic<uint64_t> opted_in{0};  // the shared-memory opt-in, once per device
+  int dev = 0;
+  DETFUZZ_CUDA_CHECK(cudaGetDevice(&dev));
+  const uint64_t bit = dev < 64 ? (uint64_t(1) << dev) : 0;
+  if (!bit || !(opted_in.load() & bit)) {
+    DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            Geometry<CONSUMERS>::smem_bytes));
+    opted_in.fetch_or(bit);
+  }
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(kThreads<CONSUMERS>);
+  cfg.dynamicSmemBytes = Geometry<CONSUMERS>::smem_bytes;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  if (SPLIT) {
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = static_cast<unsigned>(args.chunks);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  DETFUZZ_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, ma, mb, args));
+  DETFUZZ_LAUNCH_CHECK();
+}
+
+template <typename T, int CONSUMERS>
+void dispatch(const CUtensorMap &ma, const CUtensorMap &mb, const Sm90Args &args, bool b_kn, bool split, int grid,
+              cudaStream_t stream) {
+  if (b_kn) {
+    if (split) launch_one<T, true, true, CONSUMERS>(ma, mb, args, grid, stream);
+    else launch_one<T, true, false, CONSUMERS>(ma, mb, args, grid, stream);
+  } else {
+    if (split) launch_one<T, false, true, CONSUMERS>(ma, mb, args, grid, stream);
+    else launch_one<T, false, false, CONSUMERS>(ma, mb, args, grid, stream);
+  }
+}
+
+}  // namespace
+
+bool gemm_sm90_split_preferred(int64_t tiles, int chunks, int sms) {
+  if (chunks <= 1) return false;
+  // Waves of whole-K tiles (persistent) against waves of one-chunk CTAs (split), in chunk units.
+  // A split CTA costs about three chunks' time for one chunk of work (measured on an H100: its
+  // pipeline fills and drains once, and the partials cross distributed shared memory), so the
+  // split pays only where the tiles alone leave most SMs idle (decode and small M).
+  const int64_t persistent = (tiles + sms - 1) / sms * chunks;
+  const int64_t split = (tiles * chunks + sms - 1) / sms * 3;
+  return split < persistent;
+}
+
+void launch_gemm_sm90(const GemmParams &p, GemmPath path, cudaStream_t stream) {
+  if (p.K <= 0) throw std::invalid_argument("launch_gemm_sm90: K must be >= 1");
+  // Tile height: 64 rows (one consumer warpgroup) for M <= 64 or when forced, else 128.
+  const bool narrow = path == GemmPath::sm90_persistent_64 || path == GemmPath::sm90_split_64 ||
+                      (path == GemmPath::automatic && p.M <= 64);
+  const int tile_m = narrow ? 64 : 128;
+  Sm90Args args{};
+  args.g = gemm_args<uint16_t>(p);
+  args.tiles_m = (p.M + tile_m - 1) / tile_m;
+  args.tiles_n = (p.N + BN - 1) / BN;
+  args.tiles = args.tiles_m * args.tiles_n * p.batch;
+  const KChunks kc = k_chunks(p.K);
+  args.kblocks = static_cast<int>((p.K + BK - 1) / BK);
+  args.chunk_kblocks = static_cast<int>((kc.size + BK - 1) / BK);  // a single chunk (K <= kMinKChunk) may end mid-step
+  args.chunks = kc.count;
+  if (args.tiles * args.chunks > INT32_MAX)
+    throw std::invalid_argument("launch_gemm_sm90: too many tiles (" + std::to_string(args.tiles) + ")");
+
+  const int a_box_rows = p.M >= tile_m ? tile_m : static_cast<int>((p.M + 7) / 8 * 8);
+  args.stage_tx_bytes = a_box_rows * BK * 2 + B_BYTES;
+  const CUtensorMap ma = make_map(p.a, p.K, p.M, p.lda, p.batch, p.batch_stride_a, BK, a_box_rows, &args.a_rank3);
+  const CUtensorMap mb = p.b_kn ? make_map(p.b, p.N, p.K, p.ldb, p.batch, p.batch_stride_b, 64, BK, &args.b_rank3)
+                                : make_map(p.b, p.K, p.N, p.ldb, p.batch, p.batch_stride_b, BK, BN, &args.b_rank3);
+  const bool split = path == GemmPath::sm90_split || path == GemmPath::sm90_split_64 ||
+                     (path == GemmPath::automatic && gemm_sm90_split_preferred(args.tiles, args.chunks, p.num_ctas));
+  const int grid = split ? static_cast<int>(args.tiles * args.chunks)
+                         : static_cast<int>(std::min<int64_t>(args.tiles, p.num_ctas));
+  if (p.dtype != DType::bf16 && p.dtype != DType::f16)
+    throw std::invalid_argument("launch_gemm_sm90: dtype must be f16 or bf16");
+  const bool bf16 = p.dtype == DType::bf16;
+  if (narrow) {
+    if (bf16) dispatch<__nv_bfloat16, 1>(ma, mb, args, p.b_kn, split, grid, stream);
+    else dispatch<__half, 1>(ma, mb, args, p.b_kn, split, grid, stream);
+  } else {
+    if (bf16) dispatch<__nv_bfloat16, 2>(ma, mb, args, p.b_kn, split, grid, stream);
+    else dispatch<__half, 2>(ma, mb, args, p.b_kn, split, grid, stream);
+  }
+}
+
+}  // namespace detfuzz::cuda_kernels

@@ -1,0 +1,154 @@
+// The transformer's row and element-wise ops on CUDA: rms_norm, silu_and_mul, rope. The spec,
+// formulas and orders are in ops/cpu/transformer_ops.cpp; this file follows it operation for
+// operation (IEEE float32, --fmad=false, __f*_rn intrinsics where the compiler could otherwise
+// choose), so rms_norm gives the CPU's bits. silu's expf and rope's double cos/sin/pow are
+// CUDA's libdevice functions, not glibc's: those two may differ from the CPU in the last bit,
+// but each is a pure function of its own element, never of the batch.
+//
+// rms_norm: one CTA per row. Thread b of the CTA folds block b of kRmsBlock = 64 consecutive
+// elements sequentially (and blocks b + 256, b + 512, ...), storing each block partial in shared
+// memory; thread 0 then sums the partials in block order, exactly the CPU's order. A row's bits
+// depend on its length H alone: not on the number of rows, the grid or the stream. (The
+// sequential final sum costs H/64 dependent adds per row: fine for the model sizes detfuzz runs.)
+// silu_and_mul, rope: one thread per output element (pair, for rope), grid-stride.
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/transformer_ops.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace detfuzz::cuda_kernels {
+namespace {
+
+constexpr int kRmsThreads = 256;
+constexpr int kRmsBlock = 64;  // = cpu_ops::kRmsBlock
+
+template <typename T> __device__ float load(const T *p, int64_t i);
+template <> __device__ float load<float>(const float *p, int64_t i) { return p[i]; }
+template <> __device__ float load<__half>(const __half *p, int64_t i) { return __half2float(p[i]); }
+template <> __device__ float load<__nv_bfloat16>(const __nv_bfloat16 *p, int64_t i) { return __bfloat162float(p[i]); }
+
+template <typename T> __device__ void store(T *p, int64_t i, float v);
+template <> __device__ void store<float>(float *p, int64_t i, float v) { p[i] = v; }
+template <> __device__ void store<__half>(__half *p, int64_t i, float v) { p[i] = __float2half_rn(v); }
+template <> __device__ void store<__nv_bfloat16>(__nv_bfloat16 *p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+
+template <typename T>
+__global__ void rms_norm_kernel(const T *x, const T *w, T *y, int64_t h, float eps) {
+  extern __shared__ float partials[];  // one per block of kRmsBlock elements
+  __shared__ float inv_rms;
+  const int64_t row = blockIdx.x;
+  const T *xr = x + row * h;
+  const int64_t blocks = (h + kRmsBlock - 1) / kRmsBlock;
+  for (int64_t b = threadIdx.x; b < blocks; b += kRmsThreads) {
+    float part = 0.0f;
+    const int64_t end = min(h, (b + 1) * kRmsBlock);
+    for (int64_t e = b * kRmsBlock; e < end; ++e) {
+      const float v = load(xr, e);
+      part = __fadd_rn(part, __fmul_rn(v, v));
+    }
+    partials[b] = part;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float ss = 0.0f;
+    for (int64_t b = 0; b < blocks; ++b) ss = __fadd_rn(ss, partials[b]);
+    inv_rms = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, static_cast<float>(h)), eps)));
+  }
+  __syncthreads();
+  const float inv = inv_rms;
+  for (int64_t e = threadIdx.x; e < h; e += kRmsThreads)
+    store(y + row * h, e, __fmul_rn(__fmul_rn(load(xr, e), inv), load(w, e)));
+}
+
+template <typename T>
+__global__ void silu_and_mul_kernel(const T *x, T *y, int64_t rows, int64_t i) {
+  const int64_t n = rows * i;
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = k / i, e = k % i;
+    const float g = load(x, r * 2 * i + e), u = load(x, r * 2 * i + i + e);
+    float sig;
+    if (g >= 0.0f) {
+      sig = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-g)));
+    } else {
+      const float ex = expf(g);
+      sig = __fdiv_rn(ex, __fadd_rn(1.0f, ex));
+    }
+    store(y, k, __fmul_rn(__fmul_rn(g, sig), u));
+  }
+}
+
+template <typename T>
+__global__ void rope_kernel(const T *x, const int64_t *positions, T *y, int64_t t_len, int64_t heads, int64_t d,
+                            double theta) {
+  const int64_t half = d / 2, n = t_len * heads * half;
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = k % half, th = k / half, t = th / heads;
+    const double a = static_cast<double>(positions[t]) *
+                     pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(d));
+    const float c = static_cast<float>(cos(a)), s = static_cast<float>(sin(a));
+    const T *in = x + th * d;
+    T *out = y + th * d;
+    const float x0 = load(in, i), x1 = load(in, i + half);
+    store(out, i, __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)));
+    store(out, i + half, __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s)));
+  }
+}
+
+unsigned elementwise_blocks(int64_t n) {
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((n + 255) / 256, 65535)));
+}
+
+template <typename F>
+void by_dtype(DType dtype, const char *op, F &&f) {
+  switch (dtype) {
+    case DType::f32: return f(float{});
+    case DType::f16: return f(__half{});
+    case DType::bf16: return f(__nv_bfloat16{});
+    default: throw std::invalid_argument(std::string(op) + ": dtype " + dtype_name(dtype) + " is not f32, f16 or bf16");
+  }
+}
+
+}  // namespace
+
+void launch_rms_norm(DType dtype, const void *x, const void *w, void *y, int64_t rows, int64_t h, float eps,
+                     cudaStream_t stream) {
+  if (rows == 0 || h == 0) return;
+  if (h > kRmsNormMaxH) throw std::invalid_argument("rms_norm: H = " + std::to_string(h) + " exceeds " + std::to_string(kRmsNormMaxH));
+  const size_t smem = sizeof(float) * static_cast<size_t>((h + kRmsBlock - 1) / kRmsBlock);
+  by_dtype(dtype, "rms_norm", [&](auto tag) {
+    using T = decltype(tag);
+    auto kernel = rms_norm_kernel<T>;
+    if (smem > 48 * 1024) DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    kernel<<<static_cast<unsigned>(rows), kRmsThreads, smem, stream>>>(static_cast<const T *>(x), static_cast<const T *>(w),
+                                                                       static_cast<T *>(y), h, eps);
+    DETFUZZ_LAUNCH_CHECK();
+  });
+}
+
+void launch_silu_and_mul(DType dtype, const void *x, void *y, int64_t rows, int64_t i, cudaStream_t stream) {
+  if (rows * i == 0) return;
+  by_dtype(dtype, "silu_and_mul", [&](auto tag) {
+    using T = decltype(tag);
+    silu_and_mul_kernel<T><<<elementwise_blocks(rows * i), 256, 0, stream>>>(static_cast<const T *>(x), static_cast<T *>(y), rows, i);
+    DETFUZZ_LAUNCH_CHECK();
+  });
+}
+
+void launch_rope(DType dtype, const void *x, const int64_t *positions, void *y, int64_t t, int64_t heads, int64_t d,
+                 double theta, cudaStream_t stream) {
+  if (t * heads * d == 0) return;
+  by_dtype(dtype, "rope", [&](auto tag) {
+    using T = decltype(tag);
+    rope_kernel<T><<<elementwise_blocks(t * heads * d / 2), 256, 0, stream>>>(static_cast<const T *>(x), positions,
+                                                                             static_cast<T *>(y), t, heads, d, theta);
+    DETFUZZ_LAUNCH_CHECK();
+  });
+}
+
+}  // namespace detfuzz::cuda_kernels

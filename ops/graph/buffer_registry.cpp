@@ -1,0 +1,158 @@
+#include "ops/graph/buffer_registry.h"
+
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+namespace detfuzz::graph {
+namespace {
+
+int64_t next_power_of_two(int64_t x) {
+  int64_t p = 1;
+  while (p < x) p *= 2;
+  return p;
+}
+
+}  // namespace
+
+std::optional<at::Tensor> &batch_field(ForwardBatch &b, const std::string &name) {
+  if (name == "input_ids") return b.input_ids;
+  if (name == "input_embeds") return b.input_embeds;
+  if (name == "positions") return b.positions;
+  if (name == "out_cache_loc") return b.out_cache_loc;
+  if (name == "cu_seqlens_q") return b.cu_seqlens_q;
+  if (name == "seq_lens") return b.seq_lens;
+  if (name == "block_table") return b.block_table;
+  if (name == "logits_index") return b.logits_index;
+  if (name == "global_num_tokens") return b.global_num_tokens;
+  throw std::invalid_argument("buffer registry: no batch field '" + name + "'");
+}
+
+const std::optional<at::Tensor> &batch_field(const ForwardBatch &b, const std::string &name) {
+  return batch_field(const_cast<ForwardBatch &>(b), name);
+}
+
+BufferRegistry::BufferRegistry(at::Device device, int64_t max_bs, int64_t max_tokens)
+    : device_(device), max_bs_(max_bs), max_tokens_(max_tokens) {
+  TORCH_CHECK(max_bs >= 1 && max_tokens >= 1, "buffer registry: capacity must be >= 1, got bs ", max_bs, " tokens ",
+              max_tokens);
+}
+
+int64_t BufferRegistry::rows(SlotAxis axis, int64_t bs, int64_t tokens) const {
+  switch (axis) {
+    case SlotAxis::tokens: return tokens;
+    case SlotAxis::seqs: return bs;
+    case SlotAxis::seqs_plus_one: return bs + 1;
+  }
+  return 0;
+}
+
+void BufferRegistry::add_plain(const std::string &name, SlotAxis axis, at::ScalarType dtype, std::vector<int64_t> inner) {
+  batch_field(ForwardBatch{}, name);  // a known field
+  TORCH_CHECK(!has(name), "buffer registry: slot '", name, "' registered twice");
+  std::vector<int64_t> sizes{rows(axis, max_bs_, max_tokens_)};
+  sizes.insert(sizes.end(), inner.begin(), inner.end());
+  slots_.push_back({name, axis, false, {}, at::zeros(sizes, at::TensorOptions().dtype(dtype).device(device_))});
+}
+
+void BufferRegistry::add_computed(const std::string &name, SlotAxis axis, at::ScalarType dtype, PostFill post_fill,
+                                  std::vector<int64_t> inner) {
+  batch_field(ForwardBatch{}, name);
+  TORCH_CHECK(!has(name), "buffer registry: slot '", name, "' registered twice");
+  std::vector<int64_t> sizes{rows(axis, max_bs_, max_tokens_)};
+  sizes.insert(sizes.end(), inner.begin(), inner.end());
+  slots_.push_back({name, axis, true, std::move(post_fill), at::zeros(sizes, at::TensorOptions().dtype(dtype).device(device_))});
+}
+
+bool BufferRegistry::has(const std::string &name) const {
+  for (const auto &s : slots_)
+    if (s.name == name) return true;
+  return false;
+}
+
+void BufferRegistry::fill_from(const ForwardBatch &batch) {
+  TORCH_CHECK(batch.batch_size <= max_bs_ && batch.num_tokens <= max_tokens_, "buffer registry: a batch of ",
+              batch.batch_size, " sequences and ", batch.num_tokens, " tokens exceeds the capacity of ", max_bs_,
+              " sequences and ", max_tokens_, " tokens");
+  for (auto &slot : slots_) {
+    if (slot.computed) continue;
+    const auto &field = batch_field(batch, slot.name);
+    if (!field) continue;  // absent this batch: extract_buffer carries it as absent
+    const int64_t n = rows(slot.axis, batch.batch_size, batch.num_tokens);
+    TORCH_CHECK(field->size(0) == n, "buffer registry: field ", slot.name, " has ", field->size(0), " rows, expected ", n);
+    at::Tensor dst = slot.buffer.narrow(0, 0, n);
+    if (field->dim() == 2 && field->size(1) < dst.size(1)) {  // block_table: the batch's columns, then zeros
+      dst.narrow(1, field->size(1), dst.size(1) - field->size(1)).zero_();
+      dst = dst.narrow(1, 0, field->size(1));
+    }
+    dst.copy_(*field);
+  }
+  for (auto &slot : slots_) {
+    if (!slot.computed) continue;
+    at::Tensor view = slot.buffer.narrow(0, 0, rows(slot.axis, batch.batch_size, batch.num_tokens));
+    slot.post_fill(view, batch);
+  }
+}
+
+ForwardBatch BufferRegistry::extract_buffer(int64_t padded_bs, int64_t padded_tokens,
+                                            const ForwardBatch &forward_batch_template) const {
+  TORCH_CHECK(padded_bs <= max_bs_ && padded_tokens <= max_tokens_, "buffer registry: view of ", padded_bs,
+              " sequences and ", padded_tokens, " tokens exceeds the capacity");
+  ForwardBatch out = forward_batch_template;
+  out.batch_size = padded_bs;
+  out.num_tokens = padded_tokens;
+  for (const auto &slot : slots_) {
+    // A plain slot whose field is absent this batch is carried (absent) from the template.
+    if (!slot.computed && !batch_field(forward_batch_template, slot.name)) continue;
+    batch_field(out, slot.name) = slot.buffer.narrow(0, 0, rows(slot.axis, padded_bs, padded_tokens));
+  }
+  return out;
+}
+
+BufferRegistry build_prefill_registry(const Model &model, int64_t max_bs, int64_t max_tokens,
+                                      const PrefillRegistryOptions &options) {
+  BufferRegistry r(model.device(), max_bs, max_tokens);
+  r.add_plain("input_ids", SlotAxis::tokens, at::kLong);
+  if (options.register_input_embeds)
+    r.add_plain("input_embeds", SlotAxis::tokens, model.config().dtype, {model.config().hidden});
+  r.add_plain("positions", SlotAxis::tokens, at::kLong);
+  r.add_plain("out_cache_loc", SlotAxis::tokens, at::kLong);
+  r.add_plain("cu_seqlens_q", SlotAxis::seqs_plus_one, at::kInt);
+  r.add_plain("seq_lens", SlotAxis::seqs, at::kInt);
+  r.add_plain("block_table", SlotAxis::seqs, at::kInt, {options.max_blocks});
+  // The row of each sequence's last token: cu_seqlens_q[1:] - 1, on the device, no host sync.
+  r.add_computed("logits_index", SlotAxis::seqs, at::kLong, [](at::Tensor &view, const ForwardBatch &b) {
+    TORCH_CHECK(b.cu_seqlens_q.has_value(), "buffer registry: logits_index needs cu_seqlens_q");
+    view.copy_(b.cu_seqlens_q->narrow(0, 1, b.batch_size).to(at::kLong) - 1);
+  });
+  if (options.register_global_num_tokens)
+    r.add_computed("global_num_tokens", SlotAxis::seqs, at::kLong,
+                   [](at::Tensor &view, const ForwardBatch &b) { view.fill_(b.num_tokens); });
+  return r;
+}
+
+bool eager_input_no_copy_from_env() {
+  const char *v = std::getenv("DETFUZZ_EAGER_INPUT_NO_COPY");
+  if (!v) return false;
+  const std::string s(v);
+  return s == "1" || s == "true" || s == "yes";
+}
+
+EagerInputs::EagerInputs(const Model &model, int64_t max_blocks, bool no_copy)
+    : model_(model), max_blocks_(max_blocks), no_copy_(no_copy) {}
+
+ForwardBatch EagerInputs::view(const ForwardBatch &batch) {
+  if (no_copy_) return batch;  // the batch's own tensors, wrapped as they are
+  if (!registry_ || batch.batch_size > registry_->max_bs() || batch.num_tokens > registry_->max_tokens()) {
+    const int64_t bs = next_power_of_two(std::max<int64_t>({1, batch.batch_size, capacity_bs()}));
+    const int64_t tokens = next_power_of_two(std::max<int64_t>({1, batch.num_tokens, capacity_tokens()}));
+    PrefillRegistryOptions o;
+    o.max_blocks = max_blocks_;
+    o.register_global_num_tokens = false;  // a value already on the batch survives
+    registry_ = std::make_unique<BufferRegistry>(build_prefill_registry(model_, bs, tokens, o));
+  }
+  registry_->fill_from(batch);
+  return registry_->extract_buffer(batch.batch_size, batch.num_tokens, batch);
+}
+
+}  // namespace detfuzz::graph
