@@ -48,7 +48,7 @@ class TransformerInstance : public ModelInstance {
     std::vector<graph::SequenceInput> seqs;
     for (const SeqWork &w : batch) seqs.push_back({std::vector<int64_t>(w.tokens.begin(), w.tokens.end()), w.context, w.blocks});
     const graph::RunResult r = prefill && runner_ ? runner_->run(seqs) : graph::run_eager(model_, cache_, seqs, max_blocks_);
-    return {r.logprobs.to(at::kCPU), r.used_graph};
+    return {r.logprobs.to(at::kCPU), r.bucket.has_value()};
   }
 
  private:

@@ -24,7 +24,8 @@ struct SeqWork {
 
 struct StepOutput {
   at::Tensor logprobs;  // [S, vocab] on the CPU: log_softmax of each sequence's last new token
-  bool graph = false;   // the step replayed a captured graph (else it ran eagerly)
+  bool graph = false;   // the step ran in a graph bucket: a CUDA graph replay (on the CPU the
+                        // bucket's static-shape forward over the runner's buffers); else eager
 };
 
 class ModelInstance {
