@@ -37,7 +37,8 @@ for f in cases.csv ttft.csv requests.csv summary.json; do
   [ -s "$work/laps/$f" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL laps wrote no $f"; }
 done
 grep -q "^laps,short," "$work/laps/ttft.csv" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL no LAPS short row"; }
-check "laps record replays" 0 "$bin" replay "$work/laps/cases.csv" --expect-reproduce
+record=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["case"])' "$work/laps/summary.json")
+check "laps record replays" 0 "$bin" replay --case "$record" --expect-reproduce
 check "laps unknown impl" 2 "$bin" laps --backend cpu --impl nope --out "$work/l2"
 check "laps bad sizes" 2 "$bin" laps --backend cpu --min-len 300 --out "$work/l3"
 
