@@ -72,18 +72,19 @@ class TransformerStepModel : public StepModel {
   graph::Model model_;
 };
 
-// The planted bug: a matmul that splits K in two halves (float32 partial products, added, then
-// rounded) once the step has more than 16 token rows, as a kernel that picks split-K from M would.
-// A request's rows then depend on how many other tokens share its step.
+// The planted bug: a matmul that splits K in two halves once the step has more than 16 token
+// rows, as a kernel that picks split-K from M would: each half is a matmul in the model's dtype,
+// the two partials are added in float32 and rounded. A request's rows then depend on how many
+// other tokens share its step (a graph bucket's padded rows count too).
 graph::Kernels split_k_from_rows(Backend backend) {
   graph::Kernels k = graph::invariant_kernels(backend);
   const auto inner = k.mm;
   k.name = "mutant-splitk-from-rows";
   k.mm = [inner](const at::Tensor &a, const at::Tensor &b) {
     if (a.size(0) <= 16 || a.size(1) < 2) return inner(a, b);
-    const int64_t h = a.size(1) / 2;
-    const at::Tensor lo = inner(a.narrow(1, 0, h).to(at::kFloat), b.narrow(0, 0, h).to(at::kFloat));
-    const at::Tensor hi = inner(a.narrow(1, h, a.size(1) - h).to(at::kFloat), b.narrow(0, h, b.size(0) - h).to(at::kFloat));
+    const int64_t h = a.size(1) / 2, rest = a.size(1) - h;
+    const at::Tensor lo = inner(a.narrow(1, 0, h).contiguous(), b.narrow(0, 0, h).contiguous()).to(at::kFloat);
+    const at::Tensor hi = inner(a.narrow(1, h, rest).contiguous(), b.narrow(0, h, rest).contiguous()).to(at::kFloat);
     return (lo + hi).to(a.scalar_type());
   };
   return k;
