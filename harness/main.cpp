@@ -12,11 +12,11 @@
 #include "harness/bench.h"
 #include "harness/campaign.h"
 #include "harness/cli_common.h"
-#include "harness/laps_command.h"
 #include "harness/cpu_threads.h"
 #include "harness/gate.h"
 #include "harness/html_report.h"
 #include "harness/junit.h"
+#include "harness/laps_command.h"
 #include "harness/merge.h"
 #include "harness/shard.h"
 #include "harness/signals.h"
@@ -500,6 +500,7 @@ int main(int argc, char **argv) {
   laps->add_option("--rebalance-interval-ms", lo.rebalance_interval_ms, "router rebalance interval")->default_val(lo.rebalance_interval_ms);
   laps->add_option("--rebalance-ratio", lo.rebalance_ratio, "pending ratio that moves an instance")->default_val(lo.rebalance_ratio);
   laps->add_option("--out", lo.out, "report folder (default: reports/<time>-laps-<backend>-seed<seed>)");
+
   GateConfig gc;
   std::string gate_baseline;
   std::vector<std::string> gate_runs;
