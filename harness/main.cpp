@@ -5,6 +5,7 @@
 //   detfuzz bench    CUDA kernels vs cuBLAS / torch: bench.csv of medians and speedups
 //   detfuzz merge    combine the reports of a sharded campaign's shards into one
 //   detfuzz scan     every M where a baseline's rows change bits: scan.csv
+//   detfuzz laps     a workload under FIFO and LAPS scheduling: same bits? TTFT table (harness/laps_command.h)
 //   detfuzz gate     CI's verdict over report folders: must-hold failures, speed against a stored bench.csv
 //   detfuzz report   one self-contained HTML file of report folders (reports/html_report.py)
 // Exit codes: 0 every must-hold property held, 1 one failed, 2 usage or environment error.
@@ -15,6 +16,7 @@
 #include "harness/gate.h"
 #include "harness/html_report.h"
 #include "harness/junit.h"
+#include "harness/laps_command.h"
 #include "harness/merge.h"
 #include "harness/shard.h"
 #include "harness/signals.h"
@@ -478,6 +480,27 @@ int main(int argc, char **argv) {
   scan->add_option("--impl", so.impls, "comma-separated mm impls")->default_val(so.impls);
   scan->add_option("--out", so.out, "report folder (default: reports/<time>-scan-seed0)");
 
+  LapsOptions lo;
+  auto *laps = app.add_subcommand("laps", "Run a mixed workload under FIFO and LAPS scheduling: compare every request's bits, print TTFT");
+  laps->add_option("--backend", lo.backend, "cpu, cuda or auto")->default_val("auto");
+  laps->add_option("--impl", lo.impl, "engine model impl: invariant, torch, mutant-...")->default_val(lo.impl);
+  laps->add_option("--dtype", lo.dtype, "model dtype (default: the impl's first)");
+  laps->add_option("--clock", lo.clock, "step durations: model (cost formula), measured (wall time), auto (measured on CUDA)")->default_val("auto");
+  laps->add_option("--seed", lo.seed, "workload and weights seed")->default_val(1);
+  laps->add_option("--requests", lo.requests, "requests in the trace")->default_val(lo.requests);
+  laps->add_option("--min-len", lo.min_len, "shortest prompt")->default_val(lo.min_len);
+  laps->add_option("--short-max", lo.short_max, "longest prompt of the short share (70%)")->default_val(lo.short_max);
+  laps->add_option("--max-len", lo.max_len, "longest prompt")->default_val(lo.max_len);
+  laps->add_option("--decode-steps", lo.decode_steps, "greedy tokens after the first")->default_val(lo.decode_steps);
+  laps->add_option("--load", lo.load, "arrival rate as a share of the instances' prefill capacity")->default_val(lo.load);
+  laps->add_option("--instances", lo.instances, "prefill instances")->default_val(lo.instances);
+  laps->add_option("--threshold", lo.threshold, "short/long threshold (queues and router), prompt tokens")->default_val(lo.threshold);
+  laps->add_option("--budget", lo.budget, "new tokens per prefill step")->default_val(lo.budget);
+  laps->add_option("--max-running", lo.max_running, "sequences an instance holds")->default_val(lo.max_running);
+  laps->add_option("--rebalance-interval-ms", lo.rebalance_interval_ms, "router rebalance interval")->default_val(lo.rebalance_interval_ms);
+  laps->add_option("--rebalance-ratio", lo.rebalance_ratio, "pending ratio that moves an instance")->default_val(lo.rebalance_ratio);
+  laps->add_option("--out", lo.out, "report folder (default: reports/<time>-laps-<backend>-seed<seed>)");
+
   GateConfig gc;
   std::string gate_baseline;
   std::vector<std::string> gate_runs;
@@ -507,6 +530,7 @@ int main(int argc, char **argv) {
     if (*replay) return run_replay(ro, argv[0]);
     if (*bench) return run_bench_command(bo, command_line);
     if (*scan) return run_scan_command(so, command_line);
+    if (*laps) return run_laps_command(lo, command_line, std::cout);
     if (*gate) {
       gc.baseline = gate_baseline;
       for (const auto &r : gate_runs) gc.runs.emplace_back(r);

@@ -28,12 +28,14 @@ const std::vector<ImplInfo> &all_impls() {
     add(torch_default_impls(Backend::cpu));
     add(cpu_mutant_impls());
     add(attention_impls(Backend::cpu));
+    add(engine_impls(Backend::cpu));
     add(graph_impls(Backend::cpu));
 #ifdef DETFUZZ_WITH_CUDA
     add(cuda_invariant_impls());
     add(torch_default_impls(Backend::cuda));
     add(cublas_impls());
     add(attention_impls(Backend::cuda));
+    add(engine_impls(Backend::cuda));
     add(graph_impls(Backend::cuda));
 #endif
     return all;

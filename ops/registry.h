@@ -41,6 +41,7 @@ std::vector<ImplInfo> torch_default_impls(Backend backend);  // ops/baseline/tor
 // RoPE composed of libtorch ops (the `torch` impl of rope, and the small transformer's torch kernels).
 at::Tensor torch_rope(const at::Tensor &x, const at::Tensor &positions, double theta);
 std::vector<ImplInfo> attention_impls(Backend backend);      // ops/attention (paged_attention)
+std::vector<ImplInfo> engine_impls(Backend backend);         // ops/engine (laps_engine)
 std::vector<ImplInfo> graph_impls(Backend backend);          // ops/graph (prefill_graph; run is empty)
 #ifdef DETFUZZ_WITH_CUDA
 std::vector<ImplInfo> cuda_invariant_impls();  // ops/cuda

@@ -13,7 +13,7 @@
 
 namespace detfuzz {
 
-std::vector<std::string> all_ops();                               // row ops, paged_attention, prefill_graph
+std::vector<std::string> all_ops();                               // row ops, paged_attention, prefill_graph, laps_engine
 bool is_known_op(const std::string &op);                          // all_ops() or a spec op (aten::mm, loaded specs)
 std::vector<std::string> properties_for(const std::string &op);   // empty for an unknown op
 // Whether `impl` of `op` is held to `property` (every pair but some of prefill_graph's).

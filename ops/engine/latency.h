@@ -1,0 +1,32 @@
+// The latency model: time-to-first-token of a trace's requests under a schedule, read from the
+// engine's simulated clock (the cost model's step durations on the CPU, measured step times on
+// the GPU). TTFT = first token ready - arrival, for finished requests only.
+#pragma once
+
+#include "ops/engine/engine.h"
+
+#include <string>
+#include <vector>
+
+namespace detfuzz::engine {
+
+struct TtftRow {
+  std::string schedule;  // a label: "fifo", "laps", ...
+  std::string group;     // "short" (prompt <= threshold), "long", "all"
+  int64_t requests = 0;
+  double p50_ms = 0, p99_ms = 0, mean_ms = 0, max_ms = 0;
+};
+
+// Nearest-rank percentile (q in (0, 100]) of a non-empty sample.
+double percentile(std::vector<double> sample, double q);
+
+// Rows for short, long and all requests of one run.
+std::vector<TtftRow> ttft_rows(const Trace &trace, const EngineResult &result, const std::string &schedule,
+                               int64_t threshold);
+
+// CSV with header schedule,group,requests,ttft_p50_ms,ttft_p99_ms,ttft_mean_ms,ttft_max_ms.
+std::string ttft_csv(const std::vector<TtftRow> &rows);
+// The same as an aligned text table.
+std::string ttft_table(const std::vector<TtftRow> &rows);
+
+}  // namespace detfuzz::engine
