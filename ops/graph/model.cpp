@@ -166,9 +166,10 @@ Kernels torch_kernels(Backend) {
   };
   k.rope = [](const at::Tensor &x, const at::Tensor &p, double theta) { return torch_rope(x, p, theta); };
   k.embedding = [](const at::Tensor &w, const at::Tensor &ids) { return at::embedding(w, ids); };
-  // half_to_float is CUDA-only: the CPU converts first.
+  // half_to_float exists only for float16 on CUDA: everything else converts first.
   k.log_softmax_f32 = [](const at::Tensor &x) {
-    return x.is_cuda() ? at::_log_softmax(x, -1, true) : at::_log_softmax(x.to(at::kFloat), -1, false);
+    return x.is_cuda() && x.scalar_type() == at::kHalf ? at::_log_softmax(x, -1, true)
+                                                        : at::_log_softmax(x.to(at::kFloat), -1, false);
   };
   return k;
 }
