@@ -214,6 +214,9 @@ Verdict variant_agree(const CaseSpec &c, const ImplInfo &impl) {
     }
     stream_wait(main, side);
     v = Verdict::from_diff(a, captured, "CUDA-graph replay vs eager");
+    captured = at::Tensor();
+    graph.reset();
+    cuda_ops::trim_cached_graph_pools(a.device().index());
   }
   // Every matmul kernel path that may be chosen for some shape (persistent or split/cluster, large
   // or small tiles, 16-bit on Hopper and float32 everywhere) gives the automatic choice's bits.

@@ -11,6 +11,7 @@
 #include "ops/cuda/row_reduce.cuh"
 
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <ATen/WrapDimUtils.h>
 #include <c10/cuda/CUDAGuard.h>
 
@@ -310,6 +311,26 @@ at::Tensor mean(const at::Tensor &x, at::IntArrayRef dims, bool keepdim, std::op
     ck::launch_mean(p, at::cuda::getCurrentCUDAStream(x.device().index()).stream());
   }
   return y.view(out_shape);
+}
+
+void trim_cached_graph_pools(int device) {
+  static std::mutex mu;
+  static std::vector<size_t> totals;
+  size_t total = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (static_cast<int>(totals.size()) <= device) totals.resize(device + 1, 0);
+    if (totals[device] == 0) {
+      c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+      size_t free_bytes = 0;
+      DETFUZZ_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &totals[device]));
+    }
+    total = totals[device];
+  }
+  namespace alloc = c10::cuda::CUDACachingAllocator;
+  const auto stats = alloc::getDeviceStats(static_cast<c10::DeviceIndex>(device));
+  const int64_t reserved = stats.reserved_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].current;
+  if (reserved > static_cast<int64_t>(total / 4)) alloc::emptyCache();
 }
 
 }  // namespace detfuzz::cuda_ops

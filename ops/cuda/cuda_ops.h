@@ -59,4 +59,12 @@ at::Tensor embedding(const at::Tensor &weight, const at::Tensor &ids);
 // Whether x's current stream is capturing a CUDA graph (host checks that sync must not run then).
 bool capturing(const at::Tensor &x);
 
+// Every captured CUDA graph allocates from a private pool of the caching allocator. A destroyed
+// graph's pool stays cached, and the allocator frees cached memory only when an allocation fails,
+// which it cannot do while a stream is capturing: a campaign that captures a graph per case would
+// run out of memory in the middle of a capture. Call this after a graph is destroyed (never while
+// capturing): when the allocator holds more than a quarter of the device's memory, it releases
+// the cached blocks, the dead graphs' pools with them.
+void trim_cached_graph_pools(int device);
+
 }  // namespace detfuzz::cuda_ops

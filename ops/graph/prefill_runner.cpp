@@ -8,6 +8,8 @@
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+
+#include "ops/cuda/cuda_ops.h"
 #endif
 
 namespace detfuzz::graph {
@@ -130,7 +132,23 @@ BatchPrefillGraphRunner::BatchPrefillGraphRunner(const Model &model, attention::
   registry_ = build_prefill_registry(model_, max_bs, max_bs * max_len, o);
 }
 
-BatchPrefillGraphRunner::~BatchPrefillGraphRunner() = default;
+BatchPrefillGraphRunner::~BatchPrefillGraphRunner() {
+#ifdef DETFUZZ_WITH_CUDA
+  // The captured graphs' private memory pools stay cached after the graphs go: release them once
+  // the allocator holds too much (see trim_cached_graph_pools), so that a campaign building a
+  // runner per case does not run out of memory in a later capture.
+  const bool had_graphs = !captured_.empty() && model_.device().is_cuda();
+  captured_.clear();
+  if (had_graphs) {
+    try {
+      const at::Device d = model_.device();
+      cuda_ops::trim_cached_graph_pools(d.has_index() ? d.index() : c10::cuda::current_device());
+    } catch (const std::exception &) {
+      // A destructor must not throw; the next capture reports the device's state.
+    }
+  }
+#endif
+}
 
 std::vector<Bucket> BatchPrefillGraphRunner::fitting(const std::vector<SequenceInput> &seqs) const {
   int64_t longest = 0;
