@@ -173,6 +173,7 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
     w.backend = to_string(backend);
     w.started = utc_now();
     w.progress = !o.quiet;
+    w.crash_shrink_s = o.no_shrink ? 0 : cfg.shrink_budget_s;
     std::cout << "Using configuration: seed=" << cfg.seed << " backend=" << to_string(backend) << " budget=" << cfg.budget_s << "s"
               << " targets=" << cfg.targets.size() << " workers=" << o.workers
               << (devices.empty() ? "" : " devices=" + o.devices)

@@ -169,6 +169,44 @@ CampaignResult merged_result(const nlohmann::json &summary, const std::vector<Re
   return res;
 }
 
+
+// How a record's replay in a child ended.
+struct ChildEnd {
+  enum Kind { completed, rejected, crashed, timed_out } kind;
+  std::string how;  // crashed: abnormal_end's text
+};
+
+ChildEnd run_record_in_child(const Record &r, const std::string &self, double timeout_s, const fs::path &child_log) {
+  Record as_run = r;
+  as_run.outcome = "error";  // the child replays it as an ordinary case
+  as_run.detail.clear();
+  const pid_t pid = spawn({self, "replay", "--case", record_row(as_run)}, child_log);
+  const auto start = Clock::now();
+  for (;;) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 2) return {ChildEnd::rejected, "exited with code 2"};
+      const std::string how = abnormal_end(status);
+      return how.empty() ? ChildEnd{ChildEnd::completed, ""} : ChildEnd{ChildEnd::crashed, how};
+    }
+    if (timeout_s > 0 && seconds_since(start) > timeout_s) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+      return {ChildEnd::timed_out, "timeout"};
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+// Smaller values to try for a size v >= low: the low bound, half, one less (ascending, distinct).
+std::vector<int64_t> smaller_values(int64_t v, int64_t low) {
+  std::vector<int64_t> out;
+  for (int64_t c : {low, v / 2, v - 1})
+    if (c >= low && c < v && std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 }  // namespace
 
 int run_workers(const WorkersConfig &cfg, std::ostream &log) {
@@ -305,6 +343,15 @@ int run_workers(const WorkersConfig &cfg, std::ostream &log) {
     log << "fuzz --workers: no worker finished a report" << std::endl;
     return forwarded ? 128 + forwarded : 2;
   }
+  // Each crash shrunk in children while no signal asked the campaign to stop.
+  if (forwarded == 0 && cfg.crash_shrink_s > 0)
+    for (auto &r : crashes) {
+      const Record shrunk = shrink_crash_in_children(
+          r, cfg.self, r.outcome == "timeout" ? std::max(1.0, cfg.case_timeout_s) : 30.0, cfg.crash_shrink_s, log);
+      if (shrunk.detail != r.detail) log << "  repro: " << repro_command(shrunk, cfg.program) << std::endl;
+      r = shrunk;
+      if (interrupt_signal() != 0) break;
+    }
   int code = merge_reports(cfg.out, finished, cfg.command_line);
   // The crash records join the merged report's failures, and the summary says what crashed.
   bool crash_must_hold = false;
@@ -342,37 +389,89 @@ int run_workers(const WorkersConfig &cfg, std::ostream &log) {
 
 int replay_crash_in_child(const Record &r, const std::string &self, double timeout_s, std::ostream &log,
                           const std::string &program) {
-  Record as_run = r;
-  as_run.outcome = "error";  // the child replays it as an ordinary case
-  as_run.detail.clear();
   const fs::path child_log = fs::temp_directory_path() / ("detfuzz-replay-" + std::to_string(getpid()) + ".log");
-  const pid_t pid = spawn({self, "replay", "--case", record_row(as_run)}, child_log);
-  const auto start = Clock::now();
-  int status = 0;
-  std::string how;
-  for (;;) {
-    if (waitpid(pid, &status, WNOHANG) == pid) {
-      how = abnormal_end(status);
-      break;
-    }
-    if (timeout_s > 0 && seconds_since(start) > timeout_s) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-      how = "timeout";
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  const ChildEnd end = run_record_in_child(r, self, timeout_s, child_log);
   const std::string tail = tail_lines(child_log, 4);
   fs::remove(child_log);
   log << "[" << r.outcome << "] " << r.spec.describe() << "\n  recorded: " << r.detail << "\n  ";
-  if (!how.empty()) {
-    log << "reproduced in a child: " << (how == "timeout" ? "no result after " + std::to_string(timeout_s) + " s" : how)
+  if (end.kind == ChildEnd::crashed || end.kind == ChildEnd::timed_out) {
+    log << "reproduced in a child: "
+        << (end.kind == ChildEnd::timed_out ? "no result after " + std::to_string(timeout_s) + " s" : end.how)
         << "\n  repro: " << repro_command(r, program) << "\n";
     return 1;
   }
-  log << "did not reproduce: the case completed in a child\n" << tail;
+  log << (end.kind == ChildEnd::rejected ? "did not reproduce: the child rejected the record\n"
+                                         : "did not reproduce: the case completed in a child\n")
+      << tail;
   return 0;
+}
+
+Record shrink_crash_in_children(const Record &r, const std::string &self, double timeout_s, double budget_s,
+                                std::ostream &log) {
+  const auto start = Clock::now();
+  const fs::path child_log = fs::temp_directory_path() / ("detfuzz-shrink-" + std::to_string(getpid()) + ".log");
+  const bool timeout_record = r.outcome == "timeout";
+  // The end to reproduce: a timeout, or the crash's own signal (learnt from the first run).
+  std::string wanted;
+  if (!timeout_record) {
+    const ChildEnd first = run_record_in_child(r, self, timeout_s, child_log);
+    if (first.kind != ChildEnd::crashed) {
+      fs::remove(child_log);
+      return r;  // does not crash alone in a child: nothing to shrink against
+    }
+    wanted = first.how;
+  }
+  auto same_end = [&](const Record &c) {
+    const ChildEnd e = run_record_in_child(c, self, timeout_s, child_log);
+    return timeout_record ? e.kind == ChildEnd::timed_out : e.kind == ChildEnd::crashed && e.how == wanted;
+  };
+  Record best = r;
+  int runs = 0, kept = 0;
+  bool progress = true;
+  while (progress && seconds_since(start) < budget_s) {
+    progress = false;
+    // Candidates: the slice indices first (they bound the sizes), then each shape dimension.
+    std::vector<Record> candidates;
+    for (const char *key : {"i", "j"}) {
+      const auto it = best.spec.params.find(key);
+      if (it == best.spec.params.end()) continue;
+      int64_t v = 0;
+      try {
+        v = std::stoll(it->second);
+      } catch (const std::exception &) {
+        continue;
+      }
+      for (int64_t c : smaller_values(v, key[0] == 'i' ? 0 : 1)) {
+        Record x = best;
+        x.spec.params[key] = std::to_string(c);
+        candidates.push_back(x);
+      }
+    }
+    for (size_t d = 0; d < best.spec.shape.size(); ++d)
+      for (int64_t c : smaller_values(best.spec.shape[d], 1)) {
+        Record x = best;
+        x.spec.shape[d] = c;
+        candidates.push_back(x);
+      }
+    for (const Record &c : candidates) {
+      if (seconds_since(start) >= budget_s) break;
+      ++runs;
+      if (same_end(c)) {
+        best = c;
+        ++kept;
+        progress = true;
+        break;
+      }
+    }
+  }
+  fs::remove(child_log);
+  if (kept > 0) {
+    best.detail = r.detail + "; shrunk from " + r.spec.shape_string() + " " + r.spec.params_string() + " in " +
+                  std::to_string(runs) + " child runs";
+    log << "shrunk " << target_name(r.spec) << " (" << r.outcome << ") from " << r.spec.shape_string() << " to "
+        << best.spec.shape_string() << " " << best.spec.params_string() << " in " << runs << " child runs" << std::endl;
+  }
+  return best;
 }
 
 }  // namespace detfuzz

@@ -7,7 +7,8 @@
 // into a record with outcome `crash` or `timeout`, prints it with its repro command, and starts a
 // fresh worker for the same shard with the time left (a new seed, no corpus, the crashed targets
 // left out). Crash records go to failures.csv and crashes.csv of the merged report; a crash of a
-// must-hold target fails the campaign (exit 1). SIGINT/SIGTERM are passed on to the workers,
+// must-hold target fails the campaign (exit 1); at the end each crash record is shrunk in child
+// processes (shrink_crash_in_children). SIGINT/SIGTERM are passed on to the workers,
 // whose reports are then merged as usual. With --devices, worker i runs on GPU devices[i] alone
 // and the merged summary's `workers.devices` says which worker had which GPU.
 #pragma once
@@ -38,6 +39,9 @@ struct WorkersConfig {
   std::string backend, started; // for the JUnit suite
   std::string program, command_line;
   bool progress = true;
+  // Crash shrinking: each crash or timeout record is shrunk in child processes for up to this
+  // many seconds (0: not shrunk); see shrink_crash_in_children.
+  double crash_shrink_s = 30;
 };
 
 // Returns the campaign's exit code (0, 1, 2, or 128 + signal when interrupted).
@@ -47,5 +51,15 @@ int run_workers(const WorkersConfig &cfg, std::ostream &log);
 // the child ended. Returns 1 when the crash or timeout came back, 0 when the case now completes.
 int replay_crash_in_child(const Record &r, const std::string &self, double timeout_s, std::ostream &log,
                           const std::string &program);
+
+// Shrinks a crash or timeout record without risking this process: candidate records with one
+// size made smaller (a shape dimension, or the slice indices i and j of the batch properties:
+// towards the low bound, by half, by one) each run in a child (`self replay`); a candidate
+// is kept when its child ends the same way (the same signal, or no result within timeout_s for a
+// timeout), and the search starts again from it, until no candidate is kept or `budget_s` is spent.
+// A child that completes, or rejects the record (exit 2), is not the same end. Returns the
+// smallest record found (r itself when none), its detail saying what it was shrunk from.
+Record shrink_crash_in_children(const Record &r, const std::string &self, double timeout_s, double budget_s,
+                                std::ostream &log);
 
 }  // namespace detfuzz

@@ -3,8 +3,9 @@
 # survives them: each becomes a crash or timeout record (crashes.csv, failures.csv, summary.json)
 # printed with its repro command, a fresh worker carries on, the invariant target keeps being
 # checked, and the exit code is 1 (they are must-hold targets); JUnit shows the crash as the
-# target's failure. `replay` of a crash or timeout record reproduces it in a child process and
-# reports it instead of dying.
+# target's failure. Each crash and timeout is shrunk in child processes (the mutants fail from 5
+# output rows on, so the smallest record has exactly 5). `replay` of a crash or timeout record
+# reproduces it in a child process and reports it instead of dying.
 set -u
 bin=$1
 work=$(mktemp -d)
@@ -34,14 +35,22 @@ assert inv and sum(t["cases"] for t in inv) > 20 and all(t["failures"] == 0 for 
 rows = list(csv.DictReader(open(f"{run}/crashes.csv")))
 assert {r["outcome"] for r in rows} == {"crash"} and len(rows) == 2, rows
 assert sum(1 for r in csv.DictReader(open(f"{run}/failures.csv")) if r["outcome"] == "crash") == 2
+# Shrunk in children: the mutants crash from 5 output rows on, so the minimum is a 5-row output.
+for r in rows:
+    shape = [int(x) for x in r["shape"].split("x")]
+    params = dict(p.split("=") for p in r["params"].split())
+    out_rows = shape[1] if params["dims"] in ("0", "-2") else shape[0]
+    assert out_rows == 5 and min(shape) == 1, (r["shape"], r["params"])
+    assert "shrunk from" in r["detail"], r["detail"]
 PY
+grep -q "^shrunk mean/mutant-crash-segv/batch_slice/float32 (crash) from .* to " "$work/crash.log" && ok || bad "crash run: no shrink line"
 grep -q "CRASH (must-hold) mean/mutant-crash-segv" "$work/crash.log" && ok || bad "crash run: no CRASH line for the segfault"
 grep -q "repro: .*replay --case" "$work/crash.log" && ok || bad "crash run: no repro command"
 ls -d "$work"/crash.workers-* >/dev/null 2>&1 && bad "crash run: the workers' folder was left" || ok
 
 # 2. A hang, killed by the watchdog.
 "$bin" fuzz --backend cpu --op mean --impl invariant,mutant-crash-hang --property batch_slice --dtype float32 --seed 4 \
-  --budget 12s --workers 1 --case-timeout 2 --no-corpus --out "$work/hang" >"$work/hang.log" 2>&1
+  --budget 12s --workers 1 --case-timeout 2 --shrink-budget 25s --no-corpus --out "$work/hang" >"$work/hang.log" 2>&1
 code=$?
 [ "$code" -eq 1 ] && ok || { bad "hang run: exit $code, wanted 1"; tail -n 20 "$work/hang.log"; }
 python3 - "$work/hang" <<'PY' && ok || bad "hang run: report contents"
@@ -50,6 +59,7 @@ s = json.load(open(f"{sys.argv[1]}/summary.json"))
 c = s["workers"]["crashes"]
 assert len(c) == 1 and c[0]["outcome"] == "timeout" and c[0]["target"] == "mean/mutant-crash-hang/batch_slice/float32", c
 assert sum(t["cases"] for t in s["results"]["targets"] if t["impl"] == "invariant") > 10
+assert "shrunk from" in c[0]["detail"], c[0]["detail"]
 PY
 
 # 3. replay runs crash and timeout records in a child and survives them.
