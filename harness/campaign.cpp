@@ -134,8 +134,9 @@ class Round {
         const std::function<bool()> &out_of_budget)
       : cfg_(cfg), stats_(stats), report_(report), result_(result), index_(index), out_of_budget_(out_of_budget) {}
 
-  // Returns true when the round found (and shrank) the target's first failure.
-  bool run(uint64_t rc_seed) {
+  // Returns true when the round found (and shrank) the target's first failure. `cases` is the
+  // round's number of cases.
+  bool run(uint64_t rc_seed, int cases) {
     const Target &t = stats_.target;
     const rc::Gen<CaseSpec> gen = gen_case(t);
     auto property = [&, gen] {
@@ -164,7 +165,7 @@ class Round {
     };
     rc::detail::TestParams params;
     params.seed = rc_seed;
-    params.maxSuccess = cfg_.cases_per_round;
+    params.maxSuccess = cases;
     params.maxSize = 100;
     params.maxDiscardRatio = 1;  // discards only happen once the budget is spent
     rc::detail::TestMetadata meta;
@@ -312,7 +313,7 @@ CampaignResult run_campaign(const CampaignConfig &cfg, ReportWriter &report, std
   // Which target runs its next round: in turn when the budget counts cases (the cases checked
   // then depend only on the seed and the budget), else the one that has had the least time so far
   // (ties to the first), so that slow targets (attention, graph replay) cannot crowd out the rest
-  // of a timed campaign. A target's k-th round has the same seed either way.
+  // of a timed campaign. A target's k-th round has the same seed either way (its size differs).
   const bool time_fair = cfg.max_cases == 0;
   std::vector<uint64_t> rounds(result.targets.size(), 0);
   for (size_t turn = 0; !result.targets.empty() && !out_of_budget(); ++turn) {
@@ -324,7 +325,12 @@ CampaignResult run_campaign(const CampaignConfig &cfg, ReportWriter &report, std
       }
     TargetStats &stats = result.targets[k];
     Round r(cfg, stats, report, result, index, out_of_budget);
-    if (r.run(mix(mix(cfg.seed, global_index[k]), rounds[k]++))) {
+    // Timed campaigns start each target with rounds of 1, 2, 4, ... cases up to cases_per_round:
+    // a target whose cases take seconds (a baseline planning every new shape) then costs one case,
+    // not a full round, before every other target has had its first turn.
+    const int cases = time_fair ? static_cast<int>(std::min<uint64_t>(cfg.cases_per_round, uint64_t(1) << std::min<uint64_t>(rounds[k], 20)))
+                                : cfg.cases_per_round;
+    if (r.run(mix(mix(cfg.seed, global_index[k]), rounds[k]++), cases)) {
       const bool must = stats.target.expectation == Expectation::must_hold;
       log << (must ? "FAILURE (must-hold) " : "failure (observed) ") << stats.target.name() << ", shrunk in " << stats.shrink_steps
           << " steps to: " << stats.minimal.spec.describe() << "\n  " << stats.minimal.detail << "\n  repro: "
