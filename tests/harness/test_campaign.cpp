@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <sstream>
+#include <thread>
 
 namespace detfuzz {
 namespace {
@@ -127,6 +128,33 @@ TEST(Campaign, ABudgetOfCasesIsRespectedAndRepeatsWithTheSeed) {
     return targets.dump();
   };
   EXPECT_EQ(untimed(a.result.to_json()["targets"]), untimed(b.result.to_json()["targets"]));
+}
+
+// A timed campaign visits every target early even when one target's cases take long: its first
+// rounds are of 1, 2, 4, ... cases, and the next round goes to the target with the least time.
+TEST(Campaign, ASlowTargetCannotSpendATimedBudgetBeforeTheOthersRun) {
+  std::vector<Target> targets = {target("mm", "torch", "batch_slice")};  // slowed down below
+  for (const auto &p : row_properties())
+    for (auto dtype : {at::kFloat, at::kBFloat16}) targets.push_back(target("mean", "invariant", p, dtype));
+  const fs::path out = fs::temp_directory_path() / "detfuzz_campaign_slow_target";
+  remove_tree(out.string());
+  CampaignConfig cfg;
+  cfg.seed = 5;
+  cfg.budget_s = 3;
+  cfg.targets = targets;
+  cfg.progress = false;
+  cfg.shrink = false;
+  cfg.before_case = [](const CaseSpec &c) {
+    if (c.impl == "torch") std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  };
+  std::ostringstream log;
+  ReportWriter report(out);
+  const CampaignResult r = run_campaign(cfg, report, log);
+  report.finish(r.to_json());
+  remove_tree(out.string());
+  // Rounds of 10 would have spent 4 s on the slow target's first round alone.
+  for (const auto &s : r.targets) EXPECT_GE(s.cases, 1) << s.target.name() << " never ran\n" << log.str();
+  EXPECT_LE(r.targets.at(0).cases, 7) << "the slow target took more than its share";
 }
 
 }  // namespace
