@@ -6,26 +6,23 @@
 #include "ops/engine/model.h"
 #include "properties/laps/laps_properties.h"
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <iomanip>
 #include <ostream>
+#include <vector>
 
 namespace detfuzz {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Seconds one instance takes for a prefill step of `tokens` new tokens (one sequence), on the
-// clock the runs will use: the cost model's formula, or the model's measured time (best of 3
-// after a warm-up).
-double full_step_seconds(engine::StepModel &model, const engine::CostModel &cost, int64_t tokens) {
-  engine::StepShape shape;
-  shape.prefill = true;
-  shape.seqs = 1;
-  shape.new_tokens = tokens;
-  shape.attention_pairs = tokens * (tokens + 1) / 2;
-  if (!cost.measured) return cost.seconds(shape, 0);
+// Seconds one instance takes for a prefill step of `tokens` new tokens (one sequence) on the
+// model itself: the best of 3 after a warm-up.
+double measured_step_seconds(engine::StepModel &model, int64_t tokens) {
   std::vector<int32_t> prompt(tokens);
   for (int64_t i = 0; i < tokens; ++i) prompt[i] = static_cast<int32_t>(i % model.vocab());
   engine::prompt_logprobs(model, prompt);
@@ -36,6 +33,75 @@ double full_step_seconds(engine::StepModel &model, const engine::CostModel &cost
     best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
   }
   return best;
+}
+
+engine::StepShape prefill_shape(int64_t tokens) {
+  engine::StepShape shape;
+  shape.prefill = true;
+  shape.seqs = 1;
+  shape.new_tokens = tokens;
+  shape.attention_pairs = tokens * (tokens + 1) / 2;
+  return shape;
+}
+
+// The calibrated clock: the cost formula step_s + token_s * tokens + pair_s * attention pairs
+// (seq_s = 0) fitted by least squares to measured one-sequence prefill steps of 16 ... max_len
+// tokens, with any negative coefficient dropped and the rest refitted. Both schedules then run
+// on one deterministic clock built from the model's own forward times.
+engine::CostModel calibrated_cost(engine::StepModel &model, int64_t max_len, std::ostream &log) {
+  std::vector<int64_t> lens;
+  for (int64_t t = 16; t < max_len; t *= 4) lens.push_back(t);
+  lens.push_back(max_len);
+  std::vector<std::array<double, 3>> x;
+  std::vector<double> y;
+  log << "calibration (one-sequence prefill, best of 3):";
+  for (int64_t t : lens) {
+    const engine::StepShape s = prefill_shape(t);
+    x.push_back({1.0, static_cast<double>(s.new_tokens), static_cast<double>(s.attention_pairs)});
+    y.push_back(measured_step_seconds(model, t));
+    log << " " << t << " tokens " << std::setprecision(3) << y.back() * 1e3 << " ms;";
+  }
+  std::array<bool, 3> use = {true, true, true};
+  std::array<double, 3> coef{};
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    // Normal equations over the used columns (Gauss-Jordan on at most 3 x 3).
+    std::vector<int> cols;
+    for (int j = 0; j < 3; ++j)
+      if (use[j]) cols.push_back(j);
+    const size_t n = cols.size();
+    std::vector<std::vector<double>> a(n, std::vector<double>(n + 1, 0.0));
+    for (size_t r = 0; r < x.size(); ++r)
+      for (size_t i = 0; i < n; ++i) {
+        for (size_t j = 0; j < n; ++j) a[i][j] += x[r][cols[i]] * x[r][cols[j]];
+        a[i][n] += x[r][cols[i]] * y[r];
+      }
+    for (size_t i = 0; i < n; ++i) {
+      size_t piv = i;
+      for (size_t r = i + 1; r < n; ++r)
+        if (std::abs(a[r][i]) > std::abs(a[piv][i])) piv = r;
+      std::swap(a[i], a[piv]);
+      if (a[i][i] == 0) continue;
+      for (size_t r = 0; r < n; ++r) {
+        if (r == i) continue;
+        const double f = a[r][i] / a[i][i];
+        for (size_t j = i; j <= n; ++j) a[r][j] -= f * a[i][j];
+      }
+    }
+    coef = {0, 0, 0};
+    for (size_t i = 0; i < n; ++i) coef[cols[i]] = a[i][i] != 0 ? a[i][n] / a[i][i] : 0.0;
+    bool negative = false;
+    for (int j = 0; j < 3; ++j)
+      if (use[j] && coef[j] < 0) use[j] = false, negative = true;
+    if (!negative) break;
+  }
+  engine::CostModel cost;
+  cost.step_s = std::max(0.0, coef[0]);
+  cost.seq_s = 0;
+  cost.token_s = std::max(0.0, coef[1]);
+  cost.pair_s = std::max(0.0, coef[2]);
+  log << "\nfitted clock: " << std::setprecision(4) << cost.step_s * 1e3 << " ms per step + " << cost.token_s * 1e6
+      << " us per token + " << cost.pair_s * 1e9 << " ns per attention pair" << std::endl;
+  return cost;
 }
 
 std::string requests_csv(const laps_case::Comparison &r, int64_t threshold) {
@@ -79,8 +145,9 @@ int run_laps_command(const LapsOptions &o, const std::string &command_line, std:
     if (std::find(impl->dtypes.begin(), impl->dtypes.end(), dtype) == impl->dtypes.end())
       throw UsageError("laps: impl " + o.impl + " does not take " + o.dtype);
   }
-  const std::string clock = o.clock == "auto" ? (backend == Backend::cuda ? "measured" : "model") : o.clock;
-  if (clock != "model" && clock != "measured") throw UsageError("laps: --clock '" + o.clock + "' (expected auto, model or measured)");
+  const std::string clock = o.clock == "auto" ? (backend == Backend::cuda ? "calibrated" : "model") : o.clock;
+  if (clock != "model" && clock != "measured" && clock != "calibrated")
+    throw UsageError("laps: --clock '" + o.clock + "' (expected auto, model, calibrated or measured)");
   if (o.requests < 1 || o.min_len < 1 || o.short_max < o.min_len || o.max_len <= o.short_max || o.instances < 1 ||
       o.budget < 1 || o.max_running < 1 || o.decode_steps < 0 || !(o.load > 0) || o.rebalance_ratio < 1 ||
       o.rebalance_interval_ms < 0)
@@ -89,10 +156,11 @@ int run_laps_command(const LapsOptions &o, const std::string &command_line, std:
   const std::string started = utc_now();
   const auto model = impl->make(dtype, engine::default_model_shape(backend), o.seed);
 
-  // The arrival rate that offers `load` times the instances' prefill capacity.
+  // The clock, and the arrival rate that offers `load` times the instances' prefill capacity.
   engine::CostModel cost;
   cost.measured = clock == "measured";
-  const double step_s = full_step_seconds(*model, cost, o.budget);
+  if (clock == "calibrated") cost = calibrated_cost(*model, std::max(o.max_len, o.budget), log);
+  const double step_s = cost.measured ? measured_step_seconds(*model, o.budget) : cost.seconds(prefill_shape(o.budget), 0);
   engine::WorkloadConfig probe;
   probe.seed = o.seed;
   probe.requests = o.requests;
@@ -121,7 +189,10 @@ int run_laps_command(const LapsOptions &o, const std::string &command_line, std:
                           " inst=" + std::to_string(o.instances) + " glaps=1 rthr=" + std::to_string(o.threshold) +
                           " ivl=" + std::to_string(std::llround(o.rebalance_interval_ms)) + " ratio=" + double_to_hex(o.rebalance_ratio) +
                           " budget=" + std::to_string(o.budget) + " run=" + std::to_string(o.max_running) +
-                          " page=16 reuse=1 clock=" + clock);
+                          " page=16 reuse=1 clock=" + std::string(cost.measured ? "measured" : "model") +
+                          (clock == "calibrated" ? " cstep=" + double_to_hex(cost.step_s) + " cseq=" + double_to_hex(cost.seq_s) +
+                                                       " ctok=" + double_to_hex(cost.token_s) + " cpair=" + double_to_hex(cost.pair_s)
+                                                 : std::string()));
 
   ReportWriter report(o.out.empty() ? default_report_dir(std::string("laps-") + to_string(backend), o.seed) : std::filesystem::path(o.out));
   log << "Using configuration: seed=" << o.seed << " backend=" << to_string(backend) << " impl=" << o.impl

@@ -486,7 +486,7 @@ int main(int argc, char **argv) {
   laps->add_option("--backend", lo.backend, "cpu, cuda or auto")->default_val("auto");
   laps->add_option("--impl", lo.impl, "engine model impl: invariant, torch, mutant-...")->default_val(lo.impl);
   laps->add_option("--dtype", lo.dtype, "model dtype (default: the impl's first)");
-  laps->add_option("--clock", lo.clock, "step durations: model (cost formula), measured (wall time), auto (measured on CUDA)")->default_val("auto");
+  laps->add_option("--clock", lo.clock, "step durations: model (cost formula), calibrated (the formula fitted to measured forward times), measured (each step's wall time), auto (calibrated on CUDA, model on the CPU)")->default_val("auto");
   laps->add_option("--seed", lo.seed, "workload and weights seed")->default_val(1);
   laps->add_option("--requests", lo.requests, "requests in the trace")->default_val(lo.requests);
   laps->add_option("--min-len", lo.min_len, "shortest prompt")->default_val(lo.min_len);

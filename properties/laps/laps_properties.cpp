@@ -4,6 +4,7 @@
 #include "properties/data.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <sstream>
 #include <stdexcept>
@@ -150,6 +151,14 @@ engine::EngineConfig variant_config(const CaseSpec &c) {
   const std::string clock = c.param("clock", "model");
   require(clock == "model" || clock == "measured", "clock='" + clock + "' (expected model or measured)");
   e.cost.measured = clock == "measured";
+  // A cost model fitted to measured forward times (detfuzz laps --clock calibrated) travels in
+  // the record as its coefficients, so the record replays with the same clock.
+  for (const auto &[key, field] : {std::pair<const char *, double *>{"cstep", &e.cost.step_s}, {"cseq", &e.cost.seq_s},
+                                   {"ctok", &e.cost.token_s}, {"cpair", &e.cost.pair_s}})
+    if (!c.param(key).empty()) {
+      *field = c.param_double(key, 0);
+      require(*field >= 0 && std::isfinite(*field), std::string(key) + " must be a finite time >= 0");
+    }
   return e;
 }
 

@@ -87,12 +87,32 @@ TEST(LapsProperty, TheVariantTracePermutesWithinWindowsAndAborts) {
 
 TEST(LapsProperty, MalformedCasesAreRejected) {
   for (const char *bad : {"len=", "dec=1.0.2", "policy=lifo", "inst=0", "abort=9 abort_ms=1", "abort=1.3", "len=3.x.1.1",
-                          "ratio=0x3fe0000000000000", "page=0"}) {
+                          "ratio=0x3fe0000000000000", "page=0",
+                          "ctok=0xbff0000000000000", "cpair=0x7ff0000000000000"}) {
     CaseSpec c = base_case();
     for (const auto &[k, v] : parse_params(bad)) c.params[k] = v;
     if (std::string(bad) == "len=") c.params.erase("len");
     EXPECT_THROW(laps_case::check(c, factory<ContextHashModel>()), std::invalid_argument) << bad;
   }
+}
+
+// detfuzz laps --clock calibrated stores its fitted cost formula in the record's params, so the
+// record replays on the same clock.
+TEST(LapsProperty, ACalibratedClockTravelsInTheRecord) {
+  CaseSpec c = base_case();
+  c.params["clock"] = "model";
+  c.params["cstep"] = double_to_hex(2e-4);
+  c.params["ctok"] = double_to_hex(5e-6);
+  c.params["cpair"] = double_to_hex(5e-8);
+  c.params["cseq"] = double_to_hex(0.0);
+  const engine::EngineConfig e = laps_case::variant_config(c);
+  EXPECT_FALSE(e.cost.measured);
+  EXPECT_EQ(e.cost.step_s, 2e-4);
+  EXPECT_EQ(e.cost.token_s, 5e-6);
+  EXPECT_EQ(e.cost.pair_s, 5e-8);
+  EXPECT_EQ(e.cost.seq_s, 0.0);
+  c.params.erase("ctok");
+  EXPECT_EQ(laps_case::variant_config(c).cost.token_s, engine::CostModel{}.token_s) << "an absent coefficient keeps the default";
 }
 
 }  // namespace
