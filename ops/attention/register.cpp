@@ -4,9 +4,12 @@
 #include "ops/attention/paged_attention.h"
 #include "ops/registry.h"
 
+#include <ATen/ATen.h>
+#include <ATen/Context.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <array>
 #include <functional>
 
 namespace detfuzz {
@@ -63,6 +66,70 @@ at::Tensor run_torch_sdpa(const OpArgs &a) {
   if (outs.empty()) return at::empty({0, m.h_q, D}, t[0].options());
   return at::cat(outs, 0).contiguous();
 }
+
+#ifdef DETFUZZ_WITH_CUDA
+// Lets one of libtorch's SDPA backends run while the guard lives (the others off), restoring the
+// user's choice after: at::scaled_dot_product_attention then either runs that backend (its own
+// mask handling, GQA expansion and alignment padding included) or throws "no available kernel".
+class OnlySdpaBackend {
+ public:
+  enum Backend { cudnn, efficient };
+  explicit OnlySdpaBackend(Backend b) {
+    auto &ctx = at::globalContext();
+    saved_ = {ctx.userEnabledFlashSDP(), ctx.userEnabledMemEfficientSDP(), ctx.userEnabledMathSDP(), ctx.userEnabledCuDNNSDP()};
+    ctx.setSDPUseFlash(false);
+    ctx.setSDPUseMath(false);
+    ctx.setSDPUseMemEfficient(b == efficient);
+    ctx.setSDPUseCuDNN(b == cudnn);
+  }
+  ~OnlySdpaBackend() {
+    auto &ctx = at::globalContext();
+    ctx.setSDPUseFlash(saved_[0]);
+    ctx.setSDPUseMemEfficient(saved_[1]);
+    ctx.setSDPUseMath(saved_[2]);
+    ctx.setSDPUseCuDNN(saved_[3]);
+  }
+  OnlySdpaBackend(const OnlySdpaBackend &) = delete;
+  OnlySdpaBackend &operator=(const OnlySdpaBackend &) = delete;
+
+ private:
+  std::array<bool, 4> saved_{};
+};
+
+OpFn sdpa_only(OnlySdpaBackend::Backend b) {
+  return [b](const OpArgs &a) {
+    OnlySdpaBackend only(b);
+    return run_torch_sdpa(a);
+  };
+}
+
+// Baseline: libtorch's FlashAttention-2 in varlen form, the way engines call it: one launch over
+// the ragged batch, q packed [T_q, H_q, D] with cu_seqlens_q, each sequence's K/V gathered from
+// its pages into one packed [T_k, H_kv, D] with cumulative lengths, GQA native, is_causal (which
+// FlashAttention-2 aligns bottom-right, as chunked prefill needs).
+at::Tensor run_torch_flash_varlen(const OpArgs &a) {
+  check_arity(a);
+  const auto &t = a.tensors;
+  const MetadataHost m = validate_paged_inputs(t[0], t[1], t[2], t[3], t[4], t[5]);
+  std::vector<at::Tensor> ks, vs;
+  std::vector<int32_t> cu_k = {0};
+  int64_t max_q = 0, max_k = 0;
+  for (int64_t s = 0; s < m.num_seqs; ++s) {
+    ks.push_back(gather_sequence(t[1], m, s));
+    vs.push_back(gather_sequence(t[2], m, s));
+    cu_k.push_back(cu_k.back() + static_cast<int32_t>(m.kv_len[s]));
+    max_q = std::max(max_q, m.q_len(s));
+    max_k = std::max<int64_t>(max_k, m.kv_len[s]);
+  }
+  if (m.num_q == 0) return at::empty({0, m.h_q, m.head_dim}, t[0].options());
+  const at::Tensor k = at::cat(ks, 0).contiguous(), v = at::cat(vs, 0).contiguous();
+  const at::Tensor cu_seqlens_k = at::tensor(cu_k, at::kInt).to(t[0].device());
+  const at::Tensor cu_seqlens_q = t[3].to(at::kInt).contiguous();
+  auto r = at::_flash_attention_forward(t[0].contiguous(), k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, 0.0,
+                                        /*is_causal=*/true, /*return_debug_mask=*/false, softmax_scale(a.alpha, m.head_dim));
+  return std::get<0>(r);
+}
+#endif
 
 }  // namespace
 
@@ -165,6 +232,16 @@ std::vector<ImplInfo> attention_impls(Backend backend) {
                    "Path A on the host: per-sequence gather, two-pass float32 softmax attention", run_reference});
     out.push_back({"torch-sdpa", op, backend, dt, Expectation::observed,
                    "at::scaled_dot_product_attention per sequence over gathered KV (libtorch CUDA)", run_torch_sdpa});
+    // Each of libtorch's other attention backends on its own (issue 13), and FlashAttention-2 as
+    // engines call it. Observed: whether they hold is what the fuzzer reports.
+    out.push_back({"torch-sdpa-cudnn", op, backend, dt, Expectation::observed,
+                   "at::scaled_dot_product_attention per sequence with only the cuDNN backend enabled",
+                   sdpa_only(OnlySdpaBackend::cudnn)});
+    out.push_back({"torch-sdpa-efficient", op, backend, dt, Expectation::observed,
+                   "at::scaled_dot_product_attention per sequence with only the memory-efficient backend enabled",
+                   sdpa_only(OnlySdpaBackend::efficient)});
+    out.push_back({"torch-flash-varlen", op, backend, dt, Expectation::observed,
+                   "at::_flash_attention_forward over the ragged batch (cu_seqlens, packed K/V, causal)", run_torch_flash_varlen});
   }
 #endif
   return out;

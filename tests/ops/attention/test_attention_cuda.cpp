@@ -157,6 +157,31 @@ TEST(PagedAttentionCuda, MutantsAreCaught) {
   }
 }
 
+// libtorch's other attention backends (cuDNN, memory-efficient) and FlashAttention-2 in varlen
+// form: registered as observed baselines, each runs and is accurate on the fuzzer's cases (a
+// backend that cannot take a case reports an error, which this test would show).
+TEST(PagedAttentionCuda, TorchBackendBaselinesRunAndAreAccurate) {
+  NEED_GPU();
+  for (const char *impl : {"torch-sdpa-cudnn", "torch-sdpa-efficient", "torch-flash-varlen"}) {
+    const auto *info = find_impl("paged_attention", impl, Backend::cuda);
+    ASSERT_NE(info, nullptr) << impl;
+    EXPECT_EQ(info->expectation, Expectation::observed) << impl;
+    int differ = 0;
+    for (int i = 0; i < 4; ++i) {
+      CaseSpec c = cuda_case({8, 2, 128, 16}, "1.1.7.1", "700.300.257.900", at::kBFloat16, "accuracy", 200 + i);
+      c.impl = impl;
+      const Verdict a = check_attention_case(c);
+      EXPECT_TRUE(a.passed()) << impl << ": " << a.detail;
+      c.property = "seq_alone_vs_batched";
+      c.params["target"] = std::to_string(i % 4);
+      const Verdict v = check_attention_case(c);
+      EXPECT_NE(v.outcome, Verdict::Outcome::error) << impl << ": " << v.detail;
+      differ += !v.passed();
+    }
+    std::cout << "[ cuda     ] " << impl << " seq_alone_vs_batched differs in " << differ << "/4 cases\n";
+  }
+}
+
 TEST(PagedAttentionCuda, TorchSdpaBaselineIsObserved) {
   NEED_GPU();
   const auto *sdpa = find_impl("paged_attention", "torch-sdpa", Backend::cuda);
