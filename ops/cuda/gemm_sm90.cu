@@ -310,7 +310,7 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
 // A 128-byte-swizzled tiled map over a 16-bit [batch][rows][cols] tensor (rank 2 when the batch
 // stride is 0), boxes of box_cols x box_rows.
 CUtensorMap encode_map(const void *base, int64_t cols, int64_t rows, int64_t ld, int64_t batch, int64_t batch_stride,
-                     int box_cols, int box_rows, int *rank3) {
+                       int box_cols, int box_rows, int *rank3) {
   CUtensorMap map;
   const bool r3 = batch > 1 && batch_stride != 0;
   *rank3 = r3 ? 1 : 0;
