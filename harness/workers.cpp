@@ -169,7 +169,6 @@ CampaignResult merged_result(const nlohmann::json &summary, const std::vector<Re
   return res;
 }
 
-
 // How a record's replay in a child ended.
 struct ChildEnd {
   enum Kind { completed, rejected, crashed, timed_out } kind;

@@ -224,7 +224,7 @@ Verdict variant_agree(const CaseSpec &c, const ImplInfo &impl) {
   if (v.passed() && matmul && impl.impl == "invariant" && c.backend == Backend::cuda && a.numel() > 0) {
     for (const auto &path : cuda_ops::equivalent_matmul_paths(a.device().index(), a.scalar_type())) {
       if (!v.passed()) break;
-      cuda_ops::ScopedMatmulPathChoice forced(path);
+      cuda_ops::ScopedMatmulPath forced(path);
       v = Verdict::from_diff(a, run_impl(impl, laid_out), std::string("automatic path vs ") + path.name());
     }
   }

@@ -169,15 +169,14 @@ at::Tensor as_rows(const at::Tensor &t, int64_t rows, int64_t len) {
 
 }  // namespace
 
-ScopedMatmulPath::ScopedMatmulPath(ck::GemmPath path) : saved_(forced_path), saved_f32_(forced_f32_path) {
-  forced_path = path;
-}
-ScopedMatmulPath::ScopedMatmulPath(ck::F32Path path) : saved_(forced_path), saved_f32_(forced_f32_path) {
-  forced_f32_path = path;
+ScopedMatmulPath::ScopedMatmulPath(ck::GemmPath path) : saved_{forced_path, forced_f32_path} { forced_path = path; }
+ScopedMatmulPath::ScopedMatmulPath(const MatmulPathChoice &choice) : saved_{forced_path, forced_f32_path} {
+  forced_path = choice.half;
+  forced_f32_path = choice.f32;
 }
 ScopedMatmulPath::~ScopedMatmulPath() {
-  forced_path = saved_;
-  forced_f32_path = saved_f32_;
+  forced_path = saved_.half;
+  forced_f32_path = saved_.f32;
 }
 
 const char *MatmulPathChoice::name() const {
@@ -314,23 +313,11 @@ at::Tensor mean(const at::Tensor &x, at::IntArrayRef dims, bool keepdim, std::op
 }
 
 void trim_cached_graph_pools(int device) {
-  static std::mutex mu;
-  static std::vector<size_t> totals;
-  size_t total = 0;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (static_cast<int>(totals.size()) <= device) totals.resize(device + 1, 0);
-    if (totals[device] == 0) {
-      c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
-      size_t free_bytes = 0;
-      DETFUZZ_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &totals[device]));
-    }
-    total = totals[device];
-  }
   namespace alloc = c10::cuda::CUDACachingAllocator;
-  const auto stats = alloc::getDeviceStats(static_cast<c10::DeviceIndex>(device));
+  const auto index = static_cast<c10::DeviceIndex>(device);
+  const auto stats = alloc::getDeviceStats(index);
   const int64_t reserved = stats.reserved_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].current;
-  if (reserved > static_cast<int64_t>(total / 4)) alloc::emptyCache();
+  if (reserved > static_cast<int64_t>(at::cuda::getDeviceProperties(index)->totalGlobalMem / 4)) alloc::emptyCache();
 }
 
 }  // namespace detfuzz::cuda_ops

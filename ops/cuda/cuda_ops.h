@@ -16,38 +16,31 @@ at::Tensor addmm(const at::Tensor &bias, const at::Tensor &a, const at::Tensor &
 at::Tensor bmm(const at::Tensor &a, const at::Tensor &b);
 at::Tensor log_softmax(const at::Tensor &x, int64_t dim, bool half_to_float);
 
-// Forces the kernel path of the matmuls (mm, addmm, bmm) that this thread launches while the
-// guard lives: a GemmPath for the 16-bit dtypes, an F32Path for float32 (the other dtype keeps its
-// automatic choice). Tests, variant_agree and the `invariant-mma-sync` impl use it.
-class ScopedMatmulPath {
- public:
-  explicit ScopedMatmulPath(cuda_kernels::GemmPath path);
-  explicit ScopedMatmulPath(cuda_kernels::F32Path path);
-  ~ScopedMatmulPath();
-  ScopedMatmulPath(const ScopedMatmulPath &) = delete;
-  ScopedMatmulPath &operator=(const ScopedMatmulPath &) = delete;
-
- private:
-  cuda_kernels::GemmPath saved_;
-  cuda_kernels::F32Path saved_f32_;
-};
-// One forceable matmul path: `half` for the 16-bit dtypes, `f32` for float32.
+// One forceable matmul path: `half` for the 16-bit dtypes, `f32` for float32 (automatic: the
+// launcher's own choice).
 struct MatmulPathChoice {
   cuda_kernels::GemmPath half = cuda_kernels::GemmPath::automatic;
   cuda_kernels::F32Path f32 = cuda_kernels::F32Path::automatic;
   const char *name() const;
 };
+// Forces the kernel path of the matmuls (mm, addmm, bmm) that this thread launches while the
+// guard lives: a GemmPath for the 16-bit dtypes (float32 keeps its automatic choice), or a
+// MatmulPathChoice for both. Tests, variant_agree and the `invariant-mma-sync` impl use it.
+class ScopedMatmulPath {
+ public:
+  explicit ScopedMatmulPath(cuda_kernels::GemmPath path);
+  explicit ScopedMatmulPath(const MatmulPathChoice &choice);
+  ~ScopedMatmulPath();
+  ScopedMatmulPath(const ScopedMatmulPath &) = delete;
+  ScopedMatmulPath &operator=(const ScopedMatmulPath &) = delete;
+
+ private:
+  MatmulPathChoice saved_;
+};
 // The paths whose bits must equal the automatic choice's on `device` for `dtype`: the four Hopper
 // paths (16-bit) or the four float32 schedules and tile shapes that the device can run. The
 // mma.sync kernel has bits of its own and is not among them.
 std::vector<MatmulPathChoice> equivalent_matmul_paths(int device, at::ScalarType dtype);
-class ScopedMatmulPathChoice {
- public:
-  explicit ScopedMatmulPathChoice(const MatmulPathChoice &c) : half_(c.half), f32_(c.f32) {}
-
- private:
-  ScopedMatmulPath half_, f32_;
-};
 at::Tensor mean(const at::Tensor &x, at::IntArrayRef dims, bool keepdim, std::optional<at::ScalarType> dtype);
 
 // The transformer's row and element-wise ops (transformer_ops_host.cpp, kernels in transformer_ops.cu).

@@ -227,7 +227,7 @@ TEST(CudaMatmul, HopperPathsAgreeBitwise) {
           const auto paths = cuda_ops::equivalent_matmul_paths(dev, dt);
           std::vector<std::array<at::Tensor, 3>> per;
           for (const auto &path : paths) {
-            cuda_ops::ScopedMatmulPathChoice forced(path);
+            cuda_ops::ScopedMatmulPath forced(path);
             per.push_back({cuda_ops::mm(a, b), cuda_ops::mm(a, w.t()), cuda_ops::addmm(bias, a, w.t(), 0.5, 1.5)});
           }
           for (size_t i = 1; i < paths.size(); ++i) {
@@ -248,7 +248,7 @@ TEST(CudaMatmul, HopperPathsAgreeBitwise) {
     const at::Tensor a = rnd({3, 70, 1040}, dt, seed++), b = rnd({3, 1040, 136}, dt, seed++);
     std::vector<at::Tensor> out;
     for (const auto &path : cuda_ops::equivalent_matmul_paths(dev, dt)) {
-      cuda_ops::ScopedMatmulPathChoice forced(path);
+      cuda_ops::ScopedMatmulPath forced(path);
       out.push_back(cuda_ops::bmm(a, b));
     }
     for (size_t i = 1; i < out.size(); ++i) expect_bitwise(out[0], out[i], c10::str(dt, " bmm path ", i));
