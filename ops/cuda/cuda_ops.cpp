@@ -193,7 +193,7 @@ std::vector<MatmulPathChoice> equivalent_matmul_paths(int device, at::ScalarType
   }
   if (!ck::gemm_path_available(ck::GemmPath::sm90_persistent, device)) return out;
   for (const auto p : {ck::GemmPath::sm90_persistent, ck::GemmPath::sm90_split, ck::GemmPath::sm90_persistent_64,
-                       ck::GemmPath::sm90_split_64})
+                       ck::GemmPath::sm90_split_64, ck::GemmPath::sm90_split_global, ck::GemmPath::sm90_split_global_64})
     out.push_back({p, ck::F32Path::automatic});
   return out;
 }

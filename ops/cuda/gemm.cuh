@@ -34,8 +34,19 @@ int dtype_size(DType t);
 // gemm_sm90.cu), so the pick never changes a result. The mma.sync kernel has bits of its own
 // (no K chunks), invariant on their own. Tests and variant_agree force a path.
 // The sm90 paths with the _64 suffix use 64-row tiles (one consumer warpgroup), the automatic
-// choice for M <= 64; the others 128-row tiles.
-enum class GemmPath { automatic, mma_sync, sm90_persistent, sm90_split, sm90_persistent_64, sm90_split_64 };
+// choice for M <= 64; the others 128-row tiles. sm90_split reduces a tile's K chunks in a
+// cluster's shared memory, sm90_split_global through global scratch (inside a graph capture it
+// runs as sm90_split).
+enum class GemmPath {
+  automatic,
+  mma_sync,
+  sm90_persistent,
+  sm90_split,
+  sm90_split_global,
+  sm90_persistent_64,
+  sm90_split_64,
+  sm90_split_global_64
+};
 const char *gemm_path_name(GemmPath p);
 // The paths this device can run for a 16-bit dtype (sm90 ones only on compute capability 9.x).
 bool gemm_path_available(GemmPath p, int device);
@@ -79,8 +90,6 @@ void launch_gemm(const GemmParams &p, cudaStream_t stream);
 void launch_gemm_tc(const GemmParams &p, cudaStream_t stream);   // f16, bf16 (gemm_tc.cu)
 // f16, bf16 on sm_90 (gemm_sm90.cu); path is automatic or one of the sm90 ones.
 void launch_gemm_sm90(const GemmParams &p, GemmPath path, cudaStream_t stream);
-// Whether the automatic choice takes the split path for this many tiles and K chunks on `sms` SMs.
-bool gemm_sm90_split_preferred(int64_t tiles, int chunks, int sms);
 
 F32Path gemm_f32_auto_path(const GemmParams &p, int device);
 void launch_gemm_f32_path(const GemmParams &p, F32Path path, cudaStream_t stream);  // f32 (gemm_f32.cu)
