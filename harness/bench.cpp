@@ -18,6 +18,7 @@
 #ifdef DETFUZZ_WITH_CUDA
 #include "ops/attention/paged_attention.h"
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/cuda_ops.h"
 
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGeneratorImpl.h>
@@ -66,6 +67,29 @@ bool BenchPlan::times(const std::string &op, const std::string &impl) const {
   return std::find(pairs.begin(), pairs.end(), std::make_pair(op, impl)) != pairs.end();
 }
 
+namespace {
+
+// `invariant@PATH` names impl `invariant` of a matmul op with its kernel path forced (a GemmPath
+// or float32 path name: sm90_split_global, cluster-32x128, ...), to time one schedule alone.
+bool split_forced_path(const std::string &impl, std::string *base, std::string *path) {
+  const auto at = impl.find('@');
+  if (at == std::string::npos) return false;
+  *base = impl.substr(0, at);
+  *path = impl.substr(at + 1);
+  return true;
+}
+
+bool known_matmul_path(const std::string &path) {
+#ifdef DETFUZZ_WITH_CUDA
+  return cuda_ops::matmul_path_by_name(path).has_value();
+#else
+  (void)path;
+  return false;
+#endif
+}
+
+}  // namespace
+
 BenchPlan plan_bench(const BenchConfig &cfg) {
   static const std::vector<std::string> benchable = {"mm", "log_softmax", "mean", "paged_attention"};
   if (cfg.ops.empty()) throw std::invalid_argument("bench: no op selected");
@@ -78,9 +102,12 @@ BenchPlan plan_bench(const BenchConfig &cfg) {
     bool anywhere = false;
     for (const auto &op : cfg.ops) {
       // Paged attention times our fused kernel only (against a device copy and SDPA).
+      std::string base, path;
       const bool has = op == "paged_attention"   ? impl == "invariant"
                        : impl == kDispatchImpl ? op == "mm" && cfg.set_batch_invariant_mode != nullptr
-                                               : find_impl(op, impl, Backend::cuda) != nullptr;
+                       : split_forced_path(impl, &base, &path)
+                           ? op == "mm" && base == "invariant" && known_matmul_path(path)
+                           : find_impl(op, impl, Backend::cuda) != nullptr;
       if (has) {
         plan.pairs.emplace_back(op, impl);
         anywhere = true;
@@ -113,6 +140,23 @@ void need_gpu(const char *what) {
 }
 
 const ImplInfo &cuda_impl(const std::string &op, const std::string &impl) {
+  std::string base, path;
+  if (split_forced_path(impl, &base, &path)) {
+    // Made once per name and kept: the bench holds references to it.
+    static std::map<std::string, std::unique_ptr<ImplInfo>> forced;
+    auto &slot = forced[op + "/" + impl];
+    if (!slot) {
+      const auto choice = cuda_ops::matmul_path_by_name(path);
+      if (!choice) throw std::invalid_argument("no matmul path '" + path + "' (in impl '" + impl + "')");
+      slot = std::make_unique<ImplInfo>(cuda_impl(op, base));
+      slot->impl = impl;
+      slot->run = [run = slot->run, c = *choice](const OpArgs &a) {
+        cuda_ops::ScopedMatmulPath forced_path(c);
+        return run(a);
+      };
+    }
+    return *slot;
+  }
   const ImplInfo *i = find_impl(op, impl, Backend::cuda);
   if (!i) throw std::invalid_argument("no CUDA impl '" + impl + "' of " + op);
   return *i;

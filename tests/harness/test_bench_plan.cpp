@@ -61,5 +61,24 @@ TEST(BenchPlan, DispatchRowNeedsTheModeHook) {
 #endif
 }
 
+// `invariant@PATH` times one forced matmul path: mm only, and only a path the kernels know.
+TEST(BenchPlan, ForcedMatmulPathImpls) {
+#ifndef DETFUZZ_WITH_CUDA
+  GTEST_SKIP() << "built without CUDA: there are no CUDA impls to plan";
+#else
+  BenchConfig cfg;
+  cfg.ops = {"mm", "log_softmax"};
+  cfg.impls = {"invariant@sm90_split_global_64", "invariant@cluster-32x128"};
+  const BenchPlan plan = plan_bench(cfg);
+  EXPECT_TRUE(plan.times("mm", "invariant@sm90_split_global_64"));
+  EXPECT_TRUE(plan.times("mm", "invariant@cluster-32x128"));
+  EXPECT_FALSE(plan.times("log_softmax", "invariant@sm90_split_global_64"));
+  for (const char *bad : {"invariant@no_such_path", "cublas@sm90_split", "invariant@"}) {
+    cfg.impls = {bad};
+    EXPECT_THROW(plan_bench(cfg), std::invalid_argument) << bad;
+  }
+#endif
+}
+
 }  // namespace
 }  // namespace detfuzz
