@@ -70,7 +70,7 @@ bool BenchPlan::times(const std::string &op, const std::string &impl) const {
 namespace {
 
 // `invariant@PATH` names impl `invariant` of a matmul op with its kernel path forced (a GemmPath
-// or float32 path name: sm90_split_global, cluster-32x128, ...), to time one schedule alone.
+// or float32 path name: sm90_split_64, cluster-32x128, ...), to time one schedule alone.
 bool split_forced_path(const std::string &impl, std::string *base, std::string *path) {
   const auto at = impl.find('@');
   if (at == std::string::npos) return false;

@@ -463,7 +463,7 @@ int main(int argc, char **argv) {
   bench->add_option("--op", bo.ops, "comma-separated ops: mm, log_softmax, mean, paged_attention")->default_val(bo.ops);
   bench->add_option("--impl", bo.impls,
                     "comma-separated impls timed beside the baseline; invariant@PATH forces one matmul path "
-                    "(sm90_persistent, sm90_split, sm90_split_global, their _64 forms, mma_sync, or a float32 path)")->default_val(bo.impls);
+                    "(sm90_persistent, sm90_split, their _64 forms, mma_sync, or a float32 path)")->default_val(bo.impls);
   bench->add_option("--dtype", bo.dtypes, "comma-separated dtypes")->default_val(bo.dtypes);
   bench->add_option("--shapes", bo.shapes, "CSV with header op,M,N,K replacing the default shape set");
   bench->add_option("--repetitions", bo.repetitions, "repetitions per benchmark (the median is kept)")->default_val(5);

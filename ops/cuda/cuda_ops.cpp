@@ -193,15 +193,14 @@ std::vector<MatmulPathChoice> equivalent_matmul_paths(int device, at::ScalarType
   }
   if (!ck::gemm_path_available(ck::GemmPath::sm90_persistent, device)) return out;
   for (const auto p : {ck::GemmPath::sm90_persistent, ck::GemmPath::sm90_split, ck::GemmPath::sm90_persistent_64,
-                       ck::GemmPath::sm90_split_64, ck::GemmPath::sm90_split_global, ck::GemmPath::sm90_split_global_64})
+                       ck::GemmPath::sm90_split_64})
     out.push_back({p, ck::F32Path::automatic});
   return out;
 }
 
 std::optional<MatmulPathChoice> matmul_path_by_name(const std::string &name) {
   for (const auto p : {ck::GemmPath::mma_sync, ck::GemmPath::sm90_persistent, ck::GemmPath::sm90_split,
-                       ck::GemmPath::sm90_persistent_64, ck::GemmPath::sm90_split_64, ck::GemmPath::sm90_split_global,
-                       ck::GemmPath::sm90_split_global_64})
+                       ck::GemmPath::sm90_persistent_64, ck::GemmPath::sm90_split_64})
     if (name == ck::gemm_path_name(p)) return MatmulPathChoice{p, ck::F32Path::automatic};
   for (const auto p : {ck::F32Path::persistent_large, ck::F32Path::persistent_small, ck::F32Path::cluster_large,
                        ck::F32Path::cluster_small})

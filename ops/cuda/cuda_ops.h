@@ -42,7 +42,7 @@ class ScopedMatmulPath {
 // paths (16-bit) or the four float32 schedules and tile shapes that the device can run. The
 // mma.sync kernel has bits of its own and is not among them.
 std::vector<MatmulPathChoice> equivalent_matmul_paths(int device, at::ScalarType dtype);
-// The path named `name` (a GemmPath name such as "sm90_split_global", or a float32 path name such
+// The path named `name` (a GemmPath name such as "sm90_split_64", or a float32 path name such
 // as "cluster-32x128"), or nullopt. `detfuzz bench --impl invariant@NAME` times one forced path.
 std::optional<MatmulPathChoice> matmul_path_by_name(const std::string &name);
 at::Tensor mean(const at::Tensor &x, at::IntArrayRef dims, bool keepdim, std::optional<at::ScalarType> dtype);

@@ -34,19 +34,9 @@ int dtype_size(DType t);
 // gemm_sm90.cu), so the pick never changes a result. The mma.sync kernel has bits of its own
 // (no K chunks), invariant on their own. Tests and variant_agree force a path.
 // The sm90 paths with the _64 suffix use 64-row tiles (one consumer warpgroup), the automatic
-// choice for M <= 64; the others 128-row tiles. sm90_split reduces a tile's K chunks in a
-// cluster's shared memory, sm90_split_global through global scratch (inside a graph capture it
-// runs as sm90_split).
-enum class GemmPath {
-  automatic,
-  mma_sync,
-  sm90_persistent,
-  sm90_split,
-  sm90_split_global,
-  sm90_persistent_64,
-  sm90_split_64,
-  sm90_split_global_64
-};
+// choice for M <= 64 and where 128-row tiles would leave half the SMs idle; the others 128-row
+// tiles. sm90_split reduces a tile's K chunks in a cluster's shared memory.
+enum class GemmPath { automatic, mma_sync, sm90_persistent, sm90_split, sm90_persistent_64, sm90_split_64 };
 const char *gemm_path_name(GemmPath p);
 // The paths this device can run for a 16-bit dtype (sm90 ones only on compute capability 9.x).
 bool gemm_path_available(GemmPath p, int device);

@@ -68,11 +68,11 @@ TEST(BenchPlan, ForcedMatmulPathImpls) {
 #else
   BenchConfig cfg;
   cfg.ops = {"mm", "log_softmax"};
-  cfg.impls = {"invariant@sm90_split_global_64", "invariant@cluster-32x128"};
+  cfg.impls = {"invariant@sm90_split_64", "invariant@cluster-32x128"};
   const BenchPlan plan = plan_bench(cfg);
-  EXPECT_TRUE(plan.times("mm", "invariant@sm90_split_global_64"));
+  EXPECT_TRUE(plan.times("mm", "invariant@sm90_split_64"));
   EXPECT_TRUE(plan.times("mm", "invariant@cluster-32x128"));
-  EXPECT_FALSE(plan.times("log_softmax", "invariant@sm90_split_global_64"));
+  EXPECT_FALSE(plan.times("log_softmax", "invariant@sm90_split_64"));
   for (const char *bad : {"invariant@no_such_path", "cublas@sm90_split", "invariant@"}) {
     cfg.impls = {bad};
     EXPECT_THROW(plan_bench(cfg), std::invalid_argument) << bad;
