@@ -302,7 +302,9 @@ CampaignResult run_campaign(const CampaignConfig &cfg, ReportWriter &report, std
   std::vector<size_t> global_index;
   for (size_t k = 0; k < cfg.targets.size(); ++k)
     if (cfg.shard.takes(k) && !cfg.skip_targets.count(cfg.targets[k].name())) {
-      result.targets.push_back({cfg.targets[k]});
+      TargetStats stats;
+      stats.target = cfg.targets[k];
+      result.targets.push_back(std::move(stats));
       global_index.push_back(k);
     }
   Progress progress(log, cfg.progress, cfg.budget_s);

@@ -373,9 +373,7 @@ Verdict check_row_case(const CaseSpec &c) {
   } catch (const std::invalid_argument &) {
     throw;
   } catch (const std::exception &e) {
-    std::string what = e.what();
-    what = what.substr(0, what.find('\n'));
-    return Verdict::error(what);
+    return Verdict::error(e.what());
   }
 }
 

@@ -16,7 +16,8 @@ struct Verdict {
   bool passed() const { return outcome == Outcome::pass; }
   static Verdict pass(DiffStats d = {}, std::string why = "") { return {Outcome::pass, std::move(d), std::move(why)}; }
   static Verdict fail(DiffStats d, std::string why) { return {Outcome::fail, std::move(d), std::move(why)}; }
-  static Verdict error(std::string why) { return {Outcome::error, {}, std::move(why)}; }
+  // An error's detail is its first line: a libtorch exception's backtrace stays out of the record.
+  static Verdict error(const std::string &why) { return {Outcome::error, {}, why.substr(0, why.find('\n'))}; }
   // Pass when the two tensors are bitwise equal, fail otherwise; `what` names the comparison.
   // CUDA tensors are compared on the device.
   static Verdict from_diff(const at::Tensor &expected, const at::Tensor &actual, const std::string &what) {

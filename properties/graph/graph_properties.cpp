@@ -339,8 +339,7 @@ Verdict check_graph_case(const CaseSpec &c) {
     if (c.property == "seq_alone_vs_batched") return seq_alone_vs_batched(c, g);
     return registry_agree(c, g);
   } catch (const std::exception &e) {
-    std::string what = e.what();
-    return Verdict::error(what.substr(0, what.find('\n')));
+    return Verdict::error(e.what());
   }
 }
 

@@ -362,7 +362,7 @@ Verdict check_spec_case(const CaseSpec &c) {
   } catch (const std::invalid_argument &) {
     throw;
   } catch (const std::exception &e) {
-    return Verdict::error(first_line(e.what()));
+    return Verdict::error(e.what());
   }
 }
 

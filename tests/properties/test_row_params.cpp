@@ -76,5 +76,14 @@ TEST(RowParams, MatrixAxisCatchesABatchCountMutant) {
   EXPECT_TRUE(check_case(row_case("bmm", "invariant", shape, {{"axis", "matrices"}, {"i", "1"}, {"j", "3"}})).passed());
 }
 
+// A case whose impl throws is recorded with the first line of the message only: libtorch's errors
+// carry a backtrace that would swell every record and report (seen with cuDNN's SDPA).
+TEST(Verdict, ErrorKeepsTheFirstLine) {
+  const Verdict v = Verdict::error("Invalid backend\nException raised from select_sdp_backend\nframe #0: ...");
+  EXPECT_EQ(v.outcome, Verdict::Outcome::error);
+  EXPECT_EQ(v.detail, "Invalid backend");
+  EXPECT_EQ(Verdict::error("one line").detail, "one line");
+}
+
 }  // namespace
 }  // namespace detfuzz
