@@ -183,27 +183,32 @@ const char *MatmulPathChoice::name() const {
   return f32 != ck::F32Path::automatic ? ck::gemm_f32_path_name(f32) : ck::gemm_path_name(half);
 }
 
+namespace {
+// Every forceable path of each kernel (automatic excluded).
+constexpr ck::GemmPath kHopperPaths[] = {ck::GemmPath::sm90_persistent, ck::GemmPath::sm90_split,
+                                         ck::GemmPath::sm90_persistent_64, ck::GemmPath::sm90_split_64};
+constexpr ck::F32Path kF32Paths[] = {ck::F32Path::persistent_large, ck::F32Path::persistent_small,
+                                     ck::F32Path::cluster_large, ck::F32Path::cluster_small};
+}  // namespace
+
 std::vector<MatmulPathChoice> equivalent_matmul_paths(int device, at::ScalarType dtype) {
   std::vector<MatmulPathChoice> out;
   if (dtype == at::kFloat) {
-    for (const auto p : {ck::F32Path::persistent_large, ck::F32Path::persistent_small, ck::F32Path::cluster_large,
-                         ck::F32Path::cluster_small})
+    for (const auto p : kF32Paths)
       if (ck::gemm_f32_path_available(p, device)) out.push_back({ck::GemmPath::automatic, p});
     return out;
   }
   if (!ck::gemm_path_available(ck::GemmPath::sm90_persistent, device)) return out;
-  for (const auto p : {ck::GemmPath::sm90_persistent, ck::GemmPath::sm90_split, ck::GemmPath::sm90_persistent_64,
-                       ck::GemmPath::sm90_split_64})
-    out.push_back({p, ck::F32Path::automatic});
+  for (const auto p : kHopperPaths) out.push_back({p, ck::F32Path::automatic});
   return out;
 }
 
 std::optional<MatmulPathChoice> matmul_path_by_name(const std::string &name) {
-  for (const auto p : {ck::GemmPath::mma_sync, ck::GemmPath::sm90_persistent, ck::GemmPath::sm90_split,
-                       ck::GemmPath::sm90_persistent_64, ck::GemmPath::sm90_split_64})
+  if (name == ck::gemm_path_name(ck::GemmPath::mma_sync))
+    return MatmulPathChoice{ck::GemmPath::mma_sync, ck::F32Path::automatic};
+  for (const auto p : kHopperPaths)
     if (name == ck::gemm_path_name(p)) return MatmulPathChoice{p, ck::F32Path::automatic};
-  for (const auto p : {ck::F32Path::persistent_large, ck::F32Path::persistent_small, ck::F32Path::cluster_large,
-                       ck::F32Path::cluster_small})
+  for (const auto p : kF32Paths)
     if (name == ck::gemm_f32_path_name(p)) return MatmulPathChoice{ck::GemmPath::automatic, p};
   return std::nullopt;
 }

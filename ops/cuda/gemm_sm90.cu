@@ -48,7 +48,6 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
-#include <tuple>
 
 namespace detfuzz::cuda_kernels {
 namespace {
@@ -254,10 +253,10 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
 
       // Cluster split: both consumer warpgroups are done reading the stages before either
       // overwrites them with its partial (the producer has nothing left to load).
-      if (SCHED == kCluster) asm volatile("bar.sync 1, %0;" ::"n"(CONSUMERS * 128) : "memory");
+      if (SPLIT) asm volatile("bar.sync 1, %0;" ::"n"(CONSUMERS * 128) : "memory");
       const int row_base = cw * 64 + warp * 16 + lane / 4;
       if (!active) continue;
-      if constexpr (SCHED == kPersistent) {
+      if constexpr (!SPLIT) {
         store_fragment<T>(total, p, tc, m0, n0, row_base, valid_m, lane);
       } else {
         // Leave the partial in this CTA's shared memory.
@@ -277,7 +276,7 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
     }
   }
 
-  if constexpr (SCHED == kCluster) {
+  if constexpr (SPLIT) {
     // Every partial of the tile is in its CTA's shared memory: CTA r sums rows r, r + chunks, ...
     // reading the partials in chunk order 0, 1, ..., chunks - 1.
     __syncwarp();
@@ -401,7 +400,7 @@ auto prepared_kernel(int dev) {
   return kernel;
 }
 
-template <int SCHED, int CONSUMERS>
+template <int CONSUMERS>
 cudaLaunchConfig_t launch_config(int grid, int cluster, cudaStream_t stream, cudaLaunchAttribute *attr) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(grid);
@@ -431,7 +430,7 @@ int max_active_clusters(int dev, int size) {
   if (it == known.end()) {
     auto kernel = prepared_kernel<T, B_KN, kCluster, CONSUMERS>(dev);
     cudaLaunchAttribute attr[1];
-    const cudaLaunchConfig_t cfg = launch_config<kCluster, CONSUMERS>(size, size, nullptr, attr);
+    const cudaLaunchConfig_t cfg = launch_config<CONSUMERS>(size, size, nullptr, attr);
     int clusters = 0;
     DETFUZZ_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
     it = known.emplace(key, std::max(clusters, 1)).first;
@@ -443,7 +442,7 @@ template <typename T, bool B_KN, int SCHED, int CONSUMERS>
 void launch_one(const CUtensorMap &ma, const CUtensorMap &mb, const Sm90Args &args, int grid, int dev, cudaStream_t stream) {
   auto kernel = prepared_kernel<T, B_KN, SCHED, CONSUMERS>(dev);
   cudaLaunchAttribute attr[1];
-  const cudaLaunchConfig_t cfg = launch_config<SCHED, CONSUMERS>(grid, SCHED == kCluster ? args.chunks : 1, stream, attr);
+  const cudaLaunchConfig_t cfg = launch_config<CONSUMERS>(grid, SCHED == kCluster ? args.chunks : 1, stream, attr);
   DETFUZZ_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, ma, mb, args));
   DETFUZZ_LAUNCH_CHECK();
 }
