@@ -12,6 +12,10 @@
 //   Path A (paged_attention_reference): per-sequence gather of the used pages into contiguous
 //     K, V, then textbook two-pass softmax attention in float32 (scores, max, exp, sum, P@V / l).
 //     Per-row by construction. The executable spec of the metadata semantics.
+//   The float64 reference (paged_attention_reference_f64): the same gather and mask in float64
+//     with ATen ops (batched matmuls, softmax) on the inputs' device; what the `accuracy` property
+//     measures every implementation, Path A included, against. Not an impl: a BLAS call's
+//     reduction order may depend on the row count, so its bits are not checked for invariance.
 //   Fixed split (paged_attention_split_cpu, and the CUDA kernel in paged_attention.cu): the
 //     keys a row sees are cut at absolute positions into splits of kKvSplit tokens and each split
 //     into online-softmax steps of kKvTile tokens. With s = q . k and c = scale * log2(e), the
@@ -49,6 +53,11 @@ float softmax_scale_log2(double alpha, int64_t head_dim);
 at::Tensor paged_attention_reference(const at::Tensor &q, const at::Tensor &k_pool, const at::Tensor &v_pool,
                                      const at::Tensor &cu_seqlens_q, const at::Tensor &seq_lens_kv,
                                      const at::Tensor &block_table, double alpha);
+
+// The float64 reference: output [T_q, H_q, D] in float64 on q's device.
+at::Tensor paged_attention_reference_f64(const at::Tensor &q, const at::Tensor &k_pool, const at::Tensor &v_pool,
+                                         const at::Tensor &cu_seqlens_q, const at::Tensor &seq_lens_kv,
+                                         const at::Tensor &block_table, double alpha);
 
 // Tile and split sizes (tokens) the fixed-split algorithm uses for one sequence. The invariant
 // plan is {kKvTile, kKvSplit} for every sequence; the mutants compute it from the batch.

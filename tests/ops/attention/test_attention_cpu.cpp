@@ -1,4 +1,5 @@
-// Path A against a naive float64 attention; the fixed-split CPU impl against Path A; the registry.
+// Path A and the float64 reference against a naive float64 attention; the fixed-split CPU impl
+// against Path A; the registry.
 #include "ops/attention/paged_attention.h"
 #include "ops/registry.h"
 #include "properties/attention/attention_properties.h"
@@ -33,7 +34,7 @@ at::Tensor naive_f64(const CaseSpec &c) {
   for (const auto &s : seqs) rows += s.q_len;
   auto out = at::empty({rows, g.h_q, g.head_dim}, at::kDouble);
   double *o = out.data_ptr<double>();
-  const double scale = 1.0 / std::sqrt(static_cast<double>(g.head_dim));
+  const double scale = softmax_scale(0.0, g.head_dim);  // 1/sqrt(D) rounded to float32, as every impl takes it
   // Values as the cache holds them: rounded to the case's dtype.
   auto logical = [&](uint64_t t, int64_t n) {
     auto x = at::empty({n}, at::kFloat);
@@ -96,6 +97,20 @@ TEST(PathA, MatchesNaiveFloat64) {
     ASSERT_EQ(out.sizes(), ref.sizes());
     EXPECT_LT(max_rel_err(out, ref), 2e-6) << "page " << page;
     EXPECT_GT(ref.abs().min().item<double>(), 0.0);  // never testing on zeros
+  }
+}
+
+TEST(Float64Reference, MatchesNaiveFloat64) {
+  // What the accuracy property measures against: GQA 4:2 and 8:1, pages 1, 5, 16, mixed batches.
+  for (const auto &shape : std::vector<std::vector<int64_t>>{{4, 2, 64, 1}, {4, 2, 64, 5}, {8, 1, 128, 16}}) {
+    const CaseSpec c = make_case(shape, "7.3.1.40", "7.20.33.300", at::kBFloat16, 11 + shape[3]);
+    const auto b = attention_case::build(c, attention_case::sequences(c), 23, 4, false);
+    const auto &t = b.args.tensors;
+    const auto out = paged_attention_reference_f64(t[0], t[1], t[2], t[3], t[4], t[5], 0.0);
+    ASSERT_EQ(out.scalar_type(), at::kDouble);
+    const auto ref = naive_f64(c);
+    ASSERT_EQ(out.sizes(), ref.sizes());
+    EXPECT_LT(max_rel_err(out, ref), 1e-12) << "shape " << c.shape_string();
   }
 }
 

@@ -1,5 +1,5 @@
-// The fused CUDA kernel: accuracy against Path A, batch invariance, the properties on CUDA and
-// the CUDA mutants. Every test skips where no GPU is found.
+// The fused CUDA kernel: accuracy against the float64 reference, batch invariance, the properties
+// on CUDA and the CUDA mutants. Every test skips where no GPU is found.
 #include "ops/attention/paged_attention.h"
 #include "ops/registry.h"
 #include "properties/attention/attention_properties.h"
@@ -47,7 +47,7 @@ CaseSpec cuda_case(std::vector<int64_t> shape, const std::string &q, const std::
 
 }  // namespace
 
-TEST(PagedAttentionCuda, AccuracyAgainstPathAOverTheSupportedGrid) {
+TEST(PagedAttentionCuda, AccuracyAgainstFloat64OverTheSupportedGrid) {
   NEED_GPU();
   // Every head dim, dtype, page size and GQA group 1..8, with a mixed batch whose rows need 1, 2
   // and 4 splits (kv 1000), partial tiles and pages.
