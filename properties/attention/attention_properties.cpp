@@ -68,8 +68,31 @@ std::vector<Seq> sequences(const CaseSpec &c) {
   return out;
 }
 
+SequenceRows::SequenceRows(const CaseSpec &c)
+    : seed_(c.seed),
+      width_{0, 0, 0},
+      dtype_(c.dtype),
+      device_(c.backend == Backend::cuda ? at::Device(at::kCUDA) : at::Device(at::kCPU)) {
+  const Geometry g = geometry(c);
+  width_[0] = g.h_q * g.head_dim;
+  width_[1] = width_[2] = g.h_kv * g.head_dim;
+}
+
+at::Tensor SequenceRows::rows(int64_t uid, int which, int64_t from, int64_t to) {
+  Made &m = made_[{uid, which}];
+  if (!m.rows.defined() || from < m.from || to > m.to) {
+    // Make the union of what was asked so far (a check asks for its largest batch first).
+    const int64_t lo = m.rows.defined() ? std::min(from, m.from) : from, hi = m.rows.defined() ? std::max(to, m.to) : to;
+    const uint64_t key = counter_data::tensor_key(seed_, 3 * static_cast<uint64_t>(uid) + static_cast<uint64_t>(which));
+    std::vector<uint64_t> keys(static_cast<size_t>(hi - lo), key), first;
+    for (int64_t pos = lo; pos < hi; ++pos) first.push_back(static_cast<uint64_t>(pos * width_[which]));
+    m = {lo, hi, keyed_rows(keys, first, width_[which], device_).to(dtype_)};
+  }
+  return m.rows.slice(0, from - m.from, to - m.from);
+}
+
 Batch build(const CaseSpec &c, const std::vector<Seq> &seqs, int64_t place_seed, int64_t extra_pages,
-            bool share_physical) {
+            bool share_physical, SequenceRows *rows) {
   using namespace attention;
   const Geometry g = geometry(c);
   const int64_t BS = g.page_size, D = g.head_dim;
@@ -99,44 +122,40 @@ Batch build(const CaseSpec &c, const std::vector<Seq> &seqs, int64_t place_seed,
     for (int64_t j = 0; j < pages[i]; ++j)
       blocks[i].push_back(share_physical && i > 0 && j < seqs[i].share_pages ? blocks[0][j] : order[next++]);
 
-  // Tokens: every cached token of every sequence (a shared page is written once, by sequence 0).
+  // Tokens: every cached token of every sequence (a shared page is written once, by sequence 0),
+  // as runs of rows of one sequence's K and V; the query rows are each sequence's last q_len.
+  SequenceRows own(c);
+  SequenceRows &data = rows ? *rows : own;
   int64_t tokens = 0, t_q = 0;
   for (int64_t i = 0; i < S; ++i) {
     tokens += seqs[i].kv_len - (share_physical && i > 0 ? seqs[i].share_pages * BS : 0);
     t_q += seqs[i].q_len;
   }
-  // Each row of K, V and Q is a run of keyed values (properties/data.h keyed_rows), made where
-  // the case runs: its key and the index of its first element are listed here.
   auto slots = at::empty({tokens}, at::kLong);
   int64_t *sp = slots.data_ptr<int64_t>();
-  std::vector<uint64_t> k_keys, v_keys, kv_first, q_keys, q_first;
-  const uint64_t seed = c.seed;
-  const int64_t kv_width = g.h_kv * D, q_width = g.h_q * D;
+  std::vector<at::Tensor> k_runs, v_runs, q_runs;
   int64_t t = 0, r = 0;
   Batch b;
   for (int64_t i = 0; i < S; ++i) {
     const Seq &s = seqs[i];
-    const uint64_t src_shared = static_cast<uint64_t>(seqs[0].uid);
-    for (int64_t pos = 0; pos < s.kv_len; ++pos) {
-      const bool in_prefix = i > 0 && pos < s.share_pages * BS;
-      if (in_prefix && share_physical) continue;
-      const uint64_t uid = in_prefix ? src_shared : static_cast<uint64_t>(s.uid);
-      sp[t++] = slot_of(blocks[i], BS, pos);
-      k_keys.push_back(counter_data::tensor_key(seed, 3 * uid + 1));
-      v_keys.push_back(counter_data::tensor_key(seed, 3 * uid + 2));
-      kv_first.push_back(static_cast<uint64_t>(pos * kv_width));
-    }
+    // A shared prefix holds sequence 0's tokens (stored again unless share_physical).
+    const int64_t prefix = i > 0 ? std::min(s.kv_len, s.share_pages * BS) : 0;
+    auto run = [&](int64_t uid, int64_t from, int64_t to) {
+      if (from >= to) return;
+      for (int64_t pos = from; pos < to; ++pos) sp[t++] = slot_of(blocks[i], BS, pos);
+      k_runs.push_back(data.rows(uid, 1, from, to));
+      v_runs.push_back(data.rows(uid, 2, from, to));
+    };
+    if (!share_physical) run(seqs[0].uid, 0, prefix);
+    run(s.uid, prefix, s.kv_len);
     b.row_begin.push_back(r);
-    const uint64_t q_key = counter_data::tensor_key(seed, 3 * static_cast<uint64_t>(s.uid));
-    for (int64_t qi = 0; qi < s.q_len; ++qi, ++r) {
-      q_keys.push_back(q_key);
-      q_first.push_back(static_cast<uint64_t>((s.kv_len - s.q_len + qi) * q_width));
-    }
+    q_runs.push_back(data.rows(s.uid, 0, s.kv_len - s.q_len, s.kv_len));
+    r += s.q_len;
   }
   const at::Device dev = c.backend == Backend::cuda ? at::Device(at::kCUDA) : at::Device(at::kCPU);
-  const at::Tensor kh = keyed_rows(k_keys, kv_first, kv_width, dev).view({tokens, g.h_kv, D});
-  const at::Tensor vh = keyed_rows(v_keys, kv_first, kv_width, dev).view({tokens, g.h_kv, D});
-  const at::Tensor qh = keyed_rows(q_keys, q_first, q_width, dev).view({t_q, g.h_q, D});
+  const at::Tensor kh = at::cat(k_runs, 0).view({tokens, g.h_kv, D});
+  const at::Tensor vh = at::cat(v_runs, 0).view({tokens, g.h_kv, D});
+  const at::Tensor qh = at::cat(q_runs, 0).view({t_q, g.h_q, D});
   b.row_begin.push_back(r);
 
   KVCacheConfig cfg;
@@ -147,14 +166,14 @@ Batch build(const CaseSpec &c, const std::vector<Seq> &seqs, int64_t place_seed,
   cfg.dtype = c.dtype;
   cfg.device = dev;
   KVCache cache(cfg);
-  cache.set_kv(0, slots, kh.to(c.dtype), vh.to(c.dtype));
+  cache.set_kv(0, slots, kh, vh);
   std::vector<int64_t> ql, kl;
   for (const auto &s : seqs) {
     ql.push_back(s.q_len);
     kl.push_back(s.kv_len);
   }
   const AttnMetadata meta = make_metadata(ql, kl, blocks, max_pages, dev);
-  b.args.tensors = {qh.to(c.dtype), cache.k(0), cache.v(0), meta.cu_seqlens_q, meta.seq_lens_kv,
+  b.args.tensors = {qh, cache.k(0), cache.v(0), meta.cu_seqlens_q, meta.seq_lens_kv,
                     meta.block_table};
   b.args.alpha = c.param_double("alpha", 0.0);
   b.num_blocks = num_blocks;
@@ -230,11 +249,12 @@ Verdict check_attention_case(const CaseSpec &c) {
   require(extra >= 0 && extra <= (1 << 20), "pool=" + std::to_string(extra) + " out of range");
 
   try {
+    SequenceRows data(c);  // every build below takes its sequences' rows from here
     auto run = [&](const Batch &b) { return impl->run(b.args); };
     const Seq &tg = seqs[target];
     if (c.property == "seq_alone_vs_batched") {
-      const Batch all = build(c, seqs, place, extra, false);
-      const Batch alone = build(c, {tg}, place, extra, false);
+      const Batch all = build(c, seqs, place, extra, false, &data);
+      const Batch alone = build(c, {tg}, place, extra, false, &data);
       return Verdict::from_diff(rows(run(alone), alone, 0), rows(run(all), all, target),
                                 "sequence " + std::to_string(target) + " alone vs in a batch of " + std::to_string(S));
     }
@@ -243,8 +263,8 @@ Verdict check_attention_case(const CaseSpec &c) {
       require(share >= 0, "share must be >= 0");
       for (int64_t i = 1; i < S; ++i)
         seqs[i].share_pages = std::min({share, seqs[0].kv_len / geometry(c).page_size, seqs[i].kv_len / geometry(c).page_size});
-      const Batch a = build(c, seqs, place, extra, false);
-      const Batch b = build(c, seqs, place2, extra, true);
+      const Batch a = build(c, seqs, place, extra, false, &data);
+      const Batch b = build(c, seqs, place2, extra, true, &data);
       return Verdict::from_diff(run(a), run(b),
                                 "whole batch, placement " + std::to_string(place) + " vs " + std::to_string(place2) +
                                     " with " + std::to_string(share) + " shared prefix pages");
@@ -257,7 +277,7 @@ Verdict check_attention_case(const CaseSpec &c) {
         sum += x;
       }
       require(sum == tg.q_len, "chunks= sum to " + std::to_string(sum) + ", target q is " + std::to_string(tg.q_len));
-      const Batch whole = build(c, seqs, place, extra, false);
+      const Batch whole = build(c, seqs, place, extra, false, &data);
       const at::Tensor expected = rows(run(whole), whole, target);
       std::vector<at::Tensor> parts;
       int64_t done = 0;
@@ -265,7 +285,7 @@ Verdict check_attention_case(const CaseSpec &c) {
         std::vector<Seq> step = seqs;
         step[target].q_len = x;
         step[target].kv_len = tg.kv_len - tg.q_len + done + x;
-        const Batch b = build(c, step, place, extra, false);
+        const Batch b = build(c, step, place, extra, false, &data);
         parts.push_back(rows(run(b), b, target));
         done += x;
       }
@@ -273,21 +293,21 @@ Verdict check_attention_case(const CaseSpec &c) {
                                 "target rows in one go vs in " + std::to_string(chunks.size()) + " chunks");
     }
     if (c.property == "decode_vs_prefill") {
-      const Batch whole = build(c, seqs, place, extra, false);
+      const Batch whole = build(c, seqs, place, extra, false, &data);
       const at::Tensor expected = rows(run(whole), whole, target, tg.q_len - 1, 1);
       std::vector<Seq> step = seqs;
       step[target].q_len = 1;
-      const Batch dec = build(c, step, place, extra, false);
+      const Batch dec = build(c, step, place, extra, false, &data);
       return Verdict::from_diff(expected, rows(run(dec), dec, target),
                                 "last row of a " + std::to_string(tg.q_len) + "-row prefill vs a decode step over " +
                                     std::to_string(tg.kv_len) + " tokens");
     }
     if (c.property == "repeat") {
-      const Batch b = build(c, seqs, place, extra, false);
+      const Batch b = build(c, seqs, place, extra, false, &data);
       return second_run_agrees(c.backend, run(b), [&] { return run(b); }, "two runs of the same batch");
     }
     // accuracy
-    const Batch b = build(c, seqs, place, extra, false);
+    const Batch b = build(c, seqs, place, extra, false, &data);
     const auto &t = b.args.tensors;
     const at::Tensor ref = attention::paged_attention_reference_f64(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha);
     return accuracy_verdict(run(b), ref, c.dtype);

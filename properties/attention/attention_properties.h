@@ -32,10 +32,10 @@
 //   decode_vs_prefill     a decode step (q=1 over the target's kv tokens) == the last row of the
 //                         target's prefill over the same tokens
 //   repeat                two runs give the same bits (on CUDA the second on another stream)
-//   accuracy              within a per-dtype tolerance of Path A (float32 two-pass reference),
-//                         both in q's dtype: |out - ref| <= 2 eps (|ref| + 1) with eps = 2^-7
-//                         (bfloat16), 2^-10 (float16), 2^-20 (float32); the absolute part
-//                         covers P rounded to the input dtype before P@V (data is of order one).
+//   accuracy              within a per-dtype tolerance of the float64 reference
+//                         (paged_attention_reference_f64): |out - ref| <= 2 eps (|ref| + 1) with
+//                         eps = 2^-7 (bfloat16), 2^-10 (float16), 2^-20 (float32); the absolute
+//                         part covers P rounded to the input dtype before P@V (data is of order one).
 //                         Invariance is bitwise, so a bug that moves float32 bits shows in a
 //                         bfloat16 output only when it crosses a rounding boundary (or through
 //                         the rounded P): float32 cases are the sharpest detector on the CPU.
@@ -49,7 +49,9 @@
 
 #include <rapidcheck.h>
 
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace detfuzz {
@@ -90,11 +92,34 @@ struct Batch {
 Geometry geometry(const CaseSpec &c);     // throws std::invalid_argument
 std::vector<Seq> sequences(const CaseSpec &c);  // from q=, kv= (uid = index); throws std::invalid_argument
 
+// The q, K and V rows of a case's sequences, in the case's dtype and on its device, made on first
+// use and shared by every build of one check (a property builds its batches two or more times
+// from the same sequences). Row `pos` of sequence uid's tensor `which` (0 q, 1 K, 2 V) holds
+// elements pos * width .. of logical tensor 3 uid + which, as the data note above says.
+class SequenceRows {
+ public:
+  explicit SequenceRows(const CaseSpec &c);
+  // Rows [from, to) as a [to - from, width] tensor (a view of what was made).
+  at::Tensor rows(int64_t uid, int which, int64_t from, int64_t to);
+
+ private:
+  struct Made {
+    int64_t from = 0, to = 0;
+    at::Tensor rows;
+  };
+  uint64_t seed_;
+  int64_t width_[3];
+  at::ScalarType dtype_;
+  at::Device device_;
+  std::map<std::pair<int64_t, int>, Made> made_;
+};
+
 // Writes every sequence's tokens into a fresh pool through KVCache::set_kv and builds q and the
 // metadata. Pages come from a BlockAllocator, shuffled by place_seed (0: allocator order); with
-// share_physical, sequence i's first share_pages pages are sequence 0's pages.
+// share_physical, sequence i's first share_pages pages are sequence 0's pages. The rows come from
+// `rows` when given (the check's shared SequenceRows), else are made for this batch alone.
 Batch build(const CaseSpec &c, const std::vector<Seq> &seqs, int64_t place_seed, int64_t extra_pages,
-            bool share_physical);
+            bool share_physical, SequenceRows *rows = nullptr);
 
 }  // namespace attention_case
 }  // namespace detfuzz
