@@ -10,7 +10,8 @@
 //
 // Implementations:
 //   Path A (paged_attention_reference): per-sequence gather of the used pages into contiguous
-//     K, V, then textbook two-pass softmax attention in float32 (scores, max, exp, sum, P@V / l).
+//     K, V, then textbook two-pass softmax attention in float32 (scores, max, exp, sum, P@V / l;
+//     each q . k in eight interleaved partial sums).
 //     Per-row by construction. The executable spec of the metadata semantics.
 //   The float64 reference (paged_attention_reference_f64): the same gather and mask in float64
 //     with ATen ops (batched matmuls, softmax) on the inputs' device; what the `accuracy` property

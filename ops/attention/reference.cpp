@@ -3,6 +3,7 @@
 // row count, which would make the reference itself fail chunked_prefill and decode_vs_prefill.
 // The float64 reference below is free of that concern (its bits are never compared), so it uses
 // batched float64 matmuls on the inputs' device: fast on a GPU, and exact to ~1e-15.
+#include "ops/attention/cpu_dot.h"
 #include "ops/attention/paged_attention.h"
 
 #include <cmath>
@@ -31,7 +32,6 @@ at::Tensor paged_attention_reference(const at::Tensor &q, const at::Tensor &k_po
   const float scale = softmax_scale(alpha, m.head_dim);
   const int64_t D = m.head_dim, group = m.h_q / m.h_kv;
   const auto qf = q.to(at::kCPU).to(at::kFloat).contiguous();
-  const auto kp = k_pool.to(at::kCPU), vp = v_pool.to(at::kCPU);
   auto out = at::empty({m.num_q, m.h_q, D}, at::kFloat);
   const float *qd = qf.data_ptr<float>();
   float *od = out.data_ptr<float>();
@@ -39,9 +39,10 @@ at::Tensor paged_attention_reference(const at::Tensor &q, const at::Tensor &k_po
   for (int64_t s = 0; s < m.num_seqs; ++s) {
     const int64_t ql = m.q_len(s), kl = m.kv_len[s];
     if (ql == 0) continue;
-    // Gather: the sequence's used pages, flattened to [kv_len, H_kv, D] (Path A of the spec).
-    const auto ks = gather_sequence(kp, m, s).to(at::kFloat).contiguous();
-    const auto vs = gather_sequence(vp, m, s).to(at::kFloat).contiguous();
+    // Gather: the sequence's used pages, flattened to [kv_len, H_kv, D] (Path A of the spec),
+    // where the pools live; only those pages come to the host.
+    const auto ks = gather_sequence(k_pool, m, s).to(at::kCPU).to(at::kFloat).contiguous();
+    const auto vs = gather_sequence(v_pool, m, s).to(at::kCPU).to(at::kFloat).contiguous();
     const float *kd = ks.data_ptr<float>(), *vd = vs.data_ptr<float>();
     for (int64_t qi = 0; qi < ql; ++qi) {
       const int64_t row = m.cu_q[s] + qi, visible = kl - ql + qi + 1;
@@ -51,10 +52,7 @@ at::Tensor paged_attention_reference(const at::Tensor &q, const at::Tensor &k_po
         scores.assign(visible, 0.f);
         float mx = -std::numeric_limits<float>::infinity();
         for (int64_t k = 0; k < visible; ++k) {
-          const float *kv = kd + (k * m.h_kv + kvh) * D;
-          float dot = 0.f;
-          for (int64_t d = 0; d < D; ++d) dot += qv[d] * kv[d];
-          scores[k] = dot * scale;
+          scores[k] = dot8(qv, kd + (k * m.h_kv + kvh) * D, D) * scale;
           mx = std::max(mx, scores[k]);
         }
         float l = 0.f;

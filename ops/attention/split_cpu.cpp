@@ -1,6 +1,7 @@
 // The fixed-split algorithm on the CPU (see paged_attention.h for the algorithm), and the plans
 // of the planted bugs. Each query row is computed on its own, so the only way batch composition
 // can reach a row's bits is through the plan: the invariant plan ignores the batch.
+#include "ops/attention/cpu_dot.h"
 #include "ops/attention/paged_attention.h"
 
 #include <algorithm>
@@ -73,9 +74,7 @@ at::Tensor paged_attention_split_cpu(const at::Tensor &q, const at::Tensor &k_po
             const int64_t t1 = std::min(t0 + p.tile, end);
             float tmax = neg_inf;
             for (int64_t k = t0; k < t1; ++k) {
-              const float *kv = krow[k] + off;
-              float dot = 0.f;
-              for (int64_t d = 0; d < D; ++d) dot += qv[d] * kv[d];
+              const float dot = dot8(qv, krow[k] + off, D);
               s_tile[k - t0] = dot;
               tmax = std::max(tmax, dot);
             }
