@@ -32,6 +32,11 @@ std::vector<int64_t> parse_lengths(const CaseSpec &c, const std::string &key) {
   return out;
 }
 
+// Where a case's tensors live: the current CUDA device, or the CPU.
+at::Device case_device(const CaseSpec &c) {
+  return c.backend == Backend::cuda ? at::Device(at::kCUDA) : at::Device(at::kCPU);
+}
+
 }  // namespace
 
 std::string join(const std::vector<int64_t> &v) {
@@ -72,7 +77,7 @@ SequenceRows::SequenceRows(const CaseSpec &c)
     : seed_(c.seed),
       width_{0, 0, 0},
       dtype_(c.dtype),
-      device_(c.backend == Backend::cuda ? at::Device(at::kCUDA) : at::Device(at::kCPU)) {
+      device_(case_device(c)) {
   const Geometry g = geometry(c);
   width_[0] = g.h_q * g.head_dim;
   width_[1] = width_[2] = g.h_kv * g.head_dim;
@@ -85,6 +90,7 @@ at::Tensor SequenceRows::rows(int64_t uid, int which, int64_t from, int64_t to) 
     const int64_t lo = m.rows.defined() ? std::min(from, m.from) : from, hi = m.rows.defined() ? std::max(to, m.to) : to;
     const uint64_t key = counter_data::tensor_key(seed_, 3 * static_cast<uint64_t>(uid) + static_cast<uint64_t>(which));
     std::vector<uint64_t> keys(static_cast<size_t>(hi - lo), key), first;
+    first.reserve(keys.size());
     for (int64_t pos = lo; pos < hi; ++pos) first.push_back(static_cast<uint64_t>(pos * width_[which]));
     m = {lo, hi, keyed_rows(keys, first, width_[which], device_).to(dtype_)};
   }
@@ -152,7 +158,7 @@ Batch build(const CaseSpec &c, const std::vector<Seq> &seqs, int64_t place_seed,
     q_runs.push_back(data.rows(s.uid, 0, s.kv_len - s.q_len, s.kv_len));
     r += s.q_len;
   }
-  const at::Device dev = c.backend == Backend::cuda ? at::Device(at::kCUDA) : at::Device(at::kCPU);
+  const at::Device dev = case_device(c);
   const at::Tensor kh = at::cat(k_runs, 0).view({tokens, g.h_kv, D});
   const at::Tensor vh = at::cat(v_runs, 0).view({tokens, g.h_kv, D});
   const at::Tensor qh = at::cat(q_runs, 0).view({t_q, g.h_q, D});
