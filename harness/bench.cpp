@@ -291,27 +291,41 @@ double median_graph_us(Fn fn, int reps, cudaEvent_t start, cudaEvent_t stop, cud
 
 // The fused kernel's run step with a plan made once for the batch (an engine plans once per step
 // and runs once per layer), replayed from a CUDA graph.
-double time_planned_attention(const OpArgs &a, int reps, cudaEvent_t start, cudaEvent_t stop, cudaStream_t stream) {
+double time_planned_attention(const OpArgs &a, const attention::CudaAttentionOptions &options, int reps, cudaEvent_t start,
+                              cudaEvent_t stop, cudaStream_t stream) {
   const auto &t = a.tensors;
-  const attention::PagedAttentionCudaPlan plan(t[0], t[1], t[2], t[3], t[4], t[5]);
+  const attention::PagedAttentionCudaPlan plan(t[0], t[1], t[2], t[3], t[4], t[5], options);
   return median_graph_us([&] { plan.run(t[0], t[1], t[2], 0.0); }, reps, start, stop, stream);
 }
 
+at::Tensor run_paged(const OpArgs &a, const attention::CudaAttentionOptions &options) {
+  const auto &t = a.tensors;
+  return attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], a.alpha, options);
+}
+
 // Decode (one query row per sequence, GB/s against a device-to-device copy of the same bytes)
-// and prefill (one sequence, TFLOP/s against torch's SDPA on contiguous inputs, causal, GQA).
+// and prefill (one sequence, TFLOP/s against torch's SDPA on contiguous inputs, causal, GQA), for
+// each kernel of ours: `invariant` (wgmma on an sm_90 GPU) and `invariant-mma-sync`, on the same
+// inputs; one row each.
 void attention_bench(const BenchConfig &cfg, std::ostream &csv, std::ostream &log, at::Generator &gen, cudaEvent_t start,
                      cudaEvent_t stop, cudaStream_t stream) {
-  const ImplInfo &ours = cuda_impl("paged_attention", "invariant");
+  using Kernel = attention::CudaAttentionOptions::Kernel;
+  struct Timed {
+    const char *impl;
+    attention::CudaAttentionOptions options;
+  };
+  std::vector<Timed> impls = {{"invariant", {}}};
+  impls.push_back({"invariant-mma-sync", {}});
+  impls.back().options.kernel = Kernel::mma_sync;
   constexpr int64_t hq = 32, hkv = 8, d = 128;
   const int reps = std::max(5, cfg.repetitions * 4);
   for (at::ScalarType dtype : cfg.dtypes) {
-    if (!ours.supports(dtype) || dtype == at::kFloat) continue;
+    if (dtype == at::kFloat) continue;
     const double elem = static_cast<double>(c10::elementSize(dtype));
     for (int64_t batch : {1, 16, 64, 256})
-      for (int64_t ctx : {512, 4096, 32768}) {
+      for (int64_t ctx : {512, 4096, 16384, 32768}) {
         if (batch * ctx > 4 * 1024 * 1024) continue;  // K+V above 16 GiB: skip (fits neither an H100 nor the time)
         const OpArgs args = paged_batch(std::vector<int64_t>(batch, ctx), 1, hq, hkv, d, dtype, gen);
-        const double us = time_planned_attention(args, reps, start, stop, stream);
         const double bytes = elem * (2.0 * batch * ctx * hkv * d + 2.0 * batch * hq * d);
         at::Tensor src = at::empty({static_cast<int64_t>(bytes / 2)}, at::TensorOptions().device(at::kCUDA).dtype(at::kByte));
         at::Tensor dst = at::empty_like(src);
@@ -325,17 +339,19 @@ void attention_bench(const BenchConfig &cfg, std::ostream &csv, std::ostream &lo
         one.tensors[1] = args.tensors[1];
         one.tensors[2] = args.tensors[2];
         one.tensors[5] = args.tensors[5].narrow(0, 0, 1);
-        const bool verified = same_bits(ours.run(one), ours.run(args).narrow(0, 0, 1));
-        csv << "paged_attention_decode,invariant," << dtype_name(dtype) << ',' << batch << ',' << ctx << ',' << d << ',' << fmt(us) << ",,"
-            << fmt(bytes / us * 1e-3, "%.1f") << ",d2d-copy," << fmt(copy_us) << ',' << fmt(copy_us / us, "%.4f") << ','
-            << (verified ? "yes" : "no") << '\n';
-        log << "paged_attention decode " << dtype_name(dtype) << " batch=" << batch << " ctx=" << ctx << ": " << fmt(us, "%.1f") << " us, "
-            << fmt(bytes / us * 1e-3, "%.0f") << " GB/s = " << fmt(100.0 * copy_us / us, "%.0f") << "% of a device copy"
-            << (verified ? "" : "  (invariance FAILED)") << std::endl;
+        for (const Timed &impl : impls) {
+          const double us = time_planned_attention(args, impl.options, reps, start, stop, stream);
+          const bool verified = same_bits(run_paged(one, impl.options), run_paged(args, impl.options).narrow(0, 0, 1));
+          csv << "paged_attention_decode," << impl.impl << ',' << dtype_name(dtype) << ',' << batch << ',' << ctx << ',' << d << ','
+              << fmt(us) << ",," << fmt(bytes / us * 1e-3, "%.1f") << ",d2d-copy," << fmt(copy_us) << ','
+              << fmt(copy_us / us, "%.4f") << ',' << (verified ? "yes" : "no") << '\n';
+          log << "paged_attention decode " << impl.impl << ' ' << dtype_name(dtype) << " batch=" << batch << " ctx=" << ctx << ": "
+              << fmt(us, "%.1f") << " us, " << fmt(bytes / us * 1e-3, "%.0f") << " GB/s = " << fmt(100.0 * copy_us / us, "%.0f")
+              << "% of a device copy" << (verified ? "" : "  (invariance FAILED)") << std::endl;
+        }
       }
     for (int64_t len : {1024, 2048, 4096, 8192}) {
       const OpArgs args = paged_batch({len}, len, hq, hkv, d, dtype, gen);
-      const double us = time_planned_attention(args, std::max(3, cfg.repetitions), start, stop, stream);
       // SDPA on the same values, contiguous [1, H, L, D], causal, K/V heads repeated for GQA.
       const at::Tensor q = args.tensors[0].transpose(0, 1).unsqueeze(0).contiguous();
       const at::Tensor k = args.tensors[1].reshape({-1, hkv, d}).narrow(0, 0, len).transpose(0, 1).repeat_interleave(hq / hkv, 0).unsqueeze(0).contiguous();
@@ -351,13 +367,16 @@ void attention_bench(const BenchConfig &cfg, std::ostream &csv, std::ostream &lo
       const int64_t first_block = (100 + 15) / 16;
       shifted.tensors[1] = at::cat({both.tensors[1].narrow(0, 0, first_block), args.tensors[1]});
       shifted.tensors[2] = at::cat({both.tensors[2].narrow(0, 0, first_block), args.tensors[2]});
-      const bool verified = same_bits(ours.run(shifted).narrow(0, 100, len), ours.run(args));
-      csv << "paged_attention_prefill,invariant," << dtype_name(dtype) << ",1," << len << ',' << d << ',' << fmt(us) << ','
-          << fmt(flops / us * 1e-6, "%.2f") << ",,torch-sdpa-flash," << fmt(sdpa_us) << ',' << fmt(sdpa_us / us, "%.4f") << ','
-          << (verified ? "yes" : "no") << '\n';
-      log << "paged_attention prefill " << dtype_name(dtype) << " len=" << len << ": " << fmt(us, "%.1f") << " us, "
-          << fmt(flops / us * 1e-6, "%.1f") << " TFLOP/s, " << fmt(sdpa_us / us, "%.2f") << "x torch SDPA (flash)" << (verified ? "" : "  (invariance FAILED)")
-          << std::endl;
+      for (const Timed &impl : impls) {
+        const double us = time_planned_attention(args, impl.options, std::max(3, cfg.repetitions), start, stop, stream);
+        const bool verified = same_bits(run_paged(shifted, impl.options).narrow(0, 100, len), run_paged(args, impl.options));
+        csv << "paged_attention_prefill," << impl.impl << ',' << dtype_name(dtype) << ",1," << len << ',' << d << ',' << fmt(us)
+            << ',' << fmt(flops / us * 1e-6, "%.2f") << ",,torch-sdpa-flash," << fmt(sdpa_us) << ',' << fmt(sdpa_us / us, "%.4f")
+            << ',' << (verified ? "yes" : "no") << '\n';
+        log << "paged_attention prefill " << impl.impl << ' ' << dtype_name(dtype) << " len=" << len << ": " << fmt(us, "%.1f")
+            << " us, " << fmt(flops / us * 1e-6, "%.1f") << " TFLOP/s, " << fmt(sdpa_us / us, "%.2f") << "x torch SDPA (flash)"
+            << (verified ? "" : "  (invariance FAILED)") << std::endl;
+      }
     }
   }
 }

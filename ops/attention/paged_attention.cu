@@ -35,7 +35,9 @@
 #include "ops/attention/paged_attention_kernel.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/mma_sm80.cuh"
+#include "ops/cuda/ptx_sm90.cuh"
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <stdexcept>
@@ -52,6 +54,7 @@ using cuda_kernels::from_f;
 using cuda_kernels::ldmatrix_x4;
 using cuda_kernels::ldmatrix_x4_trans;
 using cuda_kernels::mma16816;
+namespace sm90 = cuda_kernels::sm90;
 
 constexpr int kRows = 64;   // M rows per CTA
 constexpr int kKeys = 64;   // keys per K/V tile
@@ -62,14 +65,17 @@ constexpr int kThreads = 128;
 // float32 in per-thread order. split_per_cta streams through 3 stages (2 CTAs per SM at D = 128);
 // whole_rows keeps its merged state here rather than in registers (which spilled) and so has
 // room for 2 stages.
-// A row's 16-byte chunk c sits at chunk c ^ (row & 7), so the 8 rows an ldmatrix phase reads
-// fall in 8 different bank groups.
+// A 64-row tile (Q, or K or V) is stored as D / 64 column blocks of 64 rows x 128 bytes, 8 KiB
+// apart; in a block, row r's 16-byte chunk c sits at chunk c ^ (r & 7). That is the 128-byte
+// swizzle the wgmma descriptors read (blocks based 1024-byte aligned), and the 8 rows an ldmatrix
+// phase reads fall in 8 different bank groups.
+constexpr int kBlockBytes = 64 * 128;
 template <int D>
 struct Layout {
   static constexpr int kTileBytes = kKeys * D * 2;
   static constexpr int kQBytes = kRows * D * 2;
   static __device__ __forceinline__ uint32_t offset(int row, int chunk) {
-    return static_cast<uint32_t>((row * (D / 8) + (chunk ^ (row & 7))) * 16);
+    return static_cast<uint32_t>((chunk >> 3) * kBlockBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
   }
 };
 template <int D, KvSchedule kSchedule>
@@ -133,7 +139,7 @@ constexpr int kAccBlocks = kSpread ? D / 32 : D / 8;
 // One online-softmax step over the key columns of n-blocks [NB0, NB1) of the warp's S tile:
 // rescale the state, then accumulate round(p) V over those keys (k-steps NB0/2 .. NB1/2 - 1)
 // into the warp's output columns.
-template <typename T, int D, bool kSpread, int NB0, int NB1>
+template <typename T, int D, bool kSpread, bool kWgmma, int NB0, int NB1>
 __device__ __forceinline__ void softmax_step(RowState<D> &st, float (&s)[8][4], float scale_log2, uint32_t v_tile, int lane,
                                              int warp) {
   constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
@@ -170,20 +176,89 @@ __device__ __forceinline__ void softmax_step(RowState<D> &st, float (&s)[8][4], 
     st.acc[nb][2] = __fmul_rn(st.acc[nb][2], a[1]);
     st.acc[nb][3] = __fmul_rn(st.acc[nb][3], a[1]);
   }
-  const int first_pair = kSpread ? warp * (D / 64) : 0;  // first column-block pair of the warp
+  // P as the A operand of k-step kk: the C fragments of n-blocks 2kk and 2kk + 1.
+  constexpr int kSteps = NB1 / 2 - NB0 / 2;
+  uint32_t pa[kSteps][4];
 #pragma unroll
-  for (int kk = NB0 / 2; kk < NB1 / 2; ++kk) {
-    // P as the A operand of k-step kk: the C fragments of n-blocks 2kk and 2kk + 1.
-    const uint32_t pa[4] = {pack2(s[2 * kk][0], s[2 * kk][1], kBf16), pack2(s[2 * kk][2], s[2 * kk][3], kBf16),
-                            pack2(s[2 * kk + 1][0], s[2 * kk + 1][1], kBf16),
-                            pack2(s[2 * kk + 1][2], s[2 * kk + 1][3], kBf16)};
-    const int key = kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+  for (int x = 0; x < kSteps; ++x) {
+    const int kk = NB0 / 2 + x;
+    pa[x][0] = pack2(s[2 * kk][0], s[2 * kk][1], kBf16);
+    pa[x][1] = pack2(s[2 * kk][2], s[2 * kk][3], kBf16);
+    pa[x][2] = pack2(s[2 * kk + 1][0], s[2 * kk + 1][1], kBf16);
+    pa[x][3] = pack2(s[2 * kk + 1][2], s[2 * kk + 1][3], kBf16);
+  }
+  if constexpr (kWgmma) {
+    // The warpgroup's 64 rows at once: k-steps in key order, A from registers, V N-major.
+#if DETFUZZ_SM90A
+    float(&acc)[D / 2] = *reinterpret_cast<float(*)[D / 2]>(&st.acc[0][0]);
+    sm90::wgmma_fence();
 #pragma unroll
-    for (int j = 0; j < kAccBlocks<D, kSpread> / 2; ++j) {
-      uint32_t b[4];
-      ldmatrix_x4_trans(b, v_tile + Layout<D>::offset(key, (first_pair + j) * 2 + (lane >> 4)));
-      mma16816<T>(st.acc[2 * j], pa, {b[0], b[1]});
-      mma16816<T>(st.acc[2 * j + 1], pa, {b[2], b[3]});
+    for (int x = 0; x < kSteps; ++x) {
+      const uint64_t desc = sm90::desc_mn_major(v_tile + (NB0 / 2 + x) * 16 * 128, kBlockBytes);
+      if constexpr (D == 128) sm90::wgmma_m64n128k16_rs<T>(acc, pa[x], desc);
+      else sm90::wgmma_m64n64k16_rs<T>(acc, pa[x], desc);
+    }
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(acc);
+#else
+    __trap();  // the host launches the wgmma kernel only on sm_90a code
+#endif
+  } else {
+    const int first_pair = kSpread ? warp * (D / 64) : 0;  // first column-block pair of the warp
+#pragma unroll
+    for (int x = 0; x < kSteps; ++x) {
+      const int key = (NB0 / 2 + x) * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+#pragma unroll
+      for (int j = 0; j < kAccBlocks<D, kSpread> / 2; ++j) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, v_tile + Layout<D>::offset(key, (first_pair + j) * 2 + (lane >> 4)));
+        mma16816<T>(st.acc[2 * j], pa[x], {b[0], b[1]});
+        mma16816<T>(st.acc[2 * j + 1], pa[x], {b[2], b[3]});
+      }
+    }
+  }
+}
+
+// S = Q K^T for the tile's 64 rows and 64 keys, k-steps over D in order: with wgmma, the
+// warpgroup's four warps together (each receives its 16 rows); with mma.sync, each warp its own
+// 16 rows (spread: keys 16w .. 16w + 15 only).
+template <typename T, int D, bool kSpread, bool kWgmma>
+__device__ __forceinline__ void qk_scores(float (&s)[8][4], uint32_t q_s, uint32_t k_tile, int row_block, int lane, int warp) {
+  if constexpr (kWgmma) {
+#if DETFUZZ_SM90A
+    float(&sf)[32] = *reinterpret_cast<float(*)[32]>(&s[0][0]);
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      const uint32_t off = (ks / 4) * kBlockBytes + (ks % 4) * 32;
+      sm90::wgmma_m64n64k16_ss<T>(sf, sm90::desc_k_major(q_s + off), sm90::desc_k_major(k_tile + off), ks > 0);
+    }
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(sf);
+#else
+    __trap();
+#endif
+  } else {
+    using L = Layout<D>;
+#pragma unroll
+    for (int nb = 0; nb < 8; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nb][e] = 0.f;
+    constexpr int kPairs = kSpread ? 1 : 4;  // n-block pairs (16 keys) of S this warp computes
+    const int first_key = kSpread ? warp * 16 : 0;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      uint32_t a[4];
+      ldmatrix_x4(a, q_s + L::offset(row_block * 16 + (lane & 15), ks * 2 + (lane >> 4)));
+#pragma unroll
+      for (int j = 0; j < kPairs; ++j) {
+        uint32_t b[4];
+        ldmatrix_x4(b, k_tile + L::offset(first_key + j * 16 + (lane >> 4) * 8 + (lane & 7), ks * 2 + ((lane >> 3) & 1)));
+        mma16816<T>(s[2 * j], a, {b[0], b[1]});
+        mma16816<T>(s[2 * j + 1], a, {b[2], b[3]});
+      }
     }
   }
 }
@@ -191,30 +266,15 @@ __device__ __forceinline__ void softmax_step(RowState<D> &st, float (&s)[8][4], 
 // One 64-key tile for the warp's 16 rows: S = Q K^T, the mask (skipped when every key of the
 // tile is visible to all the warp's rows), then the online-softmax step(s). Spread: warp w computes S for keys 16w .. 16w + 15 only, the four warps exchange S
 // through `s_share` (every warp of the CTA must call this), and each then holds the whole S.
-template <typename T, int D, bool kSpread>
+template <typename T, int D, bool kSpread, bool kWgmma>
 __device__ __forceinline__ void tile_step(RowState<D> &st, uint32_t q_s, uint32_t k_tile, uint32_t v_tile,
                                           float2 *s_share, int row_block, int t0, const int (&visible)[2],
                                           int min_visible, float scale_log2, bool half_steps, int lane, int warp) {
-  using L = Layout<D>;
+  static_assert(!(kSpread && kWgmma), "the wgmma kernel never spreads a tile");
   float s[8][4];
-#pragma unroll
-  for (int nb = 0; nb < 8; ++nb)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) s[nb][e] = 0.f;
-  constexpr int kPairs = kSpread ? 1 : 4;  // n-block pairs (16 keys) of S this warp computes
+  qk_scores<T, D, kSpread, kWgmma>(s, q_s, k_tile, row_block, lane, warp);
+  constexpr int kPairs = kSpread ? 1 : 4;
   const int first_key = kSpread ? warp * 16 : 0;
-#pragma unroll
-  for (int ks = 0; ks < D / 16; ++ks) {
-    uint32_t a[4];
-    ldmatrix_x4(a, q_s + L::offset(row_block * 16 + (lane & 15), ks * 2 + (lane >> 4)));
-#pragma unroll
-    for (int j = 0; j < kPairs; ++j) {
-      uint32_t b[4];
-      ldmatrix_x4(b, k_tile + L::offset(first_key + j * 16 + (lane >> 4) * 8 + (lane & 7), ks * 2 + ((lane >> 3) & 1)));
-      mma16816<T>(s[2 * j], a, {b[0], b[1]});
-      mma16816<T>(s[2 * j + 1], a, {b[2], b[3]});
-    }
-  }
   if (t0 + kKeys > min_visible) {
 #pragma unroll
     for (int nb = 0; nb < 2 * kPairs; ++nb)
@@ -245,14 +305,14 @@ __device__ __forceinline__ void tile_step(RowState<D> &st, uint32_t q_s, uint32_
       }
   }
   if (half_steps) {
-    softmax_step<T, D, kSpread, 0, 4>(st, s, scale_log2, v_tile, lane, warp);
-    softmax_step<T, D, kSpread, 4, 8>(st, s, scale_log2, v_tile, lane, warp);
+    softmax_step<T, D, kSpread, kWgmma, 0, 4>(st, s, scale_log2, v_tile, lane, warp);
+    softmax_step<T, D, kSpread, kWgmma, 4, 8>(st, s, scale_log2, v_tile, lane, warp);
   } else {
-    softmax_step<T, D, kSpread, 0, 8>(st, s, scale_log2, v_tile, lane, warp);
+    softmax_step<T, D, kSpread, kWgmma, 0, 8>(st, s, scale_log2, v_tile, lane, warp);
   }
 }
 
-template <typename T, int D, KvSchedule kSchedule>
+template <typename T, int D, KvSchedule kSchedule, bool kWgmma>
 __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAttnLaunch p) {
   using L = Smem<D, kSchedule>;
   constexpr int kStages = L::kStages;
@@ -263,6 +323,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
   const uint32_t q_s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const uint32_t k_s = q_s + L::kQBytes;
   const uint32_t v_s = k_s + kStages * L::kTileBytes;
+  // The wgmma descriptors address 128-byte-swizzled blocks based 1024-byte aligned: dynamic
+  // shared memory starts there when the kernel has no static shared memory (this one has none).
+  if (kWgmma && (q_s & 1023) != 0) __trap();
   int *page_s = reinterpret_cast<int *>(smem + L::kPagesOffset);
 
   // blockIdx.x = kvh + h_kv * (split group + groups * reversed tile): the KV heads of one (tile,
@@ -291,12 +354,14 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
   // and shares it through shared memory, each warp redoes the row statistics from the whole S
   // (same fragments, same order, same bits), and warp w accumulates output columns D/4 w ...
   // Every value is computed by the same operations in the same order as in the unspread layout.
-  const bool spread = live_rows <= 16;  // uniform over the CTA
+  // The wgmma kernel computes the warpgroup's 64 rows in every MMA: it never spreads.
+  const bool spread = !kWgmma && live_rows <= 16;  // uniform over the CTA
   const int row_block = spread ? 0 : warp;  // the 16 M rows whose state this warp holds
   const bool warp_live = row_block * 16 < live_rows;
-  // Spread tiles share S through the Q rows no live row uses (rows 16 and up; 16 x 72 floats fit).
-  float2 *s_share = reinterpret_cast<float2 *>(smem + 16 * D * 2);
-  static_assert(16 * 72 * 4 <= 48 * 64 * 2, "S exchange buffer must fit in Q rows 16..63");
+  // Spread tiles share S through the Q rows no live row uses (rows 16 and up of the first column
+  // block; 16 x 72 floats fit).
+  float2 *s_share = reinterpret_cast<float2 *>(smem + 16 * 128);
+  static_assert(16 * 72 * 4 <= 48 * 128, "S exchange buffer must fit in Q rows 16..63");
   int visible[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -426,6 +491,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
   for (int it = 0; it < n_tiles; ++it) {
     const int t0 = key_begin + it * kKeys, stage = it % kStages;
     cp_async_wait<kStages - 2>();
+#if DETFUZZ_SM90A
+    if constexpr (kWgmma) sm90::fence_proxy_async_shared();  // the tile is read by wgmma
+#endif
     __syncthreads();  // tile it visible to all; tile it - 1 consumed by all, so its stage is free
     if (it + kStages - 1 < n_tiles) load_tile(t0 + (kStages - 1) * kKeys, (it + kStages - 1) % kStages);
     cp_async_commit();
@@ -437,15 +505,19 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
       if (warp_live) finish_split(t0 / p.split_tokens - 1);
       st.reset();
     }
-    if (warp_live) {
+    // Every warp of the wgmma kernel takes part in its MMAs (dead rows are masked to p = 0).
+    if (kWgmma || warp_live) {
       const uint32_t k_tile = k_s + stage * L::kTileBytes, v_tile = v_s + stage * L::kTileBytes;
       const bool half_steps = !kWhole && p.softmax_keys == 32;
-      if (spread)
-        tile_step<T, D, true>(st, q_s, k_tile, v_tile, s_share, row_block, t0, visible, min_visible, p.scale_log2,
-                              half_steps, lane, warp);
+      if constexpr (kWgmma)
+        tile_step<T, D, false, true>(st, q_s, k_tile, v_tile, s_share, row_block, t0, visible, min_visible,
+                                     p.scale_log2, half_steps, lane, warp);
+      else if (spread)
+        tile_step<T, D, true, false>(st, q_s, k_tile, v_tile, s_share, row_block, t0, visible, min_visible,
+                                     p.scale_log2, half_steps, lane, warp);
       else
-        tile_step<T, D, false>(st, q_s, k_tile, v_tile, s_share, row_block, t0, visible, min_visible, p.scale_log2,
-                               half_steps, lane, warp);
+        tile_step<T, D, false, false>(st, q_s, k_tile, v_tile, s_share, row_block, t0, visible, min_visible,
+                                      p.scale_log2, half_steps, lane, warp);
     }
   }
   if (!warp_live) return;
@@ -497,9 +569,9 @@ __global__ void paged_attention_merge_kernel(const PagedAttnLaunch p) {
   static_cast<uint16_t *>(p.out)[(static_cast<int64_t>(row) * p.h_q + h) * p.head_dim + d] = from_f<T>(__fdiv_rn(O, L));
 }
 
-template <typename T, int D, KvSchedule kSchedule>
+template <typename T, int D, KvSchedule kSchedule, bool kWgmma>
 void launch_kernel(const PagedAttnLaunch &p, cudaStream_t stream) {
-  auto kernel = paged_attention_kernel<T, D, kSchedule>;
+  auto kernel = paged_attention_kernel<T, D, kSchedule, kWgmma>;
   // Once per instantiation and device (a per-launch call costs microseconds at decode sizes).
   static std::once_flag configured[64];
   int device = 0;
@@ -513,13 +585,13 @@ void launch_kernel(const PagedAttnLaunch &p, cudaStream_t stream) {
   DETFUZZ_LAUNCH_CHECK();
 }
 
-template <typename T, int D>
-void launch_typed(const PagedAttnLaunch &p, cudaStream_t stream) {
+template <typename T, int D, bool kWgmma>
+void launch_schedule(const PagedAttnLaunch &p, cudaStream_t stream) {
   if (p.schedule == KvSchedule::whole_rows) {
-    if constexpr (D <= 128) return launch_kernel<T, D, KvSchedule::whole_rows>(p, stream);
+    if constexpr (D <= 128) return launch_kernel<T, D, KvSchedule::whole_rows, kWgmma>(p, stream);
     else throw std::runtime_error("paged_attention: head dim 256 runs split_per_cta only");
   }
-  launch_kernel<T, D, KvSchedule::split_per_cta>(p, stream);
+  launch_kernel<T, D, KvSchedule::split_per_cta, kWgmma>(p, stream);
   if (p.max_splits > 1) {
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(p.num_rows, p.h_q);
@@ -534,6 +606,15 @@ void launch_typed(const PagedAttnLaunch &p, cudaStream_t stream) {
   }
 }
 
+template <typename T, int D>
+void launch_typed(const PagedAttnLaunch &p, cudaStream_t stream) {
+  if (p.kernel == AttnKernel::wgmma) {
+    if constexpr (D <= 128) return launch_schedule<T, D, true>(p, stream);
+    else throw std::runtime_error("paged_attention: the wgmma kernel takes head dims 64 and 128");
+  }
+  launch_schedule<T, D, false>(p, stream);
+}
+
 template <typename T>
 void launch_dim(const PagedAttnLaunch &p, cudaStream_t stream) {
   switch (p.head_dim) {
@@ -545,6 +626,24 @@ void launch_dim(const PagedAttnLaunch &p, cudaStream_t stream) {
 }
 
 }  // namespace
+
+bool paged_attention_wgmma_available(int device) {
+  static std::atomic<int> known[64] = {};  // per device: 0 not yet asked, 1 yes, 2 no
+  if (device >= 0 && device < 64 && known[device].load() != 0) return known[device].load() == 1;
+  int major = 0, minor = 0;
+  DETFUZZ_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  DETFUZZ_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  bool ok = major == 9 && minor == 0;  // sm_90a code runs on sm_90 only
+  if (ok) {
+    cudaFuncAttributes fa{};
+    ok = cudaFuncGetAttributes(&fa, paged_attention_kernel<__nv_bfloat16, 128, KvSchedule::whole_rows, true>) ==
+             cudaSuccess &&
+         fa.binaryVersion == 90;
+    (void)cudaGetLastError();  // no sm_90 code in this binary: not an error of the caller's
+  }
+  if (device >= 0 && device < 64) known[device].store(ok ? 1 : 2);
+  return ok;
+}
 
 void launch_paged_attention(const PagedAttnLaunch &p, cudaStream_t stream) {
   if (p.num_rows == 0) return;
@@ -558,6 +657,8 @@ void launch_paged_attention(const PagedAttnLaunch &p, cudaStream_t stream) {
   if (group < 1 || group > 8 || p.h_q != group * p.h_kv)
     throw std::runtime_error("paged_attention: GQA group H_q/H_kv = " + std::to_string(p.h_q) + "/" +
                              std::to_string(p.h_kv) + " not an integer in 1..8");
+  if (p.kernel == AttnKernel::wgmma && p.head_dim > 128)
+    throw std::runtime_error("paged_attention: the wgmma kernel takes head dims 64 and 128, not " + std::to_string(p.head_dim));
   if (p.splits_per_cta < 1) throw std::runtime_error("paged_attention: splits_per_cta " + std::to_string(p.splits_per_cta));
   const long long x = static_cast<long long>(p.h_kv) * (p.schedule == KvSchedule::whole_rows ? 1 : p.max_splits) * p.q_tiles;
   if (p.q_tiles < 1 || p.num_seqs < 1 || p.num_seqs > 65535 || p.max_splits < 1 || x > 0x7fffffffLL)

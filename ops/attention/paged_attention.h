@@ -92,6 +92,10 @@ struct CudaAttentionOptions {
   // gives the same bits.
   enum class Schedule { automatic, split_per_cta, whole_rows } schedule = Schedule::automatic;
   int64_t splits_per_cta = 0;  // split_per_cta: consecutive splits per CTA, 0 = from the batch's size
+  // Which kernel computes the tiles: automatic is wgmma wherever it runs (an sm_90 GPU, head dim
+  // 64 or 128), else mma_sync. The two differ in bits; each is invariant on its own, so the
+  // choice depends on the device and the head dim only, never on the batch.
+  enum class Kernel { automatic, mma_sync, wgmma } kernel = Kernel::automatic;
 };
 
 // can_implement says why the kernel cannot take these tensors, or "" when it can.
@@ -107,6 +111,7 @@ class PagedAttentionCudaPlan {
                          const CudaAttentionOptions &options = {});
   at::Tensor run(const at::Tensor &q, const at::Tensor &k_pool, const at::Tensor &v_pool, double alpha) const;
   bool whole_rows() const { return whole_rows_; }
+  bool wgmma() const { return wgmma_; }
 
  private:
   at::Tensor cu_seqlens_q_, seq_lens_kv_, block_table_;
@@ -114,6 +119,7 @@ class PagedAttentionCudaPlan {
   int64_t num_blocks_ = 0, q_tiles_ = 0, max_splits_ = 0, splits_per_cta_ = 1;
   CudaAttentionOptions options_;
   bool whole_rows_ = false;
+  bool wgmma_ = false;
 };
 
 // Plan and run in one call.

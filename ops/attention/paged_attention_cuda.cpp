@@ -83,6 +83,11 @@ PagedAttentionCudaPlan::PagedAttentionCudaPlan(const at::Tensor &q, const at::Te
               head_dim_);
   TORCH_CHECK(!(whole_rows_ && options.softmax_keys != kKvTile),
               "paged_attention (CUDA): the whole_rows schedule has 64-key softmax steps only");
+  using Kernel = CudaAttentionOptions::Kernel;
+  const bool wgmma_runs = head_dim_ <= 128 && paged_attention_wgmma_available(q.device().index());
+  TORCH_CHECK(options.kernel != Kernel::wgmma || wgmma_runs, "paged_attention (CUDA): the wgmma kernel needs an sm_90 GPU ",
+              "and head dim 64 or 128 (head dim ", head_dim_, ")");
+  wgmma_ = options.kernel == Kernel::wgmma || (options.kernel == Kernel::automatic && wgmma_runs);
   // split_per_cta: the most consecutive splits per CTA (1, 2, 4 or 8) that still leave four CTAs
   // per SM; each CTA then pays its prologue (metadata, page ids, first tiles) for more keys.
   TORCH_CHECK(options.splits_per_cta >= 0, "paged_attention (CUDA): splits_per_cta ", options.splits_per_cta, " < 0");
@@ -140,6 +145,7 @@ at::Tensor PagedAttentionCudaPlan::run(const at::Tensor &q, const at::Tensor &k_
   p.max_splits = static_cast<int>(max_splits_);
   p.splits_per_cta = static_cast<int>(splits_per_cta_);
   p.schedule = whole_rows_ ? KvSchedule::whole_rows : KvSchedule::split_per_cta;
+  p.kernel = wgmma_ ? AttnKernel::wgmma : AttnKernel::mma_sync;
   p.scale_log2 = softmax_scale_log2(alpha, head_dim_);
   at::Tensor part_acc, part_ml;
   if (!whole_rows_ && max_splits_ > 1) {

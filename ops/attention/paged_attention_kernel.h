@@ -15,6 +15,13 @@ enum class KvSchedule {
   whole_rows,     // one CTA per (query tile, KV head) walks every split and merges in registers
 };
 
+// Which kernel computes the tiles. They differ in bits (tensor cores order a dot product their own
+// way per instruction), and each is batch invariant on its own.
+enum class AttnKernel {
+  mma_sync,  // mma.sync.m16n8k16 per warp, ldmatrix: any GPU from sm_80
+  wgmma,     // Hopper's warpgroup MMA (sm_90a code on an sm_90 GPU), head dims 64 and 128
+};
+
 struct PagedAttnLaunch {
   bool bf16 = true;  // else float16
   const void *q = nullptr, *k_pool = nullptr, *v_pool = nullptr;  // [T_q,H_q,D], [NB,BS,H_kv,D] x2
@@ -30,6 +37,7 @@ struct PagedAttnLaunch {
   int max_splits = 0;      // ceil(longest kv_len / split_tokens): workspace stride
   int splits_per_cta = 1;  // split_per_cta: consecutive splits one CTA walks (fewer CTA prologues)
   KvSchedule schedule = KvSchedule::split_per_cta;
+  AttnKernel kernel = AttnKernel::mma_sync;
   float scale_log2 = 1.f;  // softmax scale times log2(e): scores are kept in the log2 domain
 };
 
@@ -42,5 +50,8 @@ constexpr int attention_rows_per_tile(int group) { return 64 / group; }
 // so that its launch overlaps the attention kernel's tail. Throws std::runtime_error naming
 // file:line on any CUDA error.
 void launch_paged_attention(const PagedAttnLaunch &p, cudaStream_t stream);
+
+// Whether `device` can run AttnKernel::wgmma (an sm_90 GPU, and sm_90a code in this binary).
+bool paged_attention_wgmma_available(int device);
 
 }  // namespace detfuzz::attention

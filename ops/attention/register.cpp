@@ -193,8 +193,17 @@ std::vector<ImplInfo> attention_impls(Backend backend) {
     };
     out.push_back({"invariant", op, backend, dt, must,
                    "fused tensor-core paged attention: one launch over the mixed batch, 256-token splits, "
-                   "schedule picked from the batch size",
+                   "schedule picked from the batch size; wgmma on sm_90 (head dim 64/128), else mma.sync",
                    fused({})});
+    // The mma.sync kernel pinned, so that a Hopper GPU fuzzes the other GPUs' kernel too (its bits
+    // differ from the wgmma kernel's; each must be invariant on its own).
+    out.push_back({"invariant-mma-sync", op, backend, dt, must,
+                   "the fused kernel on mma.sync tiles (what GPUs other than sm_90 run), schedule from the batch size",
+                   fused([](const OpArgs &) {
+                     CudaAttentionOptions o;
+                     o.kernel = CudaAttentionOptions::Kernel::mma_sync;
+                     return o;
+                   })});
     // The two schedules pinned, so that fuzzing covers both whatever the batch sizes.
     out.push_back({"invariant-split-per-cta", op, backend, dt, must,
                    "the fused kernel with the split_per_cta schedule (a CTA per split, merge kernel)",

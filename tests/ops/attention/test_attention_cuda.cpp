@@ -93,7 +93,7 @@ TEST(PagedAttentionCuda, OutputIsFullyWrittenAndFinite) {
 
 TEST(PagedAttentionCuda, PropertiesHoldOnGeneratedCases) {
   NEED_GPU();
-  for (const std::string impl : {"invariant"})
+  for (const std::string impl : {"invariant", "invariant-mma-sync"})
     for (const auto &prop : attention_properties())
       for (auto dt : {at::kBFloat16, at::kHalf}) {
         const auto r = run_property(impl, prop, Backend::cuda, dt, 25, 2024);
@@ -106,24 +106,27 @@ TEST(PagedAttentionCuda, PropertiesHoldOnGeneratedCases) {
 #ifdef DETFUZZ_WITH_CUDA
 // The schedules run the same arithmetic: on generated batches (mixed prefill, chunk and decode
 // sequences, every head dim, page size and GQA group) a CTA per split, three splits per CTA and
-// whole rows must give the same bits.
+// whole rows must give the same bits, on each kernel (mma.sync, and wgmma where it runs).
 TEST(PagedAttentionCuda, SchedulesGiveTheSameBits) {
   NEED_GPU();
   using Schedule = attention::CudaAttentionOptions::Schedule;
+  using Kernel = attention::CudaAttentionOptions::Kernel;
   int compared = 0;
   const auto result = rc::check("split_per_cta (1 and 3 splits per CTA) and whole_rows agree bit for bit", [&] {
+    const Kernel kernel = *rc::gen::element(Kernel::automatic, Kernel::mma_sync);
     const CaseSpec c = *gen_attention_case("invariant", "repeat", Backend::cuda,
                                            *rc::gen::element(at::kBFloat16, at::kHalf));
     const auto b = attention_case::build(c, attention_case::sequences(c), 11, 5, false);
     const auto &t = b.args.tensors;
     attention::CudaAttentionOptions split, split3, whole;
+    split.kernel = split3.kernel = whole.kernel = kernel;
     split.schedule = split3.schedule = Schedule::split_per_cta;
     split.splits_per_cta = 1;
     split3.splits_per_cta = 3;  // a CTA walks three splits, writing each one's state
     whole.schedule = Schedule::whole_rows;
     const auto x = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha, split);
     const auto z = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha, split3);
-    RC_LOG() << c.describe() << "\n";
+    RC_LOG() << c.describe() << (kernel == Kernel::mma_sync ? " (mma.sync)" : " (automatic kernel)") << "\n";
     RC_ASSERT(x.view(at::kShort).equal(z.view(at::kShort)));
     if (c.shape[2] <= 128) {  // whole_rows exists for D <= 128
       const auto y = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha, whole);
@@ -133,6 +136,32 @@ TEST(PagedAttentionCuda, SchedulesGiveTheSameBits) {
   });
   EXPECT_TRUE(result);
   EXPECT_GT(compared, 50);
+}
+
+// The kernel follows the device and the head dim only: wgmma on an sm_90 GPU for D = 64 and 128,
+// mma.sync for D = 256 and on other GPUs; asking for wgmma where it cannot run is an error.
+TEST(PagedAttentionCuda, KernelFollowsDeviceAndHeadDim) {
+  NEED_GPU();
+  const bool hopper = at::cuda::getCurrentDeviceProperties()->major == 9;
+  for (int64_t d : {64, 128, 256}) {
+    const CaseSpec c = cuda_case({8, 2, d, 16}, "1.70", "300.70", at::kBFloat16, "repeat");
+    const auto b = attention_case::build(c, attention_case::sequences(c), 11, 5, false);
+    const auto &t = b.args.tensors;
+    const attention::PagedAttentionCudaPlan plan(t[0], t[1], t[2], t[3], t[4], t[5]);
+    EXPECT_EQ(plan.wgmma(), hopper && d <= 128) << "D = " << d;
+    attention::CudaAttentionOptions wg;
+    wg.kernel = attention::CudaAttentionOptions::Kernel::wgmma;
+    if (!plan.wgmma()) {
+      EXPECT_THROW(attention::PagedAttentionCudaPlan(t[0], t[1], t[2], t[3], t[4], t[5], wg), c10::Error);
+      continue;
+    }
+    // Both kernels are accurate; where they differ, by rounding only.
+    attention::CudaAttentionOptions mma;
+    mma.kernel = attention::CudaAttentionOptions::Kernel::mma_sync;
+    const auto x = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], 0.0, wg).to(at::kFloat);
+    const auto y = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], 0.0, mma).to(at::kFloat);
+    EXPECT_LT((x - y).abs().max().item<float>(), 0.02f * y.abs().max().item<float>()) << "D = " << d;
+  }
 }
 
 TEST(PagedAttentionCuda, PlanRejectsOtherShapes) {
