@@ -33,9 +33,8 @@
 // warp's 16 rows. D = 256 runs split_per_cta only (whole_rows' merged state would not fit in
 // shared memory beside the tiles).
 #include "ops/attention/paged_attention_kernel.h"
+#include "ops/attention/paged_attention_tile.cuh"
 #include "ops/cuda/cuda_check.h"
-#include "ops/cuda/mma_sm80.cuh"
-#include "ops/cuda/ptx_sm90.cuh"
 
 #include <atomic>
 #include <cstdint>
@@ -50,14 +49,8 @@ namespace {
 using cuda_kernels::cp_async16;
 using cuda_kernels::cp_async_commit;
 using cuda_kernels::cp_async_wait;
-using cuda_kernels::from_f;
-using cuda_kernels::ldmatrix_x4;
-using cuda_kernels::ldmatrix_x4_trans;
-using cuda_kernels::mma16816;
-namespace sm90 = cuda_kernels::sm90;
+using namespace tile_math;
 
-constexpr int kRows = 64;   // M rows per CTA
-constexpr int kKeys = 64;   // keys per K/V tile
 constexpr int kThreads = 128;
 
 // Shared memory: Q [64 rows][D], then kStages K tiles and kStages V tiles [64 keys][D], 16-bit,
@@ -65,19 +58,6 @@ constexpr int kThreads = 128;
 // float32 in per-thread order. split_per_cta streams through 3 stages (2 CTAs per SM at D = 128);
 // whole_rows keeps its merged state here rather than in registers (which spilled) and so has
 // room for 2 stages.
-// A 64-row tile (Q, or K or V) is stored as D / 64 column blocks of 64 rows x 128 bytes, 8 KiB
-// apart; in a block, row r's 16-byte chunk c sits at chunk c ^ (r & 7). That is the 128-byte
-// swizzle the wgmma descriptors read (blocks based 1024-byte aligned), and the 8 rows an ldmatrix
-// phase reads fall in 8 different bank groups.
-constexpr int kBlockBytes = 64 * 128;
-template <int D>
-struct Layout {
-  static constexpr int kTileBytes = kKeys * D * 2;
-  static constexpr int kQBytes = kRows * D * 2;
-  static __device__ __forceinline__ uint32_t offset(int row, int chunk) {
-    return static_cast<uint32_t>((chunk >> 3) * kBlockBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4));
-  }
-};
 template <int D, KvSchedule kSchedule>
 struct Smem : Layout<D> {
   static constexpr bool kWhole = kSchedule == KvSchedule::whole_rows;
@@ -86,231 +66,6 @@ struct Smem : Layout<D> {
   static constexpr int kMergedOffset = kPagesOffset + kStages * kKeys * 4;
   static constexpr int kBytes = kMergedOffset + (kWhole ? kRows * D * 4 : 0);
 };
-
-// 2^x, flushing subnormal results to 0 (one MUFU.EX2): the kernel's only exponential.
-__device__ __forceinline__ float exp2_ftz(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// One step of the sequential split merge, shared by the whole_rows kernel and the merge kernel.
-struct MergeWeights {
-  float m, a, b;
-};
-__device__ __forceinline__ MergeWeights merge_weights(float M, float m_j) {
-  const float mn = fmaxf(M, m_j);
-  return {mn, exp2_ftz(__fsub_rn(M, mn)), exp2_ftz(__fsub_rn(m_j, mn))};
-}
-__device__ __forceinline__ float merged(float acc, float part, const MergeWeights &w) {
-  return __fadd_rn(__fmul_rn(acc, w.a), __fmul_rn(part, w.b));
-}
-
-__device__ __forceinline__ uint32_t pack2(float lo, float hi, bool bf16) {
-  const uint16_t a = bf16 ? from_f<__nv_bfloat16>(lo) : from_f<__half>(lo);
-  const uint16_t b = bf16 ? from_f<__nv_bfloat16>(hi) : from_f<__half>(hi);
-  return static_cast<uint32_t>(a) | (static_cast<uint32_t>(b) << 16);
-}
-
-// The per-thread online-softmax state of the two M rows a lane holds (rows g and g + 8 of its
-// warp's 16): row i owns s[nb][2i], s[nb][2i+1] and acc[nb][2i], acc[nb][2i+1].
-template <int D>
-struct RowState {
-  float m[2], l[2];
-  float acc[D / 8][4];
-  __device__ __forceinline__ void reset() {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      m[i] = -INFINITY;
-      l[i] = 0.f;
-    }
-#pragma unroll
-    for (int nb = 0; nb < D / 8; ++nb)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[nb][e] = 0.f;
-  }
-};
-
-// Output column blocks (8 columns each) whose accumulators a warp holds: all D / 8, or a quarter
-// when the tile is spread (warp w: blocks w * D / 32 ...; its accumulators acc[0 .. D/32)).
-template <int D, bool kSpread>
-constexpr int kAccBlocks = kSpread ? D / 32 : D / 8;
-
-// One online-softmax step over the key columns of n-blocks [NB0, NB1) of the warp's S tile:
-// rescale the state, then accumulate round(p) V over those keys (k-steps NB0/2 .. NB1/2 - 1)
-// into the warp's output columns.
-template <typename T, int D, bool kSpread, bool kWgmma, int NB0, int NB1>
-__device__ __forceinline__ void softmax_step(RowState<D> &st, float (&s)[8][4], float scale_log2, uint32_t v_tile, int lane,
-                                             int warp) {
-  constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
-  float a[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    float mx = -INFINITY;
-#pragma unroll
-    for (int nb = NB0; nb < NB1; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * i], s[nb][2 * i + 1]));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = fmaxf(st.m[i], __fmul_rn(mx, scale_log2));  // the log2 domain
-    // A row that has seen no key yet has m_new = -inf: use 0 so p and a are 0, not NaN (such a
-    // row is either past its last split, whose state is never merged, or a dead row).
-    const float m_use = m_new == -INFINITY ? 0.f : m_new;
-    a[i] = exp2_ftz(__fsub_rn(st.m[i], m_use));
-    float sum = 0.f;
-#pragma unroll
-    for (int nb = NB0; nb < NB1; ++nb)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        s[nb][2 * i + e] = exp2_ftz(__fmaf_rn(s[nb][2 * i + e], scale_log2, -m_use));
-        sum = __fadd_rn(sum, s[nb][2 * i + e]);
-      }
-    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
-    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
-    st.l[i] = __fadd_rn(__fmul_rn(st.l[i], a[i]), sum);
-    st.m[i] = m_new;
-  }
-#pragma unroll
-  for (int nb = 0; nb < kAccBlocks<D, kSpread>; ++nb) {
-    st.acc[nb][0] = __fmul_rn(st.acc[nb][0], a[0]);
-    st.acc[nb][1] = __fmul_rn(st.acc[nb][1], a[0]);
-    st.acc[nb][2] = __fmul_rn(st.acc[nb][2], a[1]);
-    st.acc[nb][3] = __fmul_rn(st.acc[nb][3], a[1]);
-  }
-  // P as the A operand of k-step kk: the C fragments of n-blocks 2kk and 2kk + 1.
-  constexpr int kSteps = NB1 / 2 - NB0 / 2;
-  uint32_t pa[kSteps][4];
-#pragma unroll
-  for (int x = 0; x < kSteps; ++x) {
-    const int kk = NB0 / 2 + x;
-    pa[x][0] = pack2(s[2 * kk][0], s[2 * kk][1], kBf16);
-    pa[x][1] = pack2(s[2 * kk][2], s[2 * kk][3], kBf16);
-    pa[x][2] = pack2(s[2 * kk + 1][0], s[2 * kk + 1][1], kBf16);
-    pa[x][3] = pack2(s[2 * kk + 1][2], s[2 * kk + 1][3], kBf16);
-  }
-  if constexpr (kWgmma) {
-    // The warpgroup's 64 rows at once: k-steps in key order, A from registers, V N-major.
-#if DETFUZZ_SM90A
-    float(&acc)[D / 2] = *reinterpret_cast<float(*)[D / 2]>(&st.acc[0][0]);
-    sm90::wgmma_fence();
-#pragma unroll
-    for (int x = 0; x < kSteps; ++x) {
-      const uint64_t desc = sm90::desc_mn_major(v_tile + (NB0 / 2 + x) * 16 * 128, kBlockBytes);
-      if constexpr (D == 128) sm90::wgmma_m64n128k16_rs<T>(acc, pa[x], desc);
-      else sm90::wgmma_m64n64k16_rs<T>(acc, pa[x], desc);
-    }
-    sm90::wgmma_commit();
-    sm90::wgmma_wait<0>();
-    sm90::fence_registers(acc);
-#else
-    __trap();  // the host launches the wgmma kernel only on sm_90a code
-#endif
-  } else {
-    const int first_pair = kSpread ? warp * (D / 64) : 0;  // first column-block pair of the warp
-#pragma unroll
-    for (int x = 0; x < kSteps; ++x) {
-      const int key = (NB0 / 2 + x) * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
-#pragma unroll
-      for (int j = 0; j < kAccBlocks<D, kSpread> / 2; ++j) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, v_tile + Layout<D>::offset(key, (first_pair + j) * 2 + (lane >> 4)));
-        mma16816<T>(st.acc[2 * j], pa[x], {b[0], b[1]});
-        mma16816<T>(st.acc[2 * j + 1], pa[x], {b[2], b[3]});
-      }
-    }
-  }
-}
-
-// S = Q K^T for the tile's 64 rows and 64 keys, k-steps over D in order: with wgmma, the
-// warpgroup's four warps together (each receives its 16 rows); with mma.sync, each warp its own
-// 16 rows (spread: keys 16w .. 16w + 15 only).
-template <typename T, int D, bool kSpread, bool kWgmma>
-__device__ __forceinline__ void qk_scores(float (&s)[8][4], uint32_t q_s, uint32_t k_tile, int row_block, int lane, int warp) {
-  if constexpr (kWgmma) {
-#if DETFUZZ_SM90A
-    float(&sf)[32] = *reinterpret_cast<float(*)[32]>(&s[0][0]);
-    sm90::wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      const uint32_t off = (ks / 4) * kBlockBytes + (ks % 4) * 32;
-      sm90::wgmma_m64n64k16_ss<T>(sf, sm90::desc_k_major(q_s + off), sm90::desc_k_major(k_tile + off), ks > 0);
-    }
-    sm90::wgmma_commit();
-    sm90::wgmma_wait<0>();
-    sm90::fence_registers(sf);
-#else
-    __trap();
-#endif
-  } else {
-    using L = Layout<D>;
-#pragma unroll
-    for (int nb = 0; nb < 8; ++nb)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[nb][e] = 0.f;
-    constexpr int kPairs = kSpread ? 1 : 4;  // n-block pairs (16 keys) of S this warp computes
-    const int first_key = kSpread ? warp * 16 : 0;
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      uint32_t a[4];
-      ldmatrix_x4(a, q_s + L::offset(row_block * 16 + (lane & 15), ks * 2 + (lane >> 4)));
-#pragma unroll
-      for (int j = 0; j < kPairs; ++j) {
-        uint32_t b[4];
-        ldmatrix_x4(b, k_tile + L::offset(first_key + j * 16 + (lane >> 4) * 8 + (lane & 7), ks * 2 + ((lane >> 3) & 1)));
-        mma16816<T>(s[2 * j], a, {b[0], b[1]});
-        mma16816<T>(s[2 * j + 1], a, {b[2], b[3]});
-      }
-    }
-  }
-}
-
-// One 64-key tile for the warp's 16 rows: S = Q K^T, the mask (skipped when every key of the
-// tile is visible to all the warp's rows), then the online-softmax step(s). Spread: warp w computes S for keys 16w .. 16w + 15 only, the four warps exchange S
-// through `s_share` (every warp of the CTA must call this), and each then holds the whole S.
-template <typename T, int D, bool kSpread, bool kWgmma>
-__device__ __forceinline__ void tile_step(RowState<D> &st, uint32_t q_s, uint32_t k_tile, uint32_t v_tile,
-                                          float2 *s_share, int row_block, int t0, const int (&visible)[2],
-                                          int min_visible, float scale_log2, bool half_steps, int lane, int warp) {
-  static_assert(!(kSpread && kWgmma), "the wgmma kernel never spreads a tile");
-  float s[8][4];
-  qk_scores<T, D, kSpread, kWgmma>(s, q_s, k_tile, row_block, lane, warp);
-  constexpr int kPairs = kSpread ? 1 : 4;
-  const int first_key = kSpread ? warp * 16 : 0;
-  if (t0 + kKeys > min_visible) {
-#pragma unroll
-    for (int nb = 0; nb < 2 * kPairs; ++nb)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = t0 + first_key + nb * 8 + 2 * (lane & 3) + (e & 1);
-        if (key >= visible[e >> 1]) s[nb][e] = -INFINITY;
-      }
-  }
-  if constexpr (kSpread) {
-    // [16 rows][64 keys] float32, rows 72 floats apart: a half-warp's float2 accesses (4 rows x
-    // 4 lanes) fall in 16 different bank pairs.
-    constexpr int kStride = 72;
-    const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int nb = 0; nb < 2; ++nb)
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-        s_share[((g + 8 * i) * kStride + first_key + nb * 8 + 2 * t) / 2] = make_float2(s[nb][2 * i], s[nb][2 * i + 1]);
-    __syncthreads();
-#pragma unroll
-    for (int nb = 0; nb < 8; ++nb)
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const float2 v = s_share[((g + 8 * i) * kStride + nb * 8 + 2 * t) / 2];
-        s[nb][2 * i] = v.x;
-        s[nb][2 * i + 1] = v.y;
-      }
-  }
-  if (half_steps) {
-    softmax_step<T, D, kSpread, kWgmma, 0, 4>(st, s, scale_log2, v_tile, lane, warp);
-    softmax_step<T, D, kSpread, kWgmma, 4, 8>(st, s, scale_log2, v_tile, lane, warp);
-  } else {
-    softmax_step<T, D, kSpread, kWgmma, 0, 8>(st, s, scale_log2, v_tile, lane, warp);
-  }
-}
 
 template <typename T, int D, KvSchedule kSchedule, bool kWgmma>
 __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAttnLaunch p) {
@@ -405,37 +160,8 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
 
   RowState<D> st;
   st.reset();
-  // whole_rows: the merged state of the splits finished so far; the output part in shared
-  // memory, [warp][block][element][lane], each thread touching only its own entries.
-  float merged_m[2], merged_l[2];
-  float *merged_o = reinterpret_cast<float *>(smem + L::kMergedOffset) + warp * (D / 8) * 4 * 32 + lane;
-  auto merged_at = [&](int nb, int e) -> float & { return merged_o[(nb * 4 + e) * 32]; };
-  // whole_rows: folds the finished split `j` into the merged state, for the rows that see any key
-  // of it.
-  auto fold_split = [&](int j) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      if (j * p.split_tokens >= visible[i]) continue;
-      if (j == 0) {
-        merged_m[i] = st.m[i];
-        merged_l[i] = st.l[i];
-#pragma unroll
-        for (int nb = 0; nb < D / 8; ++nb) {
-          merged_at(nb, 2 * i) = st.acc[nb][2 * i];
-          merged_at(nb, 2 * i + 1) = st.acc[nb][2 * i + 1];
-        }
-      } else {
-        const MergeWeights w = merge_weights(merged_m[i], st.m[i]);
-        merged_l[i] = merged(merged_l[i], st.l[i], w);
-#pragma unroll
-        for (int nb = 0; nb < D / 8; ++nb) {
-          merged_at(nb, 2 * i) = merged(merged_at(nb, 2 * i), st.acc[nb][2 * i], w);
-          merged_at(nb, 2 * i + 1) = merged(merged_at(nb, 2 * i + 1), st.acc[nb][2 * i + 1], w);
-        }
-        merged_m[i] = w.m;
-      }
-    }
-  };
+  // whole_rows: the merged state of the splits finished so far.
+  MergedRows<D> merged_rows(reinterpret_cast<float *>(smem + L::kMergedOffset), warp, lane);
 
   // split_per_cta: writes the finished split `j` of each row that sees a key of it: the output
   // itself when it is the row's only split, else the split's state for the merge kernel.
@@ -468,7 +194,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
     }
   };
   auto finish_split = [&](int j) {
-    if constexpr (kWhole) fold_split(j);
+    if constexpr (kWhole) merged_rows.fold(st, visible, j, p.split_tokens);
     else write_split(j);
   };
 
@@ -528,13 +254,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
       const int r = row_block * 16 + (lane >> 2) + 8 * i;
       if (r >= live_rows) continue;
       const int64_t row_head = static_cast<int64_t>(q_start + q0 + r / group) * p.h_q + kvh * group + r % group;
-      uint32_t *out = reinterpret_cast<uint32_t *>(static_cast<T *>(p.out) + row_head * D);
-#pragma unroll
-      for (int nb = 0; nb < D / 8; ++nb) {
-        if (spread && nb >= D / 32) break;
-        out[(first_block + nb) * 4 + t] = pack2(__fdiv_rn(merged_at(nb, 2 * i), merged_l[i]),
-                                                __fdiv_rn(merged_at(nb, 2 * i + 1), merged_l[i]), kBf16);
-      }
+      merged_rows.write<kBf16>(static_cast<T *>(p.out) + row_head * D, i, first_block, spread ? D / 32 : D / 8, t);
     }
   }
 }
@@ -587,9 +307,9 @@ void launch_kernel(const PagedAttnLaunch &p, cudaStream_t stream) {
 
 template <typename T, int D, bool kWgmma>
 void launch_schedule(const PagedAttnLaunch &p, cudaStream_t stream) {
-  if (p.schedule == KvSchedule::whole_rows) {
-    if constexpr (D <= 128) return launch_kernel<T, D, KvSchedule::whole_rows, kWgmma>(p, stream);
-    else throw std::runtime_error("paged_attention: head dim 256 runs split_per_cta only");
+  if (p.schedule == KvSchedule::whole_rows) {  // on wgmma: the warp-specialised kernel (launch_typed)
+    if constexpr (D <= 128 && !kWgmma) return launch_kernel<T, D, KvSchedule::whole_rows, kWgmma>(p, stream);
+    else throw std::runtime_error("paged_attention: whole_rows runs on D <= 128 (on wgmma: paged_attention_sm90.cu)");
   }
   launch_kernel<T, D, KvSchedule::split_per_cta, kWgmma>(p, stream);
   if (p.max_splits > 1) {
@@ -609,6 +329,8 @@ void launch_schedule(const PagedAttnLaunch &p, cudaStream_t stream) {
 template <typename T, int D>
 void launch_typed(const PagedAttnLaunch &p, cudaStream_t stream) {
   if (p.kernel == AttnKernel::wgmma) {
+    // whole_rows on wgmma: the warp-specialised kernel (paged_attention_sm90.cu), same bits.
+    if (p.schedule == KvSchedule::whole_rows) return launch_whole_rows_sm90(p, stream);
     if constexpr (D <= 128) return launch_schedule<T, D, true>(p, stream);
     else throw std::runtime_error("paged_attention: the wgmma kernel takes head dims 64 and 128");
   }
@@ -636,7 +358,7 @@ bool paged_attention_wgmma_available(int device) {
   bool ok = major == 9 && minor == 0;  // sm_90a code runs on sm_90 only
   if (ok) {
     cudaFuncAttributes fa{};
-    ok = cudaFuncGetAttributes(&fa, paged_attention_kernel<__nv_bfloat16, 128, KvSchedule::whole_rows, true>) ==
+    ok = cudaFuncGetAttributes(&fa, paged_attention_kernel<__nv_bfloat16, 128, KvSchedule::split_per_cta, true>) ==
              cudaSuccess &&
          fa.binaryVersion == 90;
     (void)cudaGetLastError();  // no sm_90 code in this binary: not an error of the caller's

@@ -51,6 +51,11 @@ constexpr int attention_rows_per_tile(int group) { return 64 / group; }
 // file:line on any CUDA error.
 void launch_paged_attention(const PagedAttnLaunch &p, cudaStream_t stream);
 
+// The whole_rows schedule of AttnKernel::wgmma (paged_attention_sm90.cu): a producer warpgroup
+// and two consumer warpgroups per CTA, two query tiles sharing the K/V stream. Called by
+// launch_paged_attention.
+void launch_whole_rows_sm90(const PagedAttnLaunch &p, cudaStream_t stream);
+
 // Whether `device` can run AttnKernel::wgmma (an sm_90 GPU, and sm_90a code in this binary).
 bool paged_attention_wgmma_available(int device);
 

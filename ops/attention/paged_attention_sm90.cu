@@ -1,0 +1,214 @@
+// Paged attention prefill on Hopper (sm_90a): the whole_rows schedule of the wgmma kernel,
+// warp-specialised.
+//
+// Design. A CTA is three warpgroups: warpgroup 0 produces, warpgroups 1 and 2 consume. Each
+// consumer owns one 64-row query tile (paged_attention.cu's tile: 64 (query row, head) pairs of
+// one sequence and one KV head), the two tiles adjacent, so they read the same keys (the first
+// one's keys are a prefix of the second's under the causal mask). The producer streams the union
+// of their keys, 64-key K and V tiles, through kWsStages shared-memory stages: each of its 128
+// threads copies half of one key's K and V rows (cp.async, 16 bytes at a time, through the block
+// table; keys past kv_len zero-filled) into the 128-byte-swizzled layout the wgmma descriptors
+// read, and its cp.async completion arrives on the stage's `full` mbarrier. A consumer waits on
+// `full`, computes the tile with tile_math::tile_step (wgmma S = Q K^T, the online-softmax step,
+// wgmma O += P V), folds a finished split into its merged state in shared memory, and releases the
+// stage on its `empty` mbarrier (one arrival per warp); a consumer whose rows see fewer keys keeps
+// waiting and releasing without computing. The producer gives registers back (setmaxnreg) so the
+// consumers hold their accumulators without spilling.
+//
+// Arithmetic. Every tile of a row goes through the same tile_math functions, in the same key
+// order, split boundaries and merge order, as in paged_attention.cu's wgmma kernel with either
+// schedule: a row gets the same bits from this kernel as from split_per_cta on wgmma, whatever
+// the batch. Only where the data comes from and who loads it differ.
+#include "ops/attention/paged_attention_kernel.h"
+#include "ops/attention/paged_attention_tile.cuh"
+#include "ops/cuda/cuda_check.h"
+
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+namespace detfuzz::attention {
+namespace {
+
+using cuda_kernels::cp_async16;
+using cuda_kernels::cp_async_commit;
+using cuda_kernels::cp_async_wait;
+using namespace tile_math;
+
+constexpr int kConsumers = 2;  // consumer warpgroups, one 64-row query tile each
+constexpr int kWsThreads = 128 * (1 + kConsumers);
+constexpr int kWsStages = 4;
+
+// Shared memory: the consumers' Q tiles, kWsStages K and V tiles, the consumers' merged output
+// states (float32, per-thread order), then the full and empty mbarriers of each stage.
+template <int D>
+struct WsSmem {
+  static constexpr int kQ = 0;
+  static constexpr int kK = kQ + kConsumers * Layout<D>::kQBytes;
+  static constexpr int kV = kK + kWsStages * Layout<D>::kTileBytes;
+  static constexpr int kMerged = kV + kWsStages * Layout<D>::kTileBytes;
+  static constexpr int kBars = kMerged + kConsumers * kRows * D * 4;
+  static constexpr int kBytes = kBars + 2 * kWsStages * 8;
+  static_assert(kBytes <= 227 * 1024, "fits an SM");
+};
+
+#if DETFUZZ_SM90A
+// Arrives on `bar` once all of this thread's earlier cp.async copies have landed (counted against
+// the barrier's expected arrivals, not added to them).
+__device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void warpgroup_barrier(int id) { asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory"); }
+#endif
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kWsThreads, 1) paged_attention_ws_kernel(const PagedAttnLaunch p) {
+#if DETFUZZ_SM90A
+  using S = WsSmem<D>;
+  using L = Layout<D>;
+  constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  if ((base & 1023) != 0) __trap();  // the swizzled blocks must be 1024-byte aligned (see paged_attention.cu)
+  const uint32_t k_s = base + S::kK, v_s = base + S::kV;
+  const uint32_t full = base + S::kBars, empty = full + kWsStages * 8;
+
+  // blockIdx.x = kvh + h_kv * (reversed tile pair): the longest query tiles start first.
+  const int kvh = blockIdx.x % p.h_kv, seq = blockIdx.y;
+  const int pairs = (p.q_tiles + kConsumers - 1) / kConsumers;
+  const int first_tile = (pairs - 1 - static_cast<int>(blockIdx.x / p.h_kv)) * kConsumers;
+  const int group = p.h_q / p.h_kv, rows_per_tile = attention_rows_per_tile(group);
+  const int q_start = p.cu_seqlens_q[seq], q_len = p.cu_seqlens_q[seq + 1] - q_start;
+  const int kv_len = p.seq_lens_kv[seq];
+  if (first_tile * rows_per_tile >= q_len) return;  // uniform over the CTA
+  // The keys the CTA streams: those of its last live query row.
+  const int key_end = kv_len - q_len + min((first_tile + kConsumers) * rows_per_tile, q_len);
+  if (key_end <= 0) return;
+  const int n_tiles = (key_end + kKeys - 1) / kKeys;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kWsStages; ++s) {
+      sm90::mbar_init(full + 8 * s, 128);             // one (asynchronous) arrival per producer thread
+      sm90::mbar_init(empty + 8 * s, kConsumers * 4);  // one arrival per consumer warp
+    }
+    sm90::fence_mbar_init();
+  }
+  __syncthreads();
+
+  const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+  if (wg == 0) {
+    sm90::release_registers<40>();
+    // Thread tid copies key tid / 2 of each tile, chunks (tid % 2) * D / 16 .. + D / 16 of its K and V rows.
+    const int kk = tid >> 1, c0 = (tid & 1) * (D / 16);
+    const T *k_pool = static_cast<const T *>(p.k_pool);
+    const T *v_pool = static_cast<const T *>(p.v_pool);
+    const int *table = p.block_table + static_cast<int64_t>(seq) * p.max_blocks;
+    for (int it = 0; it < n_tiles; ++it) {
+      const int s = it % kWsStages;
+      sm90::mbar_wait(empty + 8 * s, ((it / kWsStages) & 1) ^ 1);  // the consumers released the stage
+      const int key = it * kKeys + kk;
+      const bool ok = key < kv_len;
+      int64_t row = 0;
+      if (ok) row = ((static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size) * p.h_kv + kvh) * D;
+#pragma unroll
+      for (int c = 0; c < D / 16; ++c) {
+        const uint32_t dst = s * L::kTileBytes + L::offset(kk, c0 + c);
+        cp_async16(k_s + dst, k_pool + row + (c0 + c) * 8, ok);
+        cp_async16(v_s + dst, v_pool + row + (c0 + c) * 8, ok);
+      }
+      cp_async_arrive(full + 8 * s);
+    }
+    cp_async_wait<0>();
+    return;
+  }
+
+  sm90::claim_registers<232>();  // 128 x 40 + 256 x 232 <= 64K registers
+  const int w = wg - 1, warp = tid >> 5, lane = tid & 31;
+  const int q0 = (first_tile + w) * rows_per_tile;
+  const int live_rows = q0 < q_len ? min(rows_per_tile, q_len - q0) * group : 0;
+  const int first_visible = kv_len - q_len + q0 + 1;  // keys seen by the tile's first query row
+  const int last_visible = first_visible + live_rows / group - 1;
+  const int my_tiles = live_rows > 0 ? (last_visible + kKeys - 1) / kKeys : 0;
+  int visible[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = warp * 16 + (lane >> 2) + 8 * i;
+    visible[i] = r < live_rows ? first_visible + r / group : 0;
+  }
+  const int min_visible = __reduce_min_sync(0xffffffffu, min(visible[0], visible[1]));
+
+  const uint32_t q_s = base + S::kQ + w * L::kQBytes;
+  const T *q = static_cast<const T *>(p.q);
+  for (int c = tid; c < kRows * (D / 8); c += 128) {
+    const int r = c / (D / 8), part = c % (D / 8);
+    const bool ok = r < live_rows;
+    const int64_t src = ok ? (static_cast<int64_t>(q_start + q0 + r / group) * p.h_q + kvh * group + r % group) * D + part * 8 : 0;
+    cp_async16(q_s + L::offset(r, part), q + src, ok);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  sm90::fence_proxy_async_shared();  // Q is read by wgmma
+  warpgroup_barrier(1 + w);
+
+  RowState<D> st;
+  st.reset();
+  MergedRows<D> merged_rows(reinterpret_cast<float *>(smem + S::kMerged) + w * kRows * D, warp, lane);
+  for (int it = 0; it < n_tiles; ++it) {
+    const int s = it % kWsStages;
+    sm90::mbar_wait(full + 8 * s, (it / kWsStages) & 1);
+    if (it < my_tiles) {
+      sm90::fence_proxy_async_shared();  // the producer's cp.async writes, read by wgmma
+      const int t0 = it * kKeys;
+      if (it > 0 && t0 % p.split_tokens == 0) {  // a split ended with the previous tile
+        merged_rows.fold(st, visible, t0 / p.split_tokens - 1, p.split_tokens);
+        st.reset();
+      }
+      tile_step<T, D, false, true>(st, q_s, k_s + s * L::kTileBytes, v_s + s * L::kTileBytes, nullptr, warp, t0, visible,
+                                   min_visible, p.scale_log2, false, lane, warp);
+    }
+    __syncwarp();
+    if (lane == 0) sm90::mbar_arrive(empty + 8 * s);
+  }
+  if (my_tiles == 0) return;
+  merged_rows.fold(st, visible, (last_visible - 1) / p.split_tokens, p.split_tokens);
+  const int t = lane & 3;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = warp * 16 + (lane >> 2) + 8 * i;
+    if (r >= live_rows) continue;
+    const int64_t row_head = static_cast<int64_t>(q_start + q0 + r / group) * p.h_q + kvh * group + r % group;
+    merged_rows.write<kBf16>(static_cast<T *>(p.out) + row_head * D, i, 0, D / 8, t);
+  }
+#else
+  __trap();  // the host launches this kernel only on sm_90a code
+#endif
+}
+
+template <typename T, int D>
+void launch_ws(const PagedAttnLaunch &p, cudaStream_t stream) {
+  auto kernel = paged_attention_ws_kernel<T, D>;
+  static std::once_flag configured[64];
+  int device = 0;
+  DETFUZZ_CUDA_CHECK(cudaGetDevice(&device));
+  std::call_once(configured[device % 64], [&] {
+    DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, WsSmem<D>::kBytes));
+  });
+  const unsigned x = static_cast<unsigned>(p.h_kv) * ((p.q_tiles + kConsumers - 1) / kConsumers);
+  kernel<<<dim3(x, p.num_seqs), kWsThreads, WsSmem<D>::kBytes, stream>>>(p);
+  DETFUZZ_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+void launch_whole_rows_sm90(const PagedAttnLaunch &p, cudaStream_t stream) {
+  const bool bf16 = p.bf16;
+  switch (p.head_dim) {
+    case 64: return bf16 ? launch_ws<__nv_bfloat16, 64>(p, stream) : launch_ws<__half, 64>(p, stream);
+    case 128: return bf16 ? launch_ws<__nv_bfloat16, 128>(p, stream) : launch_ws<__half, 128>(p, stream);
+    default:
+      throw std::runtime_error("paged_attention: the warp-specialised prefill kernel takes head dims 64 and 128, not " +
+                               std::to_string(p.head_dim));
+  }
+}
+
+}  // namespace detfuzz::attention
