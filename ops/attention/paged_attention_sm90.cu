@@ -9,7 +9,7 @@
 // threads copies half of one key's K and V rows (cp.async, 16 bytes at a time, through the block
 // table; keys past kv_len zero-filled) into the 128-byte-swizzled layout the wgmma descriptors
 // read, and its cp.async completion arrives on the stage's `full` mbarrier. A consumer waits on
-// `full`, computes the tile with tile_math::tile_step (wgmma S = Q K^T, the online-softmax step,
+// `full`, computes the tile with the tile_math functions (wgmma S = Q K^T, the online-softmax step,
 // wgmma O += P V), folds a finished split into its merged state in shared memory, and releases the
 // stage on its `empty` mbarrier (one arrival per warp); a consumer whose rows see fewer keys keeps
 // waiting and releasing without computing. The producer gives registers back (setmaxnreg) so the
@@ -59,6 +59,9 @@ __device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
 __device__ __forceinline__ void warpgroup_barrier(int id) { asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory"); }
+// Named barriers over both consumer warpgroups (256 threads): one waits, the other arrives.
+__device__ __forceinline__ void named_barrier_sync(int id) { asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void named_barrier_arrive(int id) { asm volatile("bar.arrive %0, 256;" ::"r"(id) : "memory"); }
 #endif
 
 template <typename T, int D>
@@ -138,6 +141,11 @@ __global__ void __launch_bounds__(kWsThreads, 1) paged_attention_ws_kernel(const
   const int min_visible = __reduce_min_sync(0xffffffffu, min(visible[0], visible[1]));
 
   const uint32_t q_s = base + S::kQ + w * L::kQBytes;
+  // Releases a stage to the producer: one arrival per warp, once the warp's MMAs reading it are done.
+  auto release = [&](int stage) {
+    __syncwarp();
+    if (lane == 0) sm90::mbar_arrive(empty + 8 * stage);
+  };
   const T *q = static_cast<const T *>(p.q);
   for (int c = tid; c < kRows * (D / 8); c += 128) {
     const int r = c / (D / 8), part = c % (D / 8);
@@ -150,24 +158,65 @@ __global__ void __launch_bounds__(kWsThreads, 1) paged_attention_ws_kernel(const
   sm90::fence_proxy_async_shared();  // Q is read by wgmma
   warpgroup_barrier(1 + w);
 
+  // Pingpong: the two consumers take turns on the tensor cores (named barriers 3 and 4, both
+  // warpgroups' 256 threads): one issues its MMAs while the other computes its softmax. Consumer 1
+  // hands consumer 0 the first turn; each hands the turn back after issuing, except on its last
+  // tile, so that every sync meets exactly one arrive.
+  const int my_turn = 3 + w, their_turn = 4 - w;
+  if (w == 1) named_barrier_arrive(their_turn);
   RowState<D> st;
   st.reset();
   MergedRows<D> merged_rows(reinterpret_cast<float *>(smem + S::kMerged) + w * kRows * D, warp, lane);
+  // P V of the previous tile is issued with S = Q K^T of the next one (its stage is released
+  // once it has run): the tensor cores run both while the warpgroup waits once.
+  uint32_t pa[4][4];
+  int pending_stage = -1;
+  float s[8][4];
   for (int it = 0; it < n_tiles; ++it) {
-    const int s = it % kWsStages;
-    sm90::mbar_wait(full + 8 * s, (it / kWsStages) & 1);
-    if (it < my_tiles) {
-      sm90::fence_proxy_async_shared();  // the producer's cp.async writes, read by wgmma
-      const int t0 = it * kKeys;
-      if (it > 0 && t0 % p.split_tokens == 0) {  // a split ended with the previous tile
-        merged_rows.fold(st, visible, t0 / p.split_tokens - 1, p.split_tokens);
-        st.reset();
-      }
-      tile_step<T, D, false, true>(st, q_s, k_s + s * L::kTileBytes, v_s + s * L::kTileBytes, nullptr, warp, t0, visible,
-                                   min_visible, p.scale_log2, false, lane, warp);
+    const int stage = it % kWsStages;
+    const bool compute = it < my_tiles;
+    sm90::mbar_wait(full + 8 * stage, (it / kWsStages) & 1);
+    sm90::fence_proxy_async_shared();  // the producer's cp.async writes, read by wgmma
+    named_barrier_sync(my_turn);
+    sm90::wgmma_fence();
+    if (pending_stage >= 0) {
+      pv_wgmma_issue<T, D, 0, 4>(st, pa, v_s + pending_stage * L::kTileBytes);
+      sm90::wgmma_commit();
     }
-    __syncwarp();
-    if (lane == 0) sm90::mbar_arrive(empty + 8 * s);
+    if (compute) {
+      qk_wgmma_issue<T, D>(s, q_s, k_s + stage * L::kTileBytes);
+      sm90::wgmma_commit();
+    }
+    if (w == 0 || it + 1 < n_tiles) named_barrier_arrive(their_turn);
+    if (pending_stage >= 0) {
+      if (compute) sm90::wgmma_wait<1>(); else sm90::wgmma_wait<0>();
+      sm90::fence_registers(acc_registers(st));
+      release(pending_stage);
+      pending_stage = -1;
+    }
+    if (!compute) {
+      release(stage);
+      continue;
+    }
+    const int t0 = it * kKeys;
+    if (it > 0 && t0 % p.split_tokens == 0) {  // a split ended with the previous tile
+      merged_rows.fold(st, visible, t0 / p.split_tokens - 1, p.split_tokens);
+      st.reset();
+    }
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(*reinterpret_cast<float(*)[32]>(&s[0][0]));
+    mask_scores<false>(s, t0, visible, min_visible, lane, warp);
+    online_softmax<D, false, 0, 8>(st, s, p.scale_log2);
+    pack_p<kBf16, 0, 8>(s, pa);
+    pending_stage = stage;
+  }
+  if (pending_stage >= 0) {  // the last tile's P V
+    sm90::wgmma_fence();
+    pv_wgmma_issue<T, D, 0, 4>(st, pa, v_s + pending_stage * L::kTileBytes);
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(acc_registers(st));
+    release(pending_stage);
   }
   if (my_tiles == 0) return;
   merged_rows.fold(st, visible, (last_visible - 1) / p.split_tokens, p.split_tokens);

@@ -137,13 +137,11 @@ struct MergedRows {
 template <int D, bool kSpread>
 constexpr int kAccBlocks = kSpread ? D / 32 : D / 8;
 
-// One online-softmax step over the key columns of n-blocks [NB0, NB1) of the warp's S tile:
-// rescale the state, then accumulate round(p) V over those keys (k-steps NB0/2 .. NB1/2 - 1)
-// into the warp's output columns.
-template <typename T, int D, bool kSpread, bool kWgmma, int NB0, int NB1>
-__device__ __forceinline__ void softmax_step(RowState<D> &st, float (&s)[8][4], float scale_log2, uint32_t v_tile, int lane,
-                                             int warp) {
-  constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
+// The online-softmax statistics of one step over the key columns of n-blocks [NB0, NB1) of the
+// warp's S tile: the row maxima and sums (m, l), S turned into p in place, and the accumulators
+// rescaled by a = 2^(m_old - m_new).
+template <int D, bool kSpread, int NB0, int NB1>
+__device__ __forceinline__ void online_softmax(RowState<D> &st, float (&s)[8][4], float scale_log2) {
   float a[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -177,33 +175,74 @@ __device__ __forceinline__ void softmax_step(RowState<D> &st, float (&s)[8][4], 
     st.acc[nb][2] = __fmul_rn(st.acc[nb][2], a[1]);
     st.acc[nb][3] = __fmul_rn(st.acc[nb][3], a[1]);
   }
-  // P as the A operand of k-step kk: the C fragments of n-blocks 2kk and 2kk + 1.
-  constexpr int kSteps = NB1 / 2 - NB0 / 2;
-  uint32_t pa[kSteps][4];
+}
+
+// P rounded to the input dtype as the A operand of k-steps NB0/2 .. NB1/2 - 1: k-step kk takes
+// the C fragments of n-blocks 2kk and 2kk + 1.
+template <bool kBf16, int NB0, int NB1>
+__device__ __forceinline__ void pack_p(const float (&s)[8][4], uint32_t (&pa)[NB1 / 2 - NB0 / 2][4]) {
 #pragma unroll
-  for (int x = 0; x < kSteps; ++x) {
+  for (int x = 0; x < NB1 / 2 - NB0 / 2; ++x) {
     const int kk = NB0 / 2 + x;
     pa[x][0] = pack2(s[2 * kk][0], s[2 * kk][1], kBf16);
     pa[x][1] = pack2(s[2 * kk][2], s[2 * kk][3], kBf16);
     pa[x][2] = pack2(s[2 * kk + 1][0], s[2 * kk + 1][1], kBf16);
     pa[x][3] = pack2(s[2 * kk + 1][2], s[2 * kk + 1][3], kBf16);
   }
-  if constexpr (kWgmma) {
-    // The warpgroup's 64 rows at once: k-steps in key order, A from registers, V N-major.
+}
+
 #if DETFUZZ_SM90A
-    float(&acc)[D / 2] = *reinterpret_cast<float(*)[D / 2]>(&st.acc[0][0]);
-    sm90::wgmma_fence();
+// The warpgroup MMA's view of the accumulators: acc[nb][e] is its register 4 nb + e.
+template <int D>
+__device__ __forceinline__ float (&acc_registers(RowState<D> &st))[D / 2] {
+  return *reinterpret_cast<float(*)[D / 2]>(&st.acc[0][0]);
+}
+
+// Issues (does not wait for) S = Q K^T of the warpgroup's 64 rows and the tile's 64 keys on
+// wgmma: k-steps over D in order, the first one ignoring the old S.
+template <typename T, int D>
+__device__ __forceinline__ void qk_wgmma_issue(float (&s)[8][4], uint32_t q_s, uint32_t k_tile) {
+  float(&sf)[32] = *reinterpret_cast<float(*)[32]>(&s[0][0]);
 #pragma unroll
-    for (int x = 0; x < kSteps; ++x) {
-      const uint64_t desc = sm90::desc_mn_major(v_tile + (NB0 / 2 + x) * 16 * 128, kBlockBytes);
-      if constexpr (D == 128) sm90::wgmma_m64n128k16_rs<T>(acc, pa[x], desc);
-      else sm90::wgmma_m64n64k16_rs<T>(acc, pa[x], desc);
-    }
+  for (int ks = 0; ks < D / 16; ++ks) {
+    const uint32_t off = (ks / 4) * kBlockBytes + (ks % 4) * 32;
+    sm90::wgmma_m64n64k16_ss<T>(sf, sm90::desc_k_major(q_s + off), sm90::desc_k_major(k_tile + off), ks > 0);
+  }
+}
+// Issues acc += P V over k-steps FIRST .. FIRST + STEPS - 1 (16 keys each, in key order) on wgmma:
+// A (P) from registers, V N-major from shared memory.
+template <typename T, int D, int FIRST, int STEPS>
+__device__ __forceinline__ void pv_wgmma_issue(RowState<D> &st, const uint32_t (&pa)[STEPS][4], uint32_t v_tile) {
+  float(&acc)[D / 2] = acc_registers(st);
+#pragma unroll
+  for (int x = 0; x < STEPS; ++x) {
+    const uint64_t desc = sm90::desc_mn_major(v_tile + (FIRST + x) * 16 * 128, kBlockBytes);
+    if constexpr (D == 128) sm90::wgmma_m64n128k16_rs<T>(acc, pa[x], desc);
+    else sm90::wgmma_m64n64k16_rs<T>(acc, pa[x], desc);
+  }
+}
+#endif
+
+// One online-softmax step over the key columns of n-blocks [NB0, NB1) of the warp's S tile:
+// the statistics and rescale, then accumulate round(p) V over those keys into the warp's output
+// columns (wgmma: the warpgroup's 64 rows at once; mma.sync: the warp's own).
+template <typename T, int D, bool kSpread, bool kWgmma, int NB0, int NB1>
+__device__ __forceinline__ void softmax_step(RowState<D> &st, float (&s)[8][4], float scale_log2, uint32_t v_tile, int lane,
+                                             int warp) {
+  constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
+  constexpr int kSteps = NB1 / 2 - NB0 / 2;
+  online_softmax<D, kSpread, NB0, NB1>(st, s, scale_log2);
+  uint32_t pa[kSteps][4];
+  pack_p<kBf16, NB0, NB1>(s, pa);
+  if constexpr (kWgmma) {
+#if DETFUZZ_SM90A
+    sm90::wgmma_fence();
+    pv_wgmma_issue<T, D, NB0 / 2, kSteps>(st, pa, v_tile);
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();
-    sm90::fence_registers(acc);
+    sm90::fence_registers(acc_registers(st));
 #else
-    __trap();  // the host launches the wgmma kernel only on sm_90a code
+    __trap();  // the host launches the wgmma kernels only on sm_90a code
 #endif
   } else {
     const int first_pair = kSpread ? warp * (D / 64) : 0;  // first column-block pair of the warp
@@ -228,16 +267,11 @@ template <typename T, int D, bool kSpread, bool kWgmma>
 __device__ __forceinline__ void qk_scores(float (&s)[8][4], uint32_t q_s, uint32_t k_tile, int row_block, int lane, int warp) {
   if constexpr (kWgmma) {
 #if DETFUZZ_SM90A
-    float(&sf)[32] = *reinterpret_cast<float(*)[32]>(&s[0][0]);
     sm90::wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      const uint32_t off = (ks / 4) * kBlockBytes + (ks % 4) * 32;
-      sm90::wgmma_m64n64k16_ss<T>(sf, sm90::desc_k_major(q_s + off), sm90::desc_k_major(k_tile + off), ks > 0);
-    }
+    qk_wgmma_issue<T, D>(s, q_s, k_tile);
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();
-    sm90::fence_registers(sf);
+    sm90::fence_registers(*reinterpret_cast<float(*)[32]>(&s[0][0]));
 #else
     __trap();
 #endif
@@ -264,16 +298,11 @@ __device__ __forceinline__ void qk_scores(float (&s)[8][4], uint32_t q_s, uint32
   }
 }
 
-// One 64-key tile for the warp's 16 rows: S = Q K^T, the mask (skipped when every key of the
-// tile is visible to all the warp's rows), then the online-softmax step(s). Spread: warp w computes S for keys 16w .. 16w + 15 only, the four warps exchange S
-// through `s_share` (every warp of the CTA must call this), and each then holds the whole S.
-template <typename T, int D, bool kSpread, bool kWgmma>
-__device__ __forceinline__ void tile_step(RowState<D> &st, uint32_t q_s, uint32_t k_tile, uint32_t v_tile,
-                                          float2 *s_share, int row_block, int t0, const int (&visible)[2],
-                                          int min_visible, float scale_log2, bool half_steps, int lane, int warp) {
-  static_assert(!(kSpread && kWgmma), "the wgmma kernel never spreads a tile");
-  float s[8][4];
-  qk_scores<T, D, kSpread, kWgmma>(s, q_s, k_tile, row_block, lane, warp);
+// Masks S to -inf past each row's visible keys (skipped when every key of the tile is visible to
+// all the warp's rows). Spread: the warp holds keys 16w .. 16w + 15 only.
+template <bool kSpread>
+__device__ __forceinline__ void mask_scores(float (&s)[8][4], int t0, const int (&visible)[2], int min_visible, int lane,
+                                            int warp) {
   constexpr int kPairs = kSpread ? 1 : 4;
   const int first_key = kSpread ? warp * 16 : 0;
   if (t0 + kKeys > min_visible) {
@@ -285,11 +314,25 @@ __device__ __forceinline__ void tile_step(RowState<D> &st, uint32_t q_s, uint32_
         if (key >= visible[e >> 1]) s[nb][e] = -INFINITY;
       }
   }
+}
+
+// One 64-key tile for the warp's 16 rows: S = Q K^T, the mask, then the online-softmax step(s).
+// Spread: warp w computes S for keys 16w .. 16w + 15 only, the four warps exchange S through
+// `s_share` (every warp of the CTA must call this), and each then holds the whole S.
+template <typename T, int D, bool kSpread, bool kWgmma>
+__device__ __forceinline__ void tile_step(RowState<D> &st, uint32_t q_s, uint32_t k_tile, uint32_t v_tile,
+                                          float2 *s_share, int row_block, int t0, const int (&visible)[2],
+                                          int min_visible, float scale_log2, bool half_steps, int lane, int warp) {
+  static_assert(!(kSpread && kWgmma), "the wgmma kernel never spreads a tile");
+  float s[8][4];
+  qk_scores<T, D, kSpread, kWgmma>(s, q_s, k_tile, row_block, lane, warp);
+  mask_scores<kSpread>(s, t0, visible, min_visible, lane, warp);
   if constexpr (kSpread) {
     // [16 rows][64 keys] float32, rows 72 floats apart: a half-warp's float2 accesses (4 rows x
     // 4 lanes) fall in 16 different bank pairs.
     constexpr int kStride = 72;
     const int g = lane >> 2, t = lane & 3;
+    const int first_key = warp * 16;
 #pragma unroll
     for (int nb = 0; nb < 2; ++nb)
 #pragma unroll
