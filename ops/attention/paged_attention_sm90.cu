@@ -23,6 +23,7 @@
 #include "ops/attention/paged_attention_tile.cuh"
 #include "ops/cuda/cuda_check.h"
 
+#include <cstdlib>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -64,7 +65,7 @@ __device__ __forceinline__ void named_barrier_sync(int id) { asm volatile("bar.s
 __device__ __forceinline__ void named_barrier_arrive(int id) { asm volatile("bar.arrive %0, 256;" ::"r"(id) : "memory"); }
 #endif
 
-template <typename T, int D>
+template <typename T, int D, bool kPingpong>
 __global__ void __launch_bounds__(kWsThreads, 1) paged_attention_ws_kernel(const PagedAttnLaunch p) {
 #if DETFUZZ_SM90A
   using S = WsSmem<D>;
@@ -106,13 +107,15 @@ __global__ void __launch_bounds__(kWsThreads, 1) paged_attention_ws_kernel(const
     const T *k_pool = static_cast<const T *>(p.k_pool);
     const T *v_pool = static_cast<const T *>(p.v_pool);
     const int *table = p.block_table + static_cast<int64_t>(seq) * p.max_blocks;
+    // The page id of the thread's key is read a tile ahead, so its latency hides behind the wait.
+    int page = kk < kv_len ? table[kk / p.block_size] : 0;
     for (int it = 0; it < n_tiles; ++it) {
       const int s = it % kWsStages;
-      sm90::mbar_wait(empty + 8 * s, ((it / kWsStages) & 1) ^ 1);  // the consumers released the stage
       const int key = it * kKeys + kk;
       const bool ok = key < kv_len;
-      int64_t row = 0;
-      if (ok) row = ((static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size) * p.h_kv + kvh) * D;
+      const int64_t row = ok ? ((static_cast<int64_t>(page) * p.block_size + key % p.block_size) * p.h_kv + kvh) * D : 0;
+      page = key + kKeys < kv_len ? table[(key + kKeys) / p.block_size] : 0;
+      sm90::mbar_wait(empty + 8 * s, ((it / kWsStages) & 1) ^ 1);  // the consumers released the stage
 #pragma unroll
       for (int c = 0; c < D / 16; ++c) {
         const uint32_t dst = s * L::kTileBytes + L::offset(kk, c0 + c);
@@ -158,15 +161,32 @@ __global__ void __launch_bounds__(kWsThreads, 1) paged_attention_ws_kernel(const
   sm90::fence_proxy_async_shared();  // Q is read by wgmma
   warpgroup_barrier(1 + w);
 
+  RowState<D> st;
+  st.reset();
+  MergedRows<D> merged_rows(reinterpret_cast<float *>(smem + S::kMerged) + w * kRows * D, warp, lane);
+  if constexpr (!kPingpong) {
+    for (int it = 0; it < n_tiles; ++it) {
+      const int stage = it % kWsStages;
+      sm90::mbar_wait(full + 8 * stage, (it / kWsStages) & 1);
+      if (it < my_tiles) {
+        sm90::fence_proxy_async_shared();  // the producer's cp.async writes, read by wgmma
+        const int t0 = it * kKeys;
+        if (it > 0 && t0 % p.split_tokens == 0) {  // a split ended with the previous tile
+          merged_rows.fold(st, visible, t0 / p.split_tokens - 1, p.split_tokens);
+          st.reset();
+        }
+        tile_step<T, D, false, true>(st, q_s, k_s + stage * L::kTileBytes, v_s + stage * L::kTileBytes, nullptr, warp, t0,
+                                     visible, min_visible, p.scale_log2, false, lane, warp);
+      }
+      release(stage);
+    }
+  } else {
   // Pingpong: the two consumers take turns on the tensor cores (named barriers 3 and 4, both
   // warpgroups' 256 threads): one issues its MMAs while the other computes its softmax. Consumer 1
   // hands consumer 0 the first turn; each hands the turn back after issuing, except on its last
   // tile, so that every sync meets exactly one arrive.
   const int my_turn = 3 + w, their_turn = 4 - w;
   if (w == 1) named_barrier_arrive(their_turn);
-  RowState<D> st;
-  st.reset();
-  MergedRows<D> merged_rows(reinterpret_cast<float *>(smem + S::kMerged) + w * kRows * D, warp, lane);
   // P V of the previous tile is issued with S = Q K^T of the next one (its stage is released
   // once it has run): the tensor cores run both while the warpgroup waits once.
   uint32_t pa[4][4];
@@ -218,6 +238,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) paged_attention_ws_kernel(const
     sm90::fence_registers(acc_registers(st));
     release(pending_stage);
   }
+  }
   if (my_tiles == 0) return;
   merged_rows.fold(st, visible, (last_visible - 1) / p.split_tokens, p.split_tokens);
   const int t = lane & 3;
@@ -233,9 +254,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) paged_attention_ws_kernel(const
 #endif
 }
 
-template <typename T, int D>
-void launch_ws(const PagedAttnLaunch &p, cudaStream_t stream) {
-  auto kernel = paged_attention_ws_kernel<T, D>;
+template <typename T, int D, bool kPingpong>
+void launch_ws_variant(const PagedAttnLaunch &p, cudaStream_t stream) {
+  auto kernel = paged_attention_ws_kernel<T, D, kPingpong>;
   static std::once_flag configured[64];
   int device = 0;
   DETFUZZ_CUDA_CHECK(cudaGetDevice(&device));
@@ -245,6 +266,13 @@ void launch_ws(const PagedAttnLaunch &p, cudaStream_t stream) {
   const unsigned x = static_cast<unsigned>(p.h_kv) * ((p.q_tiles + kConsumers - 1) / kConsumers);
   kernel<<<dim3(x, p.num_seqs), kWsThreads, WsSmem<D>::kBytes, stream>>>(p);
   DETFUZZ_LAUNCH_CHECK();
+}
+
+template <typename T, int D>
+void launch_ws(const PagedAttnLaunch &p, cudaStream_t stream) {
+  static const bool pingpong = std::getenv("DETFUZZ_ATTN_PINGPONG") != nullptr;  // measurement only
+  if (pingpong) launch_ws_variant<T, D, true>(p, stream);
+  else launch_ws_variant<T, D, false>(p, stream);
 }
 
 }  // namespace
