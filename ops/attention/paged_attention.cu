@@ -32,6 +32,17 @@
 // are all dead skips the math, except in a spread tile (see `spread`), where four warps share one
 // warp's 16 rows. D = 256 runs split_per_cta only (whole_rows' merged state would not fit in
 // shared memory beside the tiles).
+//
+// Two kernels compute the tiles (AttnKernel; tile_math in paged_attention_tile.cuh holds the
+// arithmetic both use). mma.sync (any GPU from sm_80): each warp its 16 rows with
+// mma.sync.m16n8k16 and ldmatrix. wgmma (an sm_90 GPU, D = 64 and 128): the CTA's four warps are
+// one warpgroup; S = Q K^T is wgmma.m64n64k16 from shared memory (Q and K K-major), O += P V is
+// wgmma.m64n{D}k16 with P from registers (the accumulator layout of S is the A-fragment layout)
+// and V N-major; a tile is never spread. The same 128-byte-swizzled tile layout serves both. The
+// two kernels' bits differ (each instruction orders its dot products its own way), each is batch
+// invariant on its own, and the choice follows the device and D only. On wgmma, whole_rows runs
+// the warp-specialised kernel of paged_attention_sm90.cu (same functions, same bits as
+// split_per_cta here).
 #include "ops/attention/paged_attention_kernel.h"
 #include "ops/attention/paged_attention_tile.cuh"
 #include "ops/cuda/cuda_check.h"

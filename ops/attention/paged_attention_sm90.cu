@@ -23,7 +23,6 @@
 #include "ops/attention/paged_attention_tile.cuh"
 #include "ops/cuda/cuda_check.h"
 
-#include <cstdlib>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -60,12 +59,9 @@ __device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
 __device__ __forceinline__ void warpgroup_barrier(int id) { asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory"); }
-// Named barriers over both consumer warpgroups (256 threads): one waits, the other arrives.
-__device__ __forceinline__ void named_barrier_sync(int id) { asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory"); }
-__device__ __forceinline__ void named_barrier_arrive(int id) { asm volatile("bar.arrive %0, 256;" ::"r"(id) : "memory"); }
 #endif
 
-template <typename T, int D, bool kPingpong>
+template <typename T, int D>
 __global__ void __launch_bounds__(kWsThreads, 1) paged_attention_ws_kernel(const PagedAttnLaunch p) {
 #if DETFUZZ_SM90A
   using S = WsSmem<D>;
@@ -164,80 +160,20 @@ __global__ void __launch_bounds__(kWsThreads, 1) paged_attention_ws_kernel(const
   RowState<D> st;
   st.reset();
   MergedRows<D> merged_rows(reinterpret_cast<float *>(smem + S::kMerged) + w * kRows * D, warp, lane);
-  if constexpr (!kPingpong) {
-    for (int it = 0; it < n_tiles; ++it) {
-      const int stage = it % kWsStages;
-      sm90::mbar_wait(full + 8 * stage, (it / kWsStages) & 1);
-      if (it < my_tiles) {
-        sm90::fence_proxy_async_shared();  // the producer's cp.async writes, read by wgmma
-        const int t0 = it * kKeys;
-        if (it > 0 && t0 % p.split_tokens == 0) {  // a split ended with the previous tile
-          merged_rows.fold(st, visible, t0 / p.split_tokens - 1, p.split_tokens);
-          st.reset();
-        }
-        tile_step<T, D, false, true>(st, q_s, k_s + stage * L::kTileBytes, v_s + stage * L::kTileBytes, nullptr, warp, t0,
-                                     visible, min_visible, p.scale_log2, false, lane, warp);
-      }
-      release(stage);
-    }
-  } else {
-  // Pingpong: the two consumers take turns on the tensor cores (named barriers 3 and 4, both
-  // warpgroups' 256 threads): one issues its MMAs while the other computes its softmax. Consumer 1
-  // hands consumer 0 the first turn; each hands the turn back after issuing, except on its last
-  // tile, so that every sync meets exactly one arrive.
-  const int my_turn = 3 + w, their_turn = 4 - w;
-  if (w == 1) named_barrier_arrive(their_turn);
-  // P V of the previous tile is issued with S = Q K^T of the next one (its stage is released
-  // once it has run): the tensor cores run both while the warpgroup waits once.
-  uint32_t pa[4][4];
-  int pending_stage = -1;
-  float s[8][4];
   for (int it = 0; it < n_tiles; ++it) {
     const int stage = it % kWsStages;
-    const bool compute = it < my_tiles;
     sm90::mbar_wait(full + 8 * stage, (it / kWsStages) & 1);
-    sm90::fence_proxy_async_shared();  // the producer's cp.async writes, read by wgmma
-    named_barrier_sync(my_turn);
-    sm90::wgmma_fence();
-    if (pending_stage >= 0) {
-      pv_wgmma_issue<T, D, 0, 4>(st, pa, v_s + pending_stage * L::kTileBytes);
-      sm90::wgmma_commit();
+    if (it < my_tiles) {
+      sm90::fence_proxy_async_shared();  // the producer's cp.async writes, read by wgmma
+      const int t0 = it * kKeys;
+      if (it > 0 && t0 % p.split_tokens == 0) {  // a split ended with the previous tile
+        merged_rows.fold(st, visible, t0 / p.split_tokens - 1, p.split_tokens);
+        st.reset();
+      }
+      tile_step<T, D, false, true>(st, q_s, k_s + stage * L::kTileBytes, v_s + stage * L::kTileBytes, nullptr, warp, t0,
+                                   visible, min_visible, p.scale_log2, false, lane, warp);
     }
-    if (compute) {
-      qk_wgmma_issue<T, D>(s, q_s, k_s + stage * L::kTileBytes);
-      sm90::wgmma_commit();
-    }
-    if (w == 0 || it + 1 < n_tiles) named_barrier_arrive(their_turn);
-    if (pending_stage >= 0) {
-      if (compute) sm90::wgmma_wait<1>(); else sm90::wgmma_wait<0>();
-      sm90::fence_registers(acc_registers(st));
-      release(pending_stage);
-      pending_stage = -1;
-    }
-    if (!compute) {
-      release(stage);
-      continue;
-    }
-    const int t0 = it * kKeys;
-    if (it > 0 && t0 % p.split_tokens == 0) {  // a split ended with the previous tile
-      merged_rows.fold(st, visible, t0 / p.split_tokens - 1, p.split_tokens);
-      st.reset();
-    }
-    sm90::wgmma_wait<0>();
-    sm90::fence_registers(*reinterpret_cast<float(*)[32]>(&s[0][0]));
-    mask_scores<false>(s, t0, visible, min_visible, lane, warp);
-    online_softmax<D, false, 0, 8>(st, s, p.scale_log2);
-    pack_p<kBf16, 0, 8>(s, pa);
-    pending_stage = stage;
-  }
-  if (pending_stage >= 0) {  // the last tile's P V
-    sm90::wgmma_fence();
-    pv_wgmma_issue<T, D, 0, 4>(st, pa, v_s + pending_stage * L::kTileBytes);
-    sm90::wgmma_commit();
-    sm90::wgmma_wait<0>();
-    sm90::fence_registers(acc_registers(st));
-    release(pending_stage);
-  }
+    release(stage);
   }
   if (my_tiles == 0) return;
   merged_rows.fold(st, visible, (last_visible - 1) / p.split_tokens, p.split_tokens);
@@ -254,9 +190,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) paged_attention_ws_kernel(const
 #endif
 }
 
-template <typename T, int D, bool kPingpong>
-void launch_ws_variant(const PagedAttnLaunch &p, cudaStream_t stream) {
-  auto kernel = paged_attention_ws_kernel<T, D, kPingpong>;
+template <typename T, int D>
+void launch_ws(const PagedAttnLaunch &p, cudaStream_t stream) {
+  auto kernel = paged_attention_ws_kernel<T, D>;
   static std::once_flag configured[64];
   int device = 0;
   DETFUZZ_CUDA_CHECK(cudaGetDevice(&device));
@@ -266,13 +202,6 @@ void launch_ws_variant(const PagedAttnLaunch &p, cudaStream_t stream) {
   const unsigned x = static_cast<unsigned>(p.h_kv) * ((p.q_tiles + kConsumers - 1) / kConsumers);
   kernel<<<dim3(x, p.num_seqs), kWsThreads, WsSmem<D>::kBytes, stream>>>(p);
   DETFUZZ_LAUNCH_CHECK();
-}
-
-template <typename T, int D>
-void launch_ws(const PagedAttnLaunch &p, cudaStream_t stream) {
-  static const bool pingpong = std::getenv("DETFUZZ_ATTN_PINGPONG") != nullptr;  // measurement only
-  if (pingpong) launch_ws_variant<T, D, true>(p, stream);
-  else launch_ws_variant<T, D, false>(p, stream);
 }
 
 }  // namespace
