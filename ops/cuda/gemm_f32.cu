@@ -96,26 +96,25 @@ template <class T, int R, int COL>
 struct TransposeCopy {
   static constexpr int KB8 = T::BK / 8, RSTEP = 256 / T::BK, PER = R * T::BK / 256;
   const float *src;  // (row r0 + r, k kk) of the next step
-  int rows_left;     // rows of the operand from r0 + r on (clamped)
-  int kk;
-  uint32_t dst;      // shared offset (bytes) of (kk, r) within a stage
+  uint32_t rows_ok;  // bit i: row r0 + r + i * RSTEP exists
 
+  __device__ static int kk(int tid) { return (tid & 7) | (((tid >> 5) % KB8) << 3); }
+  __device__ static int r(int tid) { return ((tid >> 3) & 3) | (((tid >> 5) / KB8) << 2); }
   __device__ __forceinline__ void set(const float *base, int64_t ld, int64_t r0, int64_t rows, int64_t k0, int tid) {
-    const int lane = tid & 31, warp = tid >> 5;
-    kk = (lane & 7) | ((warp % KB8) << 3);
-    const int r = ((lane >> 3) & 3) | ((warp / KB8) << 2);
-    const int64_t left = rows - r0 - r;
-    rows_left = static_cast<int>(left < 0 ? 0 : left > INT_MAX ? INT_MAX : left);
-    src = base + (r0 + r) * ld + k0 + kk;
-    dst = static_cast<uint32_t>((kk * T::ROW + COL + r) * 4);
+    rows_ok = 0;
+#pragma unroll
+    for (int i = 0; i < PER; ++i) rows_ok |= (r0 + r(tid) + i * RSTEP < rows ? 1u : 0u) << i;
+    src = base + (r0 + r(tid)) * ld + k0 + kk(tid);
   }
-  // safe: an address inside the operand, for the zero-filling copies.
-  __device__ __forceinline__ void load(uint32_t stage, int kleft, int64_t ld, const float *safe) const {
-    const bool k_ok = kk < kleft;
+  // kleft: the k of the step within K (all of them but at the end of K). safe: an address inside
+  // the operand, for the zero-filling copies.
+  __device__ __forceinline__ void load(uint32_t stage, int kleft, int64_t ld, const float *safe, int tid) const {
+    const uint32_t ok_mask = kleft == T::BK || kk(tid) < kleft ? rows_ok : 0u;
+    const uint32_t dst = stage + (kk(tid) * T::ROW + COL + r(tid)) * 4;
 #pragma unroll
     for (int i = 0; i < PER; ++i) {
-      const bool ok = k_ok && i * RSTEP < rows_left;
-      cp_async4(stage + dst + i * RSTEP * 4, ok ? src + i * RSTEP * ld : safe, ok);
+      const bool ok = (ok_mask >> i) & 1;
+      cp_async4(dst + i * RSTEP * 4, ok ? src + i * RSTEP * ld : safe, ok);
     }
   }
   __device__ __forceinline__ void advance(int64_t) { src += T::BK; }
@@ -126,23 +125,21 @@ struct TransposeCopy {
 template <class T>
 struct RowCopy {
   static constexpr int PER = T::BK / 8;
-  const float *src;  // (k row kr of the next step, column n0 + lane * 4)
+  const float *src;  // (k row `warp` of the next step, column n0 + lane * 4)
   bool col_ok;
-  int kr;
-  uint32_t dst;
 
   __device__ __forceinline__ void set(const float *base, int64_t ld, int64_t n0, int64_t N, int64_t k0, int tid) {
     const int lane = tid & 31;
-    kr = tid >> 5;
     col_ok = n0 + lane * 4 < N;
-    src = base + (k0 + kr) * ld + n0 + lane * 4;
-    dst = static_cast<uint32_t>((kr * T::ROW + T::BM + lane * 4) * 4);
+    src = base + (k0 + (tid >> 5)) * ld + n0 + lane * 4;
   }
-  __device__ __forceinline__ void load(uint32_t stage, int kleft, int64_t ld, const float *safe) const {
+  __device__ __forceinline__ void load(uint32_t stage, int kleft, int64_t ld, const float *safe, int tid) const {
+    const int kr = tid >> 5, lane = tid & 31;
+    const uint32_t dst = stage + (kr * T::ROW + T::BM + lane * 4) * 4;
 #pragma unroll
     for (int i = 0; i < PER; ++i) {
       const bool ok = col_ok && kr + 8 * i < kleft;
-      cp_async16(stage + dst + i * 8 * T::ROW * 4, ok ? src + 8 * i * ld : safe, ok);
+      cp_async16(dst + i * 8 * T::ROW * 4, ok ? src + 8 * i * ld : safe, ok);
     }
   }
   __device__ __forceinline__ void advance(int64_t ld) { src += T::BK * ld; }
@@ -174,8 +171,8 @@ struct Loader {
                                        int tid) {
     if (tile < w.tile_end && k0 < w.kend) {
       const int kleft = static_cast<int>(min(static_cast<int64_t>(T::BK), w.kend - k0));
-      a.load(stage, kleft, p.lda, p.a);
-      b.load(stage, kleft, p.ldb, p.b);
+      a.load(stage, kleft, p.lda, p.a, tid);
+      b.load(stage, kleft, p.ldb, p.b, tid);
       k0 += T::BK;
       if (k0 < w.kend) {
         a.advance(p.lda);
@@ -235,22 +232,22 @@ __device__ __forceinline__ float4 add4(float4 t, float4 p) {
   return make_float4(__fadd_rn(t.x, p.x), __fadd_rn(t.y, p.y), __fadd_rn(t.z, p.z), __fadd_rn(t.w, p.w));
 }
 
-// v = alpha * total (+ beta * bias), stored to C[gm, gn .. gn+3] (columns < N only).
-__device__ __forceinline__ void store4(const F32Args &p, float *C, const float *bias, int64_t gm, int64_t gn,
-                                       float4 t, bool vec_ok) {
+// v = alpha * total (+ beta * bias) of 4 consecutive columns, stored to dst (only the first n_left
+// when n_left < 4: the columns within N). bias: that of the first column, or nullptr.
+__device__ __forceinline__ void store4(const F32Args &p, float *dst, const float *bias, int64_t n_left, float4 t,
+                                       bool vec_ok) {
   float v[4] = {t.x, t.y, t.z, t.w};
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
     v[e] = __fmul_rn(p.alpha, v[e]);
-    if (bias && gn + e < p.N) v[e] = __fadd_rn(v[e], __fmul_rn(p.beta, bias[gm * p.bsm + (gn + e) * p.bsn]));
+    if (bias && e < n_left) v[e] = __fadd_rn(v[e], __fmul_rn(p.beta, bias[e * p.bsn]));
   }
-  float *dst = C + gm * p.ldc + gn;
-  if (vec_ok && gn + 3 < p.N) {
+  if (vec_ok && n_left >= 4) {
     *reinterpret_cast<float4 *>(dst) = make_float4(v[0], v[1], v[2], v[3]);
   } else {
 #pragma unroll
     for (int e = 0; e < 4; ++e)
-      if (gn + e < p.N) dst[e] = v[e];
+      if (e < n_left) dst[e] = v[e];
   }
 }
 
@@ -374,18 +371,21 @@ __global__ void __launch_bounds__(T::THREADS, T::CTAS_PER_SM) gemm_f32_kernel(co
     const float *bias = p.bias ? p.bias + tc.batch * p.sbias : nullptr;
     const bool vec_ok = (p.ldc & 3) == 0 && (reinterpret_cast<uintptr_t>(C) & 15) == 0;
     if constexpr (!CLUSTER) {
+      const int64_t n_left = p.N - n0 - col0;  // columns of this thread's first group within N
 #pragma unroll
       for (int gi = 0; gi < T::TM / 4; ++gi)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int r = row0 + gi * T::LM * 4 + i;
           if (r >= valid_m) continue;
+          float *crow = C + (m0 + r) * p.ldc + n0 + col0;
+          const float *brow = bias ? bias + (m0 + r) * p.bsm + (n0 + col0) * p.bsn : nullptr;
 #pragma unroll
           for (int gj = 0; gj < T::TN / 4; ++gj) {
-            const int64_t gn = n0 + col0 + gj * T::LN * 4;
-            if (gn >= p.N) continue;
-            const float *t = &acc[gi * 4 + i][gj * 4];
-            store4(p, C, bias, m0 + r, gn, make_float4(t[0], t[1], t[2], t[3]), vec_ok);
+            constexpr int dn = T::LN * 4;
+            if (n_left <= gj * dn) continue;
+            store4(p, crow + gj * dn, brow ? brow + gj * dn * p.bsn : nullptr, n_left - gj * dn,
+                   acc4(acc, (gi * 4 + i) * (T::TN / 4) + gj), vec_ok);
           }
         }
     } else {
@@ -413,20 +413,13 @@ __global__ void __launch_bounds__(T::THREADS, T::CTAS_PER_SM) gemm_f32_kernel(co
       for (int q = rank * per + tid; q < q_end; q += T::THREADS) {
         const int r = q / (T::BN / 4), c4 = (q % (T::BN / 4)) * 4;
         if (r >= valid_m || n0 + c4 >= p.N) continue;
-        float4 u[kMaxKChunks];  // every rank's p_c in flight at once, then the adds in rank order
+        auto part = [&](int src) { return *reinterpret_cast<const float4 *>(cluster.map_shared_rank(partial, src) + q * 4); };
+        float4 t = part(0);
 #pragma unroll
-        for (int src = 0; src < kMaxKChunks; ++src)
-          if (src < count) u[src] = *reinterpret_cast<const float4 *>(cluster.map_shared_rank(partial, src) + q * 4);
-        float4 t = u[0];
-#pragma unroll
-        for (int src = 1; src < kMaxKChunks; ++src)
-          if (src < count) {
-            t.x = __fadd_rn(t.x, u[src].x);
-            t.y = __fadd_rn(t.y, u[src].y);
-            t.z = __fadd_rn(t.z, u[src].z);
-            t.w = __fadd_rn(t.w, u[src].w);
-          }
-        store4(p, C, bias, m0 + r, n0 + c4, t, vec_ok);
+        for (int src = 1; src < kMaxKChunks; ++src)  // the adds in rank order
+          if (src < count) t = add4(t, part(src));
+        store4(p, C + (m0 + r) * p.ldc + n0 + c4, bias ? bias + (m0 + r) * p.bsm + (n0 + c4) * p.bsn : nullptr,
+               p.N - n0 - c4, t, vec_ok);
       }
       cluster.sync();  // no CTA leaves while another still reads its shared memory
 #endif
