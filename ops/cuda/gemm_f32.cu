@@ -10,18 +10,26 @@
 // the K step either. Rows past M and columns past N are computed on zeros and never stored.
 //
 // Two tile shapes, both 256 threads of SIMT register tiles fed from shared memory by a cp.async
-// pipeline of STAGES K steps. A is stored transposed in shared memory ([BK][BM], copied 4 bytes
-// at a time, the transposition done by the copy), B as [BK][BN] (16-byte copies of a [K,N] B,
-// 4-byte transposing copies of an [N,K] B); row pitches are 4 (mod 32) floats, so the transposing
-// stores (a warp covers 8 k x 4 rows) and the fragment reads (LDS.128 of 2-4 distinct float4 of A
-// and 8-16 contiguous float4 of B per warp and k) are free of bank conflicts.
-//   large: 128 x 128, warp tile 32 x 64, 8 x 8 per thread (two 4-wide groups each way), BK 32.
-//   small: 32 x 128, warp tile 8 x 64, 4 x 4 per thread, BK 32 (for M <= 32: deep B streaming;
-//          warps whose rows are all past M skip their FMAs, so M <= 8 runs 2 warps of FMAs).
+// pipeline of STAGES K steps, two CTAs per SM (__launch_bounds__(256, 2): at most 128 registers).
+// A stage holds, for each of its BK k, one shared row: A^T's BM floats (4-byte copies of A, the
+// transposition done by the copy), then B's BN (16-byte copies of a [K,N] B, 4-byte transposing
+// copies of an [N,K] B); the row pitch is 4 (mod 32) floats, so the transposing stores (a warp
+// covers 8 k x 4 rows) and the fragment reads (LDS.128 of 2-4 distinct float4 of A and 8-16
+// contiguous float4 of B per warp and k) are free of bank conflicts. Within a step each k's
+// fragments are loaded while the previous k's FMAs run (two register buffers); a step ends with
+// one barrier, after which the stage just read is refilled with the step STAGES ahead. The last
+// step of K, when shorter than BK, runs apart (4 k at a time) so the full steps carry no K test.
+//   large: 128 x 128, warp tile 32 x 64, 8 x 8 per thread (two 4-wide groups each way), BK 16,
+//          3 stages.
+//   small: 32 x 128, warp tile 8 x 64, 4 x 4 per thread, BK 32, 4 stages (for M <= 32: deep B
+//          streaming; warps whose rows are all past M skip their FMAs, so M <= 8 runs 2 warps of
+//          FMAs).
 // Two schedules:
 //   persistent (any GPU): a grid of CTAs walks the tiles (persistent_tile order); a CTA computes
-//     every chunk of its tile in turn, a fresh accumulator per chunk and the running total in
-//     registers; the cp.async pipeline runs on across chunk and tile boundaries.
+//     every chunk of its tile in turn, a fresh accumulator per chunk, the running total kept in
+//     shared memory between chunks (each thread its own float4 slots, conflict-free; read and
+//     written once per chunk, the last chunk's sum formed in the accumulator for the epilogue);
+//     the cp.async pipeline runs on across chunk and tile boundaries.
 //   cluster (sm_90): one CTA per (tile, chunk), the k_chunks(K).count CTAs of a tile forming one
 //     thread-block cluster; each stores its p_c in its shared memory, then after cluster.sync()
 //     CTA r reduces the r-th slice of the tile over ranks 0..count-1 in order through distributed
@@ -275,7 +283,7 @@ __global__ void __launch_bounds__(T::THREADS, T::CTAS_PER_SM) gemm_f32_kernel(co
   if constexpr (CLUSTER) {
     const int64_t tile = blockIdx.x / ch.count;
     const int c = static_cast<int>(blockIdx.x % ch.count);
-    w = {tile, INT64_MAX / 2, tile + 1, c * ch.size, min(p.K, (c + 1) * ch.size), c, c + 1};
+    w = {tile, 1, tile + 1, c * ch.size, min(p.K, (c + 1) * ch.size), c, c + 1};
   } else {
     w = {blockIdx.x, gridDim.x, tiles_m * tiles_n * p.batch, 0, p.K, 0, ch.count};
   }
@@ -299,8 +307,7 @@ __global__ void __launch_bounds__(T::THREADS, T::CTAS_PER_SM) gemm_f32_kernel(co
   };
   float acc[T::TM][T::TN];
   Frag<T> f[2];  // f[k % 2]: k's fragments, k + 1's loaded before k's FMAs
-  // A step of BK k, or at the end of K the kvalid < BK left (a multiple of 4, as K is): the k past
-  // K (zero-filled) never enter the chain.
+  // A step of BK k.
   auto full_step = [&](auto fma) {
     if constexpr (decltype(fma)::value) {
       const float *cur = smem + stage * T::STAGE;
@@ -313,6 +320,8 @@ __global__ void __launch_bounds__(T::THREADS, T::CTAS_PER_SM) gemm_f32_kernel(co
     }
     next_step();
   };
+  // The last step of K when shorter than BK: kvalid k, a multiple of 4 (as K is), 4 at a time, so
+  // the k past K (zero-filled) never enter the chain.
   auto tail_step = [&](auto fma, int kvalid) {
     if constexpr (decltype(fma)::value) {
       const float *cur = smem + stage * T::STAGE;
@@ -423,6 +432,7 @@ __global__ void __launch_bounds__(T::THREADS, T::CTAS_PER_SM) gemm_f32_kernel(co
       }
       cluster.sync();  // no CTA leaves while another still reads its shared memory
 #endif
+      break;  // the walk's one tile
     }
   }
   cp_async_wait<0>();
@@ -441,6 +451,9 @@ void opt_in(int dev) {
   if (bit && (opted_in.load() & bit)) return;
   DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(gemm_f32_kernel<T, B_KN, CLUSTER>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           smem_bytes<T>(CLUSTER)));
+  // All of the SM's unified memory as shared memory, so that CTAS_PER_SM CTAs fit.
+  DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(gemm_f32_kernel<T, B_KN, CLUSTER>,
+                                          cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
   opted_in.fetch_or(bit);
 }
 
