@@ -10,18 +10,26 @@
 // the K step either. Rows past M and columns past N are computed on zeros and never stored.
 //
 // Two tile shapes, both 256 threads of SIMT register tiles fed from shared memory by a cp.async
-// pipeline of STAGES K steps. A is stored transposed in shared memory ([BK][BM], copied 4 bytes
-// at a time, the transposition done by the copy), B as [BK][BN] (16-byte copies of a [K,N] B,
-// 4-byte transposing copies of an [N,K] B); row pitches are 4 (mod 32) floats, so the transposing
-// stores (a warp covers 8 k x 4 rows) and the fragment reads (LDS.128 of 2-4 distinct float4 of A
-// and 8-16 contiguous float4 of B per warp and k) are free of bank conflicts.
-//   large: 128 x 128, warp tile 32 x 64, 8 x 8 per thread (two 4-wide groups each way), BK 32.
-//   small: 32 x 128, warp tile 8 x 64, 4 x 4 per thread, BK 32 (for M <= 32: deep B streaming;
-//          warps whose rows are all past M skip their FMAs, so M <= 8 runs 2 warps of FMAs).
+// pipeline of STAGES K steps, two CTAs per SM (__launch_bounds__(256, 2): at most 128 registers).
+// A stage holds, for each of its BK k, one shared row: A^T's BM floats (4-byte copies of A, the
+// transposition done by the copy), then B's BN (16-byte copies of a [K,N] B, 4-byte transposing
+// copies of an [N,K] B); the row pitch is 4 (mod 32) floats, so the transposing stores (a warp
+// covers 8 k x 4 rows) and the fragment reads (LDS.128 of 2-4 distinct float4 of A and 8-16
+// contiguous float4 of B per warp and k) are free of bank conflicts. Within a step each k's
+// fragments are loaded while the previous k's FMAs run (two register buffers); a step ends with
+// one barrier, after which the stage just read is refilled with the step STAGES ahead. The last
+// step of K, when shorter than BK, runs apart (4 k at a time) so the full steps carry no K test.
+//   large: 128 x 128, warp tile 32 x 64, 8 x 8 per thread (two 4-wide groups each way), BK 16,
+//          3 stages.
+//   small: 32 x 128, warp tile 8 x 64, 4 x 4 per thread, BK 32, 4 stages (for M <= 32: deep B
+//          streaming; warps whose rows are all past M skip their FMAs, so M <= 8 runs 2 warps of
+//          FMAs).
 // Two schedules:
 //   persistent (any GPU): a grid of CTAs walks the tiles (persistent_tile order); a CTA computes
-//     every chunk of its tile in turn, a fresh accumulator per chunk and the running total in
-//     registers; the cp.async pipeline runs on across chunk and tile boundaries.
+//     every chunk of its tile in turn, a fresh accumulator per chunk, the running total kept in
+//     shared memory between chunks (each thread its own float4 slots, conflict-free; read and
+//     written once per chunk, the last chunk's sum formed in the accumulator for the epilogue);
+//     the cp.async pipeline runs on across chunk and tile boundaries.
 //   cluster (sm_90): one CTA per (tile, chunk), the k_chunks(K).count CTAs of a tile forming one
 //     thread-block cluster; each stores its p_c in its shared memory, then after cluster.sync()
 //     CTA r reduces the r-th slice of the tile over ranks 0..count-1 in order through distributed
@@ -49,7 +57,7 @@ constexpr int GROUP_M = 8;
 // Pitch (floats) of a shared-memory row of R floats: >= R and 4 (mod 32).
 constexpr int pitch_of(int rows) { return (rows + 27) / 32 * 32 + 4; }
 
-template <int BM_, int BN_, int TM_, int TN_, int LM_, int BK_, int STAGES_, int MIN_CTAS_>
+template <int BM_, int BN_, int TM_, int TN_, int LM_, int BK_, int STAGES_>
 struct TileShape {
   static constexpr int BM = BM_, BN = BN_;   // CTA tile
   static constexpr int TM = TM_, TN = TN_;   // per thread: TM / 4 groups of 4 rows, TN / 4 of 4 columns
@@ -57,195 +65,202 @@ struct TileShape {
   static constexpr int WM = LM * TM, WN = LN * TN;  // warp tile
   static constexpr int WARPS_M = BM / WM, WARPS_N = BN / WN;
   static constexpr int THREADS = 32 * WARPS_M * WARPS_N;
-  static constexpr int BK = BK_, STAGES = STAGES_, MIN_CTAS = MIN_CTAS_;
-  static constexpr int AP = pitch_of(BM), BP = pitch_of(BN);
-  static constexpr int A_STAGE = BK * AP, B_STAGE = BK * BP;  // floats
-  static constexpr int PIPE_BYTES = STAGES * (A_STAGE + B_STAGE) * 4;
-  static constexpr int PARTIAL_BYTES = BM * BN * 4;  // the cluster schedule's p_c tile
+  static constexpr int CTAS_PER_SM = 2;  // __launch_bounds__: at most 128 registers per thread
+  static constexpr int BK = BK_, STAGES = STAGES_;
+  static constexpr int ROW = pitch_of(BM + BN);  // floats of one k of a stage: A^T's BM, then B's BN
+  static constexpr int STAGE = BK * ROW;         // floats
+  static constexpr int PIPE_BYTES = STAGES * STAGE * 4;
+  static constexpr int TOTAL_BYTES = TM * TN * THREADS * 4;  // the persistent schedule's running totals
+  static constexpr int PARTIAL_BYTES = BM * BN * 4;          // the cluster schedule's p_c tile
   static_assert(TM % 4 == 0 && TN % 4 == 0 && BM % WM == 0 && BN % WN == 0, "tile shape");
   static_assert(BK % 8 == 0 && (BM * BK) % THREADS == 0 && (BN * BK) % THREADS == 0, "copy split");
   static_assert((BN / 4 * BK) % THREADS == 0 && 64 % BK == 0, "K step must divide the 64-multiple chunks");
+  // CTAS_PER_SM CTAs must fit an sm_90 SM's 228 KB of shared memory (1 KB of it reserved per CTA).
+  static_assert(CTAS_PER_SM * (PIPE_BYTES + TOTAL_BYTES + 1024) <= 228 * 1024, "persistent: shared memory");
+  static_assert(CTAS_PER_SM * ((PIPE_BYTES > PARTIAL_BYTES ? PIPE_BYTES : PARTIAL_BYTES) + 1024) <= 228 * 1024,
+                "cluster: shared memory");
 };
-using LargeTile = TileShape<128, 128, 8, 8, 4, 32, 3, 1>;
-using SmallTile = TileShape<32, 128, 4, 4, 2, 32, 4, 2>;
+using LargeTile = TileShape<128, 128, 8, 8, 4, 16, 3>;
+using SmallTile = TileShape<32, 128, 4, 4, 2, 32, 4>;
 
-// Where a CTA walks: tiles first, first + stride, ... < end; chunks [c_begin, c_end) of each.
+// What a CTA computes: tiles first, first + stride, ... < end; of each, chunks [c_begin, c_end),
+// which cover K range [kbeg, kend).
 struct Walk {
   int64_t tile_first, tile_stride, tile_end;
+  int64_t kbeg, kend;
   int c_begin, c_end;
 };
-
-// One K step of the walk: tile, chunk, absolute K offset and the end of the chunk's K range.
-struct StepPos {
-  int64_t tile, k0, kend;
-  int chunk;
-};
-
-__device__ __forceinline__ void chunk_range(StepPos &s, const KChunks &ch, int64_t K) {
-  s.k0 = static_cast<int64_t>(s.chunk) * ch.size;
-  s.kend = min(K, s.k0 + ch.size);
-}
-
-// Moves to the next K step with work (skips empty chunks: only K == 0 has one).
-__device__ __forceinline__ void settle(StepPos &s, const Walk &w, const KChunks &ch, int64_t K) {
-  while (s.tile < w.tile_end && s.k0 >= s.kend) {
-    if (++s.chunk == w.c_end) {
-      s.chunk = w.c_begin;
-      s.tile += w.tile_stride;
-    }
-    chunk_range(s, ch, K);
-  }
-}
 
 __device__ __forceinline__ void cp_async4(uint32_t dst, const float *src, bool valid) {
   const int n = valid ? 4 : 0;
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(n));
 }
 
-// A transposing copy of R rows x BK k of a K-contiguous operand (A, or an [N,K] B): copy i of a
-// thread moves element (row r + i * RSTEP, k kk) of the step, a warp covering 8 consecutive k of 4
-// rows (32-byte global segments, conflict-free 4-byte shared stores at pitch 4 mod 32). The
-// pointer, the rows left and the k of a thread are set once per tile.
-template <class T, int R>
+// A transposing copy of R rows x BK k of a K-contiguous operand (A, or an [N,K] B) into floats
+// COL .. COL + R - 1 of each k's row of a stage: copy i of a thread moves element (row r + i * RSTEP,
+// k kk) of the step, a warp covering 8 consecutive k of 4 rows (32-byte global segments,
+// conflict-free 4-byte shared stores at a pitch of 4 mod 32). Set once per tile, then advanced.
+template <class T, int R, int COL>
 struct TransposeCopy {
   static constexpr int KB8 = T::BK / 8, RSTEP = 256 / T::BK, PER = R * T::BK / 256;
-  static constexpr int P = pitch_of(R);
-  const float *src;   // row (r0 + r), column kk of the operand
-  const float *safe;  // the operand's first element: the address of a zero-filling copy
-  int64_t stride;    // RSTEP rows
-  int rows_left;     // rows of the operand from r0 + r on (clamped)
-  int kk;
-  uint32_t dst;      // shared offset (bytes) of (kk, r) within a stage
+  const float *src;  // (row r0 + r, k kk) of the next step
+  uint32_t rows_ok;  // bit i: row r0 + r + i * RSTEP exists
 
-  __device__ __forceinline__ void set(const float *base, int64_t ld, int64_t r0, int64_t rows, int tid) {
-    const int lane = tid & 31, warp = tid >> 5;
-    kk = (lane & 7) | ((warp % KB8) << 3);
-    const int r = ((lane >> 3) & 3) | ((warp / KB8) << 2);
-    const int64_t left = rows - r0 - r;
-    rows_left = static_cast<int>(left < 0 ? 0 : left > INT_MAX ? INT_MAX : left);
-    src = base + (r0 + r) * ld + kk;
-    safe = base;
-    stride = RSTEP * ld;
-    dst = static_cast<uint32_t>((kk * P + r) * 4);
+  __device__ static int kk(int tid) { return (tid & 7) | (((tid >> 5) % KB8) << 3); }
+  __device__ static int r(int tid) { return ((tid >> 3) & 3) | (((tid >> 5) / KB8) << 2); }
+  __device__ __forceinline__ void set(const float *base, int64_t ld, int64_t r0, int64_t rows, int64_t k0, int tid) {
+    rows_ok = 0;
+#pragma unroll
+    for (int i = 0; i < PER; ++i) rows_ok |= (r0 + r(tid) + i * RSTEP < rows ? 1u : 0u) << i;
+    src = base + (r0 + r(tid)) * ld + k0 + kk(tid);
   }
-  __device__ __forceinline__ void load(uint32_t stage, int64_t k0, int kleft) const {
-    const bool k_ok = kk < kleft;
-    const float *p = src + k0;
+  // kleft: the k of the step within K (all of them but at the end of K). safe: an address inside
+  // the operand, for the zero-filling copies.
+  __device__ __forceinline__ void load(uint32_t stage, int kleft, int64_t ld, const float *safe, int tid) const {
+    const uint32_t ok_mask = kleft == T::BK || kk(tid) < kleft ? rows_ok : 0u;
+    const uint32_t dst = stage + (kk(tid) * T::ROW + COL + r(tid)) * 4;
 #pragma unroll
     for (int i = 0; i < PER; ++i) {
-      const bool ok = k_ok && i * RSTEP < rows_left;
-      cp_async4(stage + dst + i * RSTEP * 4, ok ? p : safe, ok);
-      p += stride;
+      const bool ok = (ok_mask >> i) & 1;
+      cp_async4(dst + i * RSTEP * 4, ok ? src + i * RSTEP * ld : safe, ok);
     }
   }
+  __device__ __forceinline__ void advance(int64_t) { src += T::BK; }
 };
 
-// 16-byte copies of BK k rows x BN columns of an N-contiguous B: copy i of a thread moves columns
-// lane * 4 .. + 3 of k row warp + 8 i.
+// 16-byte copies of BK k rows x BN columns of an N-contiguous B into floats BM .. BM + BN - 1 of
+// each k's row of a stage: copy i of a thread moves columns lane * 4 .. + 3 of k row warp + 8 i.
 template <class T>
 struct RowCopy {
   static constexpr int PER = T::BK / 8;
-  const float *src;   // k row `warp`, column n0 + lane * 4
-  const float *safe;  // B's first element: the address of a zero-filling copy
-  int64_t ld;
+  const float *src;  // (k row `warp` of the next step, column n0 + lane * 4)
   bool col_ok;
-  int kr;
-  uint32_t dst;
 
-  __device__ __forceinline__ void set(const float *base, int64_t ldb, int64_t n0, int64_t N, int tid) {
+  __device__ __forceinline__ void set(const float *base, int64_t ld, int64_t n0, int64_t N, int64_t k0, int tid) {
     const int lane = tid & 31;
-    kr = tid >> 5;
     col_ok = n0 + lane * 4 < N;
-    src = base + kr * ldb + n0 + lane * 4;
-    safe = base;
-    ld = ldb;
-    dst = static_cast<uint32_t>((kr * T::BP + lane * 4) * 4);
+    src = base + (k0 + (tid >> 5)) * ld + n0 + lane * 4;
   }
-  __device__ __forceinline__ void load(uint32_t stage, int64_t k0, int kleft) const {
-    const float *p = src + k0 * ld;
+  __device__ __forceinline__ void load(uint32_t stage, int kleft, int64_t ld, const float *safe, int tid) const {
+    const int kr = tid >> 5, lane = tid & 31;
+    const uint32_t dst = stage + (kr * T::ROW + T::BM + lane * 4) * 4;
 #pragma unroll
     for (int i = 0; i < PER; ++i) {
       const bool ok = col_ok && kr + 8 * i < kleft;
-      cp_async16(stage + dst + i * 8 * T::BP * 4, ok ? p : safe, ok);
-      p += 8 * ld;
+      cp_async16(dst + i * 8 * T::ROW * 4, ok ? src + 8 * i * ld : safe, ok);
     }
   }
+  __device__ __forceinline__ void advance(int64_t ld) { src += T::BK * ld; }
 };
 
-// The loads of one K step: A^T [BK][AP] and B [BK][BP] of the step's tile; zeros where k >= kend,
-// a row >= M or a column >= N.
-template <class T, bool B_KN>
-struct StepLoader {
+// The loads of the walk's K steps, in walk order, one step per call: A^T and B of the step's tile
+// into a stage; zeros where k >= kend, a row >= M or a column >= N. ONE_TILE: the walk has a
+// single tile (the cluster schedule).
+template <class T, bool B_KN, bool ONE_TILE>
+struct Loader {
   static_assert(T::THREADS == 256 && T::BN == 128 && 256 % T::BK == 0, "the copy maps assume these");
-  TransposeCopy<T, T::BM> a;
-  std::conditional_t<B_KN, RowCopy<T>, TransposeCopy<T, T::BN>> b;
-  int64_t cur_tile = -1;
+  TransposeCopy<T, T::BM, 0> a;
+  std::conditional_t<B_KN, RowCopy<T>, TransposeCopy<T, T::BN, T::BM>> b;
+  int64_t tile, k0;  // the next step
 
-  __device__ __forceinline__ void set_tile(const F32Args &p, int64_t tile, int64_t tiles_m, int64_t tiles_n, int tid) {
-    if (tile == cur_tile) return;
-    cur_tile = tile;
+  __device__ __forceinline__ void set_tile(const F32Args &p, const Walk &w, int64_t tiles_m, int64_t tiles_n, int tid) {
+    if (tile >= w.tile_end) return;
     const TileCoord tc = persistent_tile<GROUP_M>(tile, tiles_m, tiles_n);
-    a.set(p.a + tc.batch * p.sa, p.lda, tc.pid_m * T::BM, p.M, tid);
-    b.set(p.b + tc.batch * p.sb, p.ldb, tc.pid_n * T::BN, p.N, tid);
+    a.set(p.a + tc.batch * p.sa, p.lda, tc.pid_m * T::BM, p.M, k0, tid);
+    b.set(p.b + tc.batch * p.sb, p.ldb, tc.pid_n * T::BN, p.N, k0, tid);
   }
-
-  __device__ __forceinline__ void load(uint32_t sA, uint32_t sB, int64_t k0, int64_t kend) const {
-    const int kleft = static_cast<int>(kend - k0);  // <= the chunk size
-    a.load(sA, k0, kleft);
-    b.load(sB, k0, kleft);
+  __device__ __forceinline__ void start(const F32Args &p, const Walk &w, int64_t tiles_m, int64_t tiles_n, int tid) {
+    tile = w.tile_first;
+    k0 = w.kbeg;
+    set_tile(p, w, tiles_m, tiles_n, tid);
+  }
+  // Copies the next step (if any is left) into the stage at shared address `stage`; one commit group.
+  __device__ __forceinline__ void load(const F32Args &p, const Walk &w, uint32_t stage, int64_t tiles_m, int64_t tiles_n,
+                                       int tid) {
+    if (tile < w.tile_end && k0 < w.kend) {
+      const int kleft = static_cast<int>(min(static_cast<int64_t>(T::BK), w.kend - k0));
+      a.load(stage, kleft, p.lda, p.a, tid);
+      b.load(stage, kleft, p.ldb, p.b, tid);
+      k0 += T::BK;
+      if (k0 < w.kend) {
+        a.advance(p.lda);
+        b.advance(p.ldb);
+      } else if constexpr (ONE_TILE) {
+        tile = w.tile_end;
+      } else {
+        k0 = w.kbeg;
+        tile += w.tile_stride;
+        set_tile(p, w, tiles_m, tiles_n, tid);
+      }
+    }
+    cp_async_commit();
   }
 };
 
-// acc += the valid k of one stage (kvalid: a multiple of 4, the k < kend of the step), in k order.
+// One k of a thread's fragments: its TM rows of A^T and TN columns of B (LDS.128 each 4).
 template <class T>
-__device__ __forceinline__ void fma_stage(float (&acc)[T::TM][T::TN], const float *As, const float *Bs, int a_off,
-                                          int b_off, int kvalid) {
+struct Frag {
+  float a[T::TM], b[T::TN];
+};
+
+template <class T>
+__device__ __forceinline__ void load_frag(Frag<T> &f, const float *row, int a_off, int b_off) {
 #pragma unroll
-  for (int k4 = 0; k4 < T::BK; k4 += 4) {
-    if (k4 >= kvalid) break;
+  for (int g = 0; g < T::TM / 4; ++g) {
+    const float4 v = *reinterpret_cast<const float4 *>(row + a_off + g * T::LM * 4);
+    f.a[g * 4] = v.x; f.a[g * 4 + 1] = v.y; f.a[g * 4 + 2] = v.z; f.a[g * 4 + 3] = v.w;
+  }
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      const int k = k4 + kk;
-      float a[T::TM], b[T::TN];
-#pragma unroll
-      for (int g = 0; g < T::TM / 4; ++g) {
-        const float4 v = *reinterpret_cast<const float4 *>(As + k * T::AP + a_off + g * T::LM * 4);
-        a[g * 4] = v.x; a[g * 4 + 1] = v.y; a[g * 4 + 2] = v.z; a[g * 4 + 3] = v.w;
-      }
-#pragma unroll
-      for (int g = 0; g < T::TN / 4; ++g) {
-        const float4 v = *reinterpret_cast<const float4 *>(Bs + k * T::BP + b_off + g * T::LN * 4);
-        b[g * 4] = v.x; b[g * 4 + 1] = v.y; b[g * 4 + 2] = v.z; b[g * 4 + 3] = v.w;
-      }
-#pragma unroll
-      for (int i = 0; i < T::TM; ++i)
-#pragma unroll
-        for (int j = 0; j < T::TN; ++j) acc[i][j] = __fmaf_rn(a[i], b[j], acc[i][j]);
-    }
+  for (int g = 0; g < T::TN / 4; ++g) {
+    const float4 v = *reinterpret_cast<const float4 *>(row + T::BM + b_off + g * T::LN * 4);
+    f.b[g * 4] = v.x; f.b[g * 4 + 1] = v.y; f.b[g * 4 + 2] = v.z; f.b[g * 4 + 3] = v.w;
   }
 }
 
-// v = alpha * total (+ beta * bias), stored to C[gm, gn .. gn+3] (columns < N only).
-__device__ __forceinline__ void store4(const F32Args &p, float *C, const float *bias, int64_t gm, int64_t gn,
-                                       float4 t, bool vec_ok) {
+template <class T>
+__device__ __forceinline__ void fma_k(float (&acc)[T::TM][T::TN], const Frag<T> &f) {
+#pragma unroll
+  for (int i = 0; i < T::TM; ++i)
+#pragma unroll
+    for (int j = 0; j < T::TN; ++j) acc[i][j] = __fmaf_rn(f.a[i], f.b[j], acc[i][j]);
+}
+
+// Columns 4 j' .. 4 j' + 3 of row i of acc as one float4, q = i * TN / 4 + j'.
+template <int TM, int TN>
+__device__ __forceinline__ float4 acc4(const float (&acc)[TM][TN], int q) {
+  const float *a = &acc[q / (TN / 4)][q % (TN / 4) * 4];
+  return make_float4(a[0], a[1], a[2], a[3]);
+}
+template <int TM, int TN>
+__device__ __forceinline__ void set_acc4(float (&acc)[TM][TN], int q, float4 v) {
+  float *a = &acc[q / (TN / 4)][q % (TN / 4) * 4];
+  a[0] = v.x; a[1] = v.y; a[2] = v.z; a[3] = v.w;
+}
+__device__ __forceinline__ float4 add4(float4 t, float4 p) {
+  return make_float4(__fadd_rn(t.x, p.x), __fadd_rn(t.y, p.y), __fadd_rn(t.z, p.z), __fadd_rn(t.w, p.w));
+}
+
+// v = alpha * total (+ beta * bias) of 4 consecutive columns, stored to dst (only the first n_left
+// when n_left < 4: the columns within N). bias: that of the first column, or nullptr.
+__device__ __forceinline__ void store4(const F32Args &p, float *dst, const float *bias, int64_t n_left, float4 t,
+                                       bool vec_ok) {
   float v[4] = {t.x, t.y, t.z, t.w};
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
     v[e] = __fmul_rn(p.alpha, v[e]);
-    if (bias && gn + e < p.N) v[e] = __fadd_rn(v[e], __fmul_rn(p.beta, bias[gm * p.bsm + (gn + e) * p.bsn]));
+    if (bias && e < n_left) v[e] = __fadd_rn(v[e], __fmul_rn(p.beta, bias[e * p.bsn]));
   }
-  float *dst = C + gm * p.ldc + gn;
-  if (vec_ok && gn + 3 < p.N) {
+  if (vec_ok && n_left >= 4) {
     *reinterpret_cast<float4 *>(dst) = make_float4(v[0], v[1], v[2], v[3]);
   } else {
 #pragma unroll
     for (int e = 0; e < 4; ++e)
-      if (gn + e < p.N) dst[e] = v[e];
+      if (e < n_left) dst[e] = v[e];
   }
 }
 
 template <class T, bool B_KN, bool CLUSTER>
-__global__ void __launch_bounds__(T::THREADS, T::MIN_CTAS) gemm_f32_kernel(const F32Args p) {
+__global__ void __launch_bounds__(T::THREADS, T::CTAS_PER_SM) gemm_f32_kernel(const F32Args p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   if constexpr (CLUSTER) {
     __trap();  // the host launches the cluster schedule only on sm_90 code
@@ -253,10 +268,7 @@ __global__ void __launch_bounds__(T::THREADS, T::MIN_CTAS) gemm_f32_kernel(const
   }
 #endif
   extern __shared__ __align__(16) float smem[];
-  float *sA = smem;
-  float *sB = smem + T::STAGES * T::A_STAGE;
-  const uint32_t sA_addr = static_cast<uint32_t>(__cvta_generic_to_shared(sA));
-  const uint32_t sB_addr = static_cast<uint32_t>(__cvta_generic_to_shared(sB));
+  const uint32_t smem_addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
 
   const int tid = threadIdx.x;
   const int lane = tid & 31, warp = tid >> 5;
@@ -269,32 +281,68 @@ __global__ void __launch_bounds__(T::THREADS, T::MIN_CTAS) gemm_f32_kernel(const
   const int64_t tiles_m = (p.M + T::BM - 1) / T::BM, tiles_n = (p.N + T::BN - 1) / T::BN;
   Walk w;
   if constexpr (CLUSTER) {
-    w = {blockIdx.x / ch.count, INT64_MAX / 2, blockIdx.x / ch.count + 1, static_cast<int>(blockIdx.x % ch.count),
-         static_cast<int>(blockIdx.x % ch.count) + 1};
+    const int64_t tile = blockIdx.x / ch.count;
+    const int c = static_cast<int>(blockIdx.x % ch.count);
+    w = {tile, 1, tile + 1, c * ch.size, min(p.K, (c + 1) * ch.size), c, c + 1};
   } else {
-    w = {blockIdx.x, gridDim.x, tiles_m * tiles_n * p.batch, 0, ch.count};
+    w = {blockIdx.x, gridDim.x, tiles_m * tiles_n * p.batch, 0, p.K, 0, ch.count};
   }
 
-  // The loader runs STAGES - 1 K steps ahead of the consumer, along the same walk.
-  StepLoader<T, B_KN> loader;
-  StepPos lp{w.tile_first, 0, 0, w.c_begin};
-  chunk_range(lp, ch, p.K);
-  settle(lp, w, ch, p.K);
-  auto load_next = [&](int stage) {
-    if (lp.tile < w.tile_end) {
-      loader.set_tile(p, lp.tile, tiles_m, tiles_n, tid);
-      loader.load(sA_addr + stage * T::A_STAGE * 4, sB_addr + stage * T::B_STAGE * 4, lp.k0, lp.kend);
-      lp.k0 += T::BK;
-      settle(lp, w, ch, p.K);
-    }
-    cp_async_commit();
-  };
-#pragma unroll
-  for (int s = 0; s < T::STAGES - 1; ++s) load_next(s);
+  // The pipeline: STAGES steps in flight, the consumer reading stage `stage`.
+  Loader<T, B_KN, CLUSTER> loader;
+  loader.start(p, w, tiles_m, tiles_n, tid);
+#pragma unroll 1
+  for (int s = 0; s < T::STAGES; ++s) loader.load(p, w, smem_addr + s * T::STAGE * 4, tiles_m, tiles_n, tid);
   int stage = 0;
+  cp_async_wait<T::STAGES - 1>();
+  __syncthreads();
 
-  float total[CLUSTER ? 1 : T::TM][CLUSTER ? 1 : T::TN];
+  // Between two steps: waits for the next step's stage, then refills the one just consumed with
+  // the step STAGES ahead.
+  auto next_step = [&]() {
+    cp_async_wait<T::STAGES - 2>();
+    __syncthreads();  // the next stage is in; every thread is done with this one
+    loader.load(p, w, smem_addr + stage * T::STAGE * 4, tiles_m, tiles_n, tid);
+    stage = stage + 1 == T::STAGES ? 0 : stage + 1;
+  };
   float acc[T::TM][T::TN];
+  Frag<T> f[2];  // f[k % 2]: k's fragments, k + 1's loaded before k's FMAs
+  // A step of BK k.
+  auto full_step = [&](auto fma) {
+    if constexpr (decltype(fma)::value) {
+      const float *cur = smem + stage * T::STAGE;
+      load_frag<T>(f[0], cur, row0, col0);
+#pragma unroll
+      for (int k = 0; k < T::BK; ++k) {
+        if (k + 1 < T::BK) load_frag<T>(f[(k + 1) % 2], cur + (k + 1) * T::ROW, row0, col0);
+        fma_k<T>(acc, f[k % 2]);
+      }
+    }
+    next_step();
+  };
+  // The last step of K when shorter than BK: kvalid k, a multiple of 4 (as K is), 4 at a time, so
+  // the k past K (zero-filled) never enter the chain.
+  auto tail_step = [&](auto fma, int kvalid) {
+    if constexpr (decltype(fma)::value) {
+      const float *cur = smem + stage * T::STAGE;
+      load_frag<T>(f[0], cur, row0, col0);
+#pragma unroll 1
+      for (int k4 = 0; k4 < kvalid; k4 += 4, cur += 4 * T::ROW) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          if (k < 3 || k4 + 4 < kvalid) load_frag<T>(f[(k + 1) % 2], cur + (k + 1) * T::ROW, row0, col0);
+          fma_k<T>(acc, f[k % 2]);
+        }
+      }
+    }
+    next_step();
+  };
+  // Every k of a chunk in order; warps whose rows are all past M only keep the pipeline going.
+  auto chunk_steps = [&](auto fma, int64_t full_steps, int tail) {
+    for (int64_t s = 0; s < full_steps; ++s) full_step(fma);
+    if (tail) tail_step(fma, tail);
+  };
+
   for (int64_t tile = w.tile_first; tile < w.tile_end; tile += w.tile_stride) {
     const TileCoord tc = persistent_tile<GROUP_M>(tile, tiles_m, tiles_n);
     const int64_t m0 = tc.pid_m * T::BM, n0 = tc.pid_n * T::BN;
@@ -305,21 +353,26 @@ __global__ void __launch_bounds__(T::THREADS, T::MIN_CTAS) gemm_f32_kernel(const
       for (int i = 0; i < T::TM; ++i)
 #pragma unroll
         for (int j = 0; j < T::TN; ++j) acc[i][j] = 0.f;
-      const int64_t kbeg = static_cast<int64_t>(c) * ch.size, kend = min(p.K, kbeg + ch.size);
-      for (int64_t k0 = kbeg; k0 < kend; k0 += T::BK) {
-        cp_async_wait<T::STAGES - 2>();
-        __syncthreads();  // stage `stage` is in; every thread is done with the one refilled next
-        load_next((stage + T::STAGES - 1) % T::STAGES);
-        if (warp_has_rows)
-          fma_stage<T>(acc, sA + stage * T::A_STAGE, sB + stage * T::B_STAGE, row0, col0,
-                       static_cast<int>(min(static_cast<int64_t>(T::BK), kend - k0)));
-        stage = (stage + 1) % T::STAGES;
-      }
+      const int64_t kbeg = static_cast<int64_t>(c) * ch.size, klen = min(p.K, kbeg + ch.size) - kbeg;
+      if (warp_has_rows) chunk_steps(std::true_type{}, klen / T::BK, static_cast<int>(klen % T::BK));
+      else chunk_steps(std::false_type{}, klen / T::BK, static_cast<int>(klen % T::BK));
       if constexpr (!CLUSTER) {
+        // total = p_c_begin, then total = total + p_c in chunk order: between chunks in shared
+        // memory (slot q of thread t at float4 q * THREADS + t: conflict-free, each thread its
+        // own); the last chunk's sum goes into acc for the epilogue.
+        if (w.c_end - w.c_begin > 1) {
+          float4 *totals = reinterpret_cast<float4 *>(smem + T::STAGES * T::STAGE) + tid;
+          if (c == w.c_begin) {
 #pragma unroll
-        for (int i = 0; i < T::TM; ++i)
+            for (int q = 0; q < T::TM * T::TN / 4; ++q) totals[q * T::THREADS] = acc4(acc, q);
+          } else if (c + 1 < w.c_end) {
 #pragma unroll
-          for (int j = 0; j < T::TN; ++j) total[i][j] = c == w.c_begin ? acc[i][j] : __fadd_rn(total[i][j], acc[i][j]);
+            for (int q = 0; q < T::TM * T::TN / 4; ++q) totals[q * T::THREADS] = add4(totals[q * T::THREADS], acc4(acc, q));
+          } else {
+#pragma unroll
+            for (int q = 0; q < T::TM * T::TN / 4; ++q) set_acc4(acc, q, add4(totals[q * T::THREADS], acc4(acc, q)));
+          }
+        }
       }
     }
 
@@ -327,18 +380,21 @@ __global__ void __launch_bounds__(T::THREADS, T::MIN_CTAS) gemm_f32_kernel(const
     const float *bias = p.bias ? p.bias + tc.batch * p.sbias : nullptr;
     const bool vec_ok = (p.ldc & 3) == 0 && (reinterpret_cast<uintptr_t>(C) & 15) == 0;
     if constexpr (!CLUSTER) {
+      const int64_t n_left = p.N - n0 - col0;  // columns of this thread's first group within N
 #pragma unroll
       for (int gi = 0; gi < T::TM / 4; ++gi)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int r = row0 + gi * T::LM * 4 + i;
           if (r >= valid_m) continue;
+          float *crow = C + (m0 + r) * p.ldc + n0 + col0;
+          const float *brow = bias ? bias + (m0 + r) * p.bsm + (n0 + col0) * p.bsn : nullptr;
 #pragma unroll
           for (int gj = 0; gj < T::TN / 4; ++gj) {
-            const int64_t gn = n0 + col0 + gj * T::LN * 4;
-            if (gn >= p.N) continue;
-            const float *t = &total[gi * 4 + i][gj * 4];
-            store4(p, C, bias, m0 + r, gn, make_float4(t[0], t[1], t[2], t[3]), vec_ok);
+            constexpr int dn = T::LN * 4;
+            if (n_left <= gj * dn) continue;
+            store4(p, crow + gj * dn, brow ? brow + gj * dn * p.bsn : nullptr, n_left - gj * dn,
+                   acc4(acc, (gi * 4 + i) * (T::TN / 4) + gj), vec_ok);
           }
         }
     } else {
@@ -366,29 +422,27 @@ __global__ void __launch_bounds__(T::THREADS, T::MIN_CTAS) gemm_f32_kernel(const
       for (int q = rank * per + tid; q < q_end; q += T::THREADS) {
         const int r = q / (T::BN / 4), c4 = (q % (T::BN / 4)) * 4;
         if (r >= valid_m || n0 + c4 >= p.N) continue;
-        float4 u[kMaxKChunks];  // every rank's p_c in flight at once, then the adds in rank order
+        auto part = [&](int src) { return *reinterpret_cast<const float4 *>(cluster.map_shared_rank(partial, src) + q * 4); };
+        float4 t = part(0);
 #pragma unroll
-        for (int src = 0; src < kMaxKChunks; ++src)
-          if (src < count) u[src] = *reinterpret_cast<const float4 *>(cluster.map_shared_rank(partial, src) + q * 4);
-        float4 t = u[0];
-#pragma unroll
-        for (int src = 1; src < kMaxKChunks; ++src)
-          if (src < count) {
-            t.x = __fadd_rn(t.x, u[src].x);
-            t.y = __fadd_rn(t.y, u[src].y);
-            t.z = __fadd_rn(t.z, u[src].z);
-            t.w = __fadd_rn(t.w, u[src].w);
-          }
-        store4(p, C, bias, m0 + r, n0 + c4, t, vec_ok);
+        for (int src = 1; src < kMaxKChunks; ++src)  // the adds in rank order
+          if (src < count) t = add4(t, part(src));
+        store4(p, C + (m0 + r) * p.ldc + n0 + c4, bias ? bias + (m0 + r) * p.bsm + (n0 + c4) * p.bsn : nullptr,
+               p.N - n0 - c4, t, vec_ok);
       }
       cluster.sync();  // no CTA leaves while another still reads its shared memory
 #endif
+      break;  // the walk's one tile
     }
   }
   cp_async_wait<0>();
 }
 
-constexpr int smem_bytes(int pipe, int partial, bool cluster) { return cluster && partial > pipe ? partial : pipe; }
+// Persistent: the pipeline, then the running totals; cluster: the pipeline, later reused for p_c.
+template <class T>
+constexpr int smem_bytes(bool cluster) {
+  return !cluster ? T::PIPE_BYTES + T::TOTAL_BYTES : T::PARTIAL_BYTES > T::PIPE_BYTES ? T::PARTIAL_BYTES : T::PIPE_BYTES;
+}
 
 template <class T, bool B_KN, bool CLUSTER>
 void opt_in(int dev) {
@@ -396,7 +450,10 @@ void opt_in(int dev) {
   const uint64_t bit = dev < 64 ? (uint64_t(1) << dev) : 0;
   if (bit && (opted_in.load() & bit)) return;
   DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(gemm_f32_kernel<T, B_KN, CLUSTER>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          smem_bytes(T::PIPE_BYTES, T::PARTIAL_BYTES, CLUSTER)));
+                                          smem_bytes<T>(CLUSTER)));
+  // All of the SM's unified memory as shared memory, so that CTAS_PER_SM CTAs fit.
+  DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(gemm_f32_kernel<T, B_KN, CLUSTER>,
+                                          cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
   opted_in.fetch_or(bit);
 }
 
@@ -409,9 +466,9 @@ template <class T, bool B_KN>
 void launch_persistent(const F32Args &args, const GemmParams &p, int dev, cudaStream_t stream) {
   opt_in<T, B_KN, false>(dev);
   const int64_t tiles = tile_count<T>(p);
-  const int64_t slots = static_cast<int64_t>(p.num_ctas) * T::MIN_CTAS;
+  const int64_t slots = static_cast<int64_t>(p.num_ctas) * T::CTAS_PER_SM;
   const int ctas = static_cast<int>(tiles < slots ? tiles : slots);
-  gemm_f32_kernel<T, B_KN, false><<<ctas, T::THREADS, T::PIPE_BYTES, stream>>>(args);
+  gemm_f32_kernel<T, B_KN, false><<<ctas, T::THREADS, smem_bytes<T>(false), stream>>>(args);
   DETFUZZ_LAUNCH_CHECK();
 }
 
@@ -422,7 +479,7 @@ void launch_cluster(const F32Args &args, const GemmParams &p, int dev, cudaStrea
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(tile_count<T>(p) * count));
   cfg.blockDim = dim3(T::THREADS);
-  cfg.dynamicSmemBytes = smem_bytes(T::PIPE_BYTES, T::PARTIAL_BYTES, true);
+  cfg.dynamicSmemBytes = smem_bytes<T>(true);
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
