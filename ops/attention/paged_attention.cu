@@ -57,9 +57,6 @@
 namespace detfuzz::attention {
 namespace {
 
-using cuda_kernels::cp_async16;
-using cuda_kernels::cp_async_commit;
-using cuda_kernels::cp_async_wait;
 using namespace tile_math;
 
 constexpr int kThreads = 128;

@@ -17,6 +17,9 @@
 
 namespace detfuzz::attention::tile_math {
 
+using cuda_kernels::cp_async16;
+using cuda_kernels::cp_async_commit;
+using cuda_kernels::cp_async_wait;
 using cuda_kernels::from_f;
 using cuda_kernels::ldmatrix_x4;
 using cuda_kernels::ldmatrix_x4_trans;
