@@ -307,40 +307,29 @@ __global__ void __launch_bounds__(T::THREADS, T::CTAS_PER_SM) gemm_f32_kernel(co
   };
   float acc[T::TM][T::TN];
   Frag<T> f[2];  // f[k % 2]: k's fragments, k + 1's loaded before k's FMAs
-  // A step of BK k.
-  auto full_step = [&](auto fma) {
-    if constexpr (decltype(fma)::value) {
-      const float *cur = smem + stage * T::STAGE;
-      load_frag<T>(f[0], cur, row0, col0);
+  // The FMAs of a step of BK k.
+  auto full_fmas = [&]() {
+    const float *cur = smem + stage * T::STAGE;
+    load_frag<T>(f[0], cur, row0, col0);
 #pragma unroll
-      for (int k = 0; k < T::BK; ++k) {
-        if (k + 1 < T::BK) load_frag<T>(f[(k + 1) % 2], cur + (k + 1) * T::ROW, row0, col0);
+    for (int k = 0; k < T::BK; ++k) {
+      if (k + 1 < T::BK) load_frag<T>(f[(k + 1) % 2], cur + (k + 1) * T::ROW, row0, col0);
+      fma_k<T>(acc, f[k % 2]);
+    }
+  };
+  // Those of the last step of K when shorter than BK: kvalid k, a multiple of 4 (as K is), 4 at a
+  // time, so the k past K (zero-filled) never enter the chain.
+  auto tail_fmas = [&](int kvalid) {
+    const float *cur = smem + stage * T::STAGE;
+    load_frag<T>(f[0], cur, row0, col0);
+#pragma unroll 1
+    for (int k4 = 0; k4 < kvalid; k4 += 4, cur += 4 * T::ROW) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        if (k < 3 || k4 + 4 < kvalid) load_frag<T>(f[(k + 1) % 2], cur + (k + 1) * T::ROW, row0, col0);
         fma_k<T>(acc, f[k % 2]);
       }
     }
-    next_step();
-  };
-  // The last step of K when shorter than BK: kvalid k, a multiple of 4 (as K is), 4 at a time, so
-  // the k past K (zero-filled) never enter the chain.
-  auto tail_step = [&](auto fma, int kvalid) {
-    if constexpr (decltype(fma)::value) {
-      const float *cur = smem + stage * T::STAGE;
-      load_frag<T>(f[0], cur, row0, col0);
-#pragma unroll 1
-      for (int k4 = 0; k4 < kvalid; k4 += 4, cur += 4 * T::ROW) {
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          if (k < 3 || k4 + 4 < kvalid) load_frag<T>(f[(k + 1) % 2], cur + (k + 1) * T::ROW, row0, col0);
-          fma_k<T>(acc, f[k % 2]);
-        }
-      }
-    }
-    next_step();
-  };
-  // Every k of a chunk in order; warps whose rows are all past M only keep the pipeline going.
-  auto chunk_steps = [&](auto fma, int64_t full_steps, int tail) {
-    for (int64_t s = 0; s < full_steps; ++s) full_step(fma);
-    if (tail) tail_step(fma, tail);
   };
 
   for (int64_t tile = w.tile_first; tile < w.tile_end; tile += w.tile_stride) {
@@ -354,8 +343,16 @@ __global__ void __launch_bounds__(T::THREADS, T::CTAS_PER_SM) gemm_f32_kernel(co
 #pragma unroll
         for (int j = 0; j < T::TN; ++j) acc[i][j] = 0.f;
       const int64_t kbeg = static_cast<int64_t>(c) * ch.size, klen = min(p.K, kbeg + ch.size) - kbeg;
-      if (warp_has_rows) chunk_steps(std::true_type{}, klen / T::BK, static_cast<int>(klen % T::BK));
-      else chunk_steps(std::false_type{}, klen / T::BK, static_cast<int>(klen % T::BK));
+      // Every k of the chunk in order; warps whose rows are all past M only keep the pipeline going
+      // (every warp runs the same barriers).
+      for (int64_t s = klen / T::BK; s > 0; --s) {
+        if (warp_has_rows) full_fmas();
+        next_step();
+      }
+      if (const int tail = static_cast<int>(klen % T::BK)) {
+        if (warp_has_rows) tail_fmas(tail);
+        next_step();
+      }
       if constexpr (!CLUSTER) {
         // total = p_c_begin, then total = total + p_c in chunk order: between chunks in shared
         // memory (slot q of thread t at float4 q * THREADS + t: conflict-free, each thread its
