@@ -83,6 +83,22 @@ struct TileShape {
 using LargeTile = TileShape<128, 128, 8, 8, 4, 16, 3>;
 using SmallTile = TileShape<32, 128, 4, 4, 2, 32, 4>;
 
+// persistent_tile (gemm_common.cuh) in 32-bit arithmetic, which spares the kernel the register
+// cost of 64-bit divisions: the same tile order while tile counts * GROUP_M stay below 2^31 (the
+// launcher checks).
+__device__ __forceinline__ TileCoord tile_coord(int64_t tile64, int64_t tiles_m64, int64_t tiles_n64) {
+  const uint32_t tile = static_cast<uint32_t>(tile64), tiles_m = static_cast<uint32_t>(tiles_m64),
+                 tiles_n = static_cast<uint32_t>(tiles_n64);
+  const uint32_t tiles_per_batch = tiles_m * tiles_n;
+  const uint32_t batch = tile / tiles_per_batch;
+  const uint32_t t = tile - batch * tiles_per_batch;
+  const uint32_t in_group = GROUP_M * tiles_n;
+  const uint32_t g = t / in_group, in = t - g * in_group;
+  const uint32_t first_m = g * GROUP_M;
+  const uint32_t gsize = min(tiles_m - first_m, static_cast<uint32_t>(GROUP_M));
+  return {batch, first_m + in % gsize, in / gsize};
+}
+
 // What a CTA computes: tiles first, first + stride, ... < end; of each, chunks [c_begin, c_end),
 // which cover K range [kbeg, kend).
 struct Walk {
@@ -165,7 +181,7 @@ struct Loader {
 
   __device__ __forceinline__ void set_tile(const F32Args &p, const Walk &w, int64_t tiles_m, int64_t tiles_n, int tid) {
     if (tile >= w.tile_end) return;
-    const TileCoord tc = persistent_tile<GROUP_M>(tile, tiles_m, tiles_n);
+    const TileCoord tc = tile_coord(tile, tiles_m, tiles_n);
     a.set(p.a + tc.batch * p.sa, p.lda, tc.pid_m * T::BM, p.M, k0, tid);
     b.set(p.b + tc.batch * p.sb, p.ldb, tc.pid_n * T::BN, p.N, k0, tid);
   }
@@ -333,7 +349,7 @@ __global__ void __launch_bounds__(T::THREADS, T::CTAS_PER_SM) gemm_f32_kernel(co
   };
 
   for (int64_t tile = w.tile_first; tile < w.tile_end; tile += w.tile_stride) {
-    const TileCoord tc = persistent_tile<GROUP_M>(tile, tiles_m, tiles_n);
+    const TileCoord tc = tile_coord(tile, tiles_m, tiles_n);
     const int64_t m0 = tc.pid_m * T::BM, n0 = tc.pid_n * T::BN;
     const int valid_m = static_cast<int>(min(static_cast<int64_t>(T::BM), p.M - m0));
     const bool warp_has_rows = wm * T::WM < valid_m;
@@ -560,6 +576,8 @@ void launch_gemm_f32_path(const GemmParams &p, F32Path path, cudaStream_t stream
   if (!gemm_f32_path_available(path, dev))
     throw std::runtime_error(std::string("launch_gemm_f32: path ") + gemm_f32_path_name(path) +
                              " needs an sm_90 GPU and sm_90 code");
+  if (tile_count<SmallTile>(p) > INT_MAX / GROUP_M)  // tile_coord's 32-bit arithmetic
+    throw std::runtime_error("launch_gemm_f32: too many tiles (" + std::to_string(tile_count<SmallTile>(p)) + ")");
   if ((path == F32Path::cluster_large && !cluster_fits<LargeTile>(p)) ||
       (path == F32Path::cluster_small && !cluster_fits<SmallTile>(p)))
     throw std::runtime_error(std::string("launch_gemm_f32: too many tiles for path ") + gemm_f32_path_name(path));
