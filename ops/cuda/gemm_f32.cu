@@ -83,6 +83,22 @@ struct TileShape {
 using LargeTile = TileShape<128, 128, 8, 8, 4, 16, 3>;
 using SmallTile = TileShape<32, 128, 4, 4, 2, 32, 4>;
 
+// persistent_tile (gemm_common.cuh) in 32-bit arithmetic, which spares the kernel the register
+// cost of 64-bit divisions: the same tile order while tile counts * GROUP_M stay below 2^31 (the
+// launcher checks).
+__device__ __forceinline__ TileCoord tile_coord(int64_t tile64, int64_t tiles_m64, int64_t tiles_n64) {
+  const uint32_t tile = static_cast<uint32_t>(tile64), tiles_m = static_cast<uint32_t>(tiles_m64),
+                 tiles_n = static_cast<uint32_t>(tiles_n64);
+  const uint32_t tiles_per_batch = tiles_m * tiles_n;
+  const uint32_t batch = tile / tiles_per_batch;
+  const uint32_t t = tile - batch * tiles_per_batch;
+  const uint32_t in_group = GROUP_M * tiles_n;
+  const uint32_t g = t / in_group, in = t - g * in_group;
+  const uint32_t first_m = g * GROUP_M;
+  const uint32_t gsize = min(tiles_m - first_m, static_cast<uint32_t>(GROUP_M));
+  return {batch, first_m + in % gsize, in / gsize};
+}
+
 // What a CTA computes: tiles first, first + stride, ... < end; of each, chunks [c_begin, c_end),
 // which cover K range [kbeg, kend).
 struct Walk {
@@ -165,7 +181,7 @@ struct Loader {
 
   __device__ __forceinline__ void set_tile(const F32Args &p, const Walk &w, int64_t tiles_m, int64_t tiles_n, int tid) {
     if (tile >= w.tile_end) return;
-    const TileCoord tc = persistent_tile<GROUP_M>(tile, tiles_m, tiles_n);
+    const TileCoord tc = tile_coord(tile, tiles_m, tiles_n);
     a.set(p.a + tc.batch * p.sa, p.lda, tc.pid_m * T::BM, p.M, k0, tid);
     b.set(p.b + tc.batch * p.sb, p.ldb, tc.pid_n * T::BN, p.N, k0, tid);
   }
@@ -307,44 +323,33 @@ __global__ void __launch_bounds__(T::THREADS, T::CTAS_PER_SM) gemm_f32_kernel(co
   };
   float acc[T::TM][T::TN];
   Frag<T> f[2];  // f[k % 2]: k's fragments, k + 1's loaded before k's FMAs
-  // A step of BK k.
-  auto full_step = [&](auto fma) {
-    if constexpr (decltype(fma)::value) {
-      const float *cur = smem + stage * T::STAGE;
-      load_frag<T>(f[0], cur, row0, col0);
+  // The FMAs of a step of BK k.
+  auto full_fmas = [&]() {
+    const float *cur = smem + stage * T::STAGE;
+    load_frag<T>(f[0], cur, row0, col0);
 #pragma unroll
-      for (int k = 0; k < T::BK; ++k) {
-        if (k + 1 < T::BK) load_frag<T>(f[(k + 1) % 2], cur + (k + 1) * T::ROW, row0, col0);
+    for (int k = 0; k < T::BK; ++k) {
+      if (k + 1 < T::BK) load_frag<T>(f[(k + 1) % 2], cur + (k + 1) * T::ROW, row0, col0);
+      fma_k<T>(acc, f[k % 2]);
+    }
+  };
+  // Those of the last step of K when shorter than BK: kvalid k, a multiple of 4 (as K is), 4 at a
+  // time, so the k past K (zero-filled) never enter the chain.
+  auto tail_fmas = [&](int kvalid) {
+    const float *cur = smem + stage * T::STAGE;
+    load_frag<T>(f[0], cur, row0, col0);
+#pragma unroll 1
+    for (int k4 = 0; k4 < kvalid; k4 += 4, cur += 4 * T::ROW) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        if (k < 3 || k4 + 4 < kvalid) load_frag<T>(f[(k + 1) % 2], cur + (k + 1) * T::ROW, row0, col0);
         fma_k<T>(acc, f[k % 2]);
       }
     }
-    next_step();
-  };
-  // The last step of K when shorter than BK: kvalid k, a multiple of 4 (as K is), 4 at a time, so
-  // the k past K (zero-filled) never enter the chain.
-  auto tail_step = [&](auto fma, int kvalid) {
-    if constexpr (decltype(fma)::value) {
-      const float *cur = smem + stage * T::STAGE;
-      load_frag<T>(f[0], cur, row0, col0);
-#pragma unroll 1
-      for (int k4 = 0; k4 < kvalid; k4 += 4, cur += 4 * T::ROW) {
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          if (k < 3 || k4 + 4 < kvalid) load_frag<T>(f[(k + 1) % 2], cur + (k + 1) * T::ROW, row0, col0);
-          fma_k<T>(acc, f[k % 2]);
-        }
-      }
-    }
-    next_step();
-  };
-  // Every k of a chunk in order; warps whose rows are all past M only keep the pipeline going.
-  auto chunk_steps = [&](auto fma, int64_t full_steps, int tail) {
-    for (int64_t s = 0; s < full_steps; ++s) full_step(fma);
-    if (tail) tail_step(fma, tail);
   };
 
   for (int64_t tile = w.tile_first; tile < w.tile_end; tile += w.tile_stride) {
-    const TileCoord tc = persistent_tile<GROUP_M>(tile, tiles_m, tiles_n);
+    const TileCoord tc = tile_coord(tile, tiles_m, tiles_n);
     const int64_t m0 = tc.pid_m * T::BM, n0 = tc.pid_n * T::BN;
     const int valid_m = static_cast<int>(min(static_cast<int64_t>(T::BM), p.M - m0));
     const bool warp_has_rows = wm * T::WM < valid_m;
@@ -354,8 +359,16 @@ __global__ void __launch_bounds__(T::THREADS, T::CTAS_PER_SM) gemm_f32_kernel(co
 #pragma unroll
         for (int j = 0; j < T::TN; ++j) acc[i][j] = 0.f;
       const int64_t kbeg = static_cast<int64_t>(c) * ch.size, klen = min(p.K, kbeg + ch.size) - kbeg;
-      if (warp_has_rows) chunk_steps(std::true_type{}, klen / T::BK, static_cast<int>(klen % T::BK));
-      else chunk_steps(std::false_type{}, klen / T::BK, static_cast<int>(klen % T::BK));
+      // Every k of the chunk in order; warps whose rows are all past M only keep the pipeline going
+      // (every warp runs the same barriers).
+      for (int64_t s = klen / T::BK; s > 0; --s) {
+        if (warp_has_rows) full_fmas();
+        next_step();
+      }
+      if (const int tail = static_cast<int>(klen % T::BK)) {
+        if (warp_has_rows) tail_fmas(tail);
+        next_step();
+      }
       if constexpr (!CLUSTER) {
         // total = p_c_begin, then total = total + p_c in chunk order: between chunks in shared
         // memory (slot q of thread t at float4 q * THREADS + t: conflict-free, each thread its
@@ -563,6 +576,8 @@ void launch_gemm_f32_path(const GemmParams &p, F32Path path, cudaStream_t stream
   if (!gemm_f32_path_available(path, dev))
     throw std::runtime_error(std::string("launch_gemm_f32: path ") + gemm_f32_path_name(path) +
                              " needs an sm_90 GPU and sm_90 code");
+  if (tile_count<SmallTile>(p) > INT_MAX / GROUP_M)  // tile_coord's 32-bit arithmetic
+    throw std::runtime_error("launch_gemm_f32: too many tiles (" + std::to_string(tile_count<SmallTile>(p)) + ")");
   if ((path == F32Path::cluster_large && !cluster_fits<LargeTile>(p)) ||
       (path == F32Path::cluster_small && !cluster_fits<SmallTile>(p)))
     throw std::runtime_error(std::string("launch_gemm_f32: too many tiles for path ") + gemm_f32_path_name(path));
