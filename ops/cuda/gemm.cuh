@@ -44,9 +44,9 @@ bool gemm_path_available(GemmPath p, int device);
 // The float32 kernel's schedules and tile shapes (gemm_f32.cu). `automatic` picks one by shape;
 // every one computes the same bits, so the pick never changes a result. Tests and variant_agree
 // force each.
-enum class F32Path { automatic, persistent_large, persistent_small, cluster_large, cluster_small };
+enum class F32Path { automatic, persistent_tall, persistent_large, persistent_small, cluster_large, cluster_small };
 const char *gemm_f32_path_name(F32Path path);
-bool gemm_f32_path_available(F32Path path, int device);  // cluster_*: an sm_90 GPU and sm_90 code
+bool gemm_f32_path_available(F32Path path, int device);  // cluster_*: sm_90 code and GPU; tall: 202 KB of shared memory
 
 struct GemmParams {
   DType dtype = DType::f32;  // A, B, C and bias all have this dtype

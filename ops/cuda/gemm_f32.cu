@@ -9,8 +9,9 @@
 // never multiplied in (a zero FMA would turn a -0 partial into +0), so the chain does not depend on
 // the K step either. Rows past M and columns past N are computed on zeros and never stored.
 //
-// Two tile shapes, both 256 threads of SIMT register tiles fed from shared memory by a cp.async
-// pipeline of STAGES K steps, two CTAs per SM (__launch_bounds__(256, 2): at most 128 registers).
+// Three tile shapes, all 256 threads of SIMT register tiles fed from shared memory by a cp.async
+// pipeline of STAGES K steps, two CTAs per SM (__launch_bounds__(256, 2): at most 128 registers)
+// but for the tall tile's one.
 // A stage holds, for each of its BK k, one shared row: A^T's BM floats (4-byte copies of A, the
 // transposition done by the copy), then B's BN (16-byte copies of a [K,N] B, 4-byte transposing
 // copies of an [N,K] B); the row pitch is 4 (mod 32) floats, so the transposing stores (a warp
@@ -19,6 +20,8 @@
 // fragments are loaded while the previous k's FMAs run (two register buffers); a step ends with
 // one barrier, after which the stage just read is refilled with the step STAGES ahead. The last
 // step of K, when shorter than BK, runs apart (4 k at a time) so the full steps carry no K test.
+//   tall:  256 x 128, warp tile 64 x 64, 16 x 8 per thread, BK 16, 3 stages, one CTA per SM (up to
+//          255 registers; the running totals take 128 KB of shared memory, so sm_90 only).
 //   large: 128 x 128, warp tile 32 x 64, 8 x 8 per thread (two 4-wide groups each way), BK 16,
 //          3 stages.
 //   small: 32 x 128, warp tile 8 x 64, 4 x 4 per thread, BK 32, 4 stages (for M <= 32: deep B
@@ -57,7 +60,7 @@ constexpr int GROUP_M = 8;
 // Pitch (floats) of a shared-memory row of R floats: >= R and 4 (mod 32).
 constexpr int pitch_of(int rows) { return (rows + 27) / 32 * 32 + 4; }
 
-template <int BM_, int BN_, int TM_, int TN_, int LM_, int BK_, int STAGES_>
+template <int BM_, int BN_, int TM_, int TN_, int LM_, int BK_, int STAGES_, int CTAS_PER_SM_>
 struct TileShape {
   static constexpr int BM = BM_, BN = BN_;   // CTA tile
   static constexpr int TM = TM_, TN = TN_;   // per thread: TM / 4 groups of 4 rows, TN / 4 of 4 columns
@@ -65,7 +68,7 @@ struct TileShape {
   static constexpr int WM = LM * TM, WN = LN * TN;  // warp tile
   static constexpr int WARPS_M = BM / WM, WARPS_N = BN / WN;
   static constexpr int THREADS = 32 * WARPS_M * WARPS_N;
-  static constexpr int CTAS_PER_SM = 2;  // __launch_bounds__: at most 128 registers per thread
+  static constexpr int CTAS_PER_SM = CTAS_PER_SM_;  // __launch_bounds__: 2 CTAs, at most 128 registers
   static constexpr int BK = BK_, STAGES = STAGES_;
   static constexpr int ROW = pitch_of(BM + BN);  // floats of one k of a stage: A^T's BM, then B's BN
   static constexpr int STAGE = BK * ROW;         // floats
@@ -80,8 +83,9 @@ struct TileShape {
   static_assert(CTAS_PER_SM * ((PIPE_BYTES > PARTIAL_BYTES ? PIPE_BYTES : PARTIAL_BYTES) + 1024) <= 228 * 1024,
                 "cluster: shared memory");
 };
-using LargeTile = TileShape<128, 128, 8, 8, 4, 16, 3>;
-using SmallTile = TileShape<32, 128, 4, 4, 2, 32, 4>;
+using TallTile = TileShape<256, 128, 16, 8, 4, 16, 3, 1>;
+using LargeTile = TileShape<128, 128, 8, 8, 4, 16, 3, 2>;
+using SmallTile = TileShape<32, 128, 4, 4, 2, 32, 4, 2>;
 
 // persistent_tile (gemm_common.cuh) in 32-bit arithmetic, which spares the kernel the register
 // cost of 64-bit divisions: the same tile order while tile counts * GROUP_M stay below 2^31 (the
@@ -521,21 +525,38 @@ bool cluster_capable(int dev) {
   return ok;
 }
 
+// The 256 x 128 tile's shared memory (about 202 KB) fits an sm_90 SM, not an sm_80 one.
+bool tall_fits(int dev) {
+  int optin = 0;
+  DETFUZZ_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  return optin >= smem_bytes<TallTile>(false);
+}
+
 template <class T>
 bool cluster_fits(const GemmParams &p) {
   return tile_count<T>(p) * k_chunks(p.K).count <= INT_MAX;
+}
+
+template <class T, bool CLUSTER>
+void launch_tile(const F32Args &args, const GemmParams &p, int dev, cudaStream_t stream) {
+  if constexpr (CLUSTER)
+    p.b_kn ? launch_cluster<T, true>(args, p, dev, stream) : launch_cluster<T, false>(args, p, dev, stream);
+  else
+    p.b_kn ? launch_persistent<T, true>(args, p, dev, stream) : launch_persistent<T, false>(args, p, dev, stream);
 }
 
 }  // namespace
 
 bool gemm_f32_path_available(F32Path path, int device) {
   if (path == F32Path::cluster_large || path == F32Path::cluster_small) return cluster_capable(device);
+  if (path == F32Path::persistent_tall) return tall_fits(device);
   return true;
 }
 
 const char *gemm_f32_path_name(F32Path path) {
   switch (path) {
     case F32Path::automatic: return "automatic";
+    case F32Path::persistent_tall: return "persistent-256x128";
     case F32Path::persistent_large: return "persistent-128x128";
     case F32Path::persistent_small: return "persistent-32x128";
     case F32Path::cluster_large: return "cluster-128x128";
@@ -546,20 +567,27 @@ const char *gemm_f32_path_name(F32Path path) {
 
 F32Path gemm_f32_auto_path(const GemmParams &p, int device) {
   const bool small_m = p.M <= SmallTile::BM;
+  const int64_t slots = p.num_ctas, chunks = k_chunks(p.K).count;
+  // 256 x 128 tiles (the shape cuBLAS picks for float32 on Hopper: more FMAs per shared-memory
+  // read) where they are full and give every SM at least one: H100, N = K = 4096, M = 2048 1710
+  // against 1790 us (128 x 128), M = 8192 6755 against 7074 us; at M = 512 they lose (half-empty
+  // waves), and below 256 rows they compute padding.
+  if (p.M >= 1024 && tile_count<TallTile>(p) >= slots && tall_fits(device)) return F32Path::persistent_tall;
   if (cluster_capable(device)) {
     if (small_m && cluster_fits<SmallTile>(p)) return F32Path::cluster_small;
     // Persistent unless spreading each tile's chunks over a cluster (a CTA per chunk: finer waves)
     // is cheaper. In chunk times per SM: persistent runs ceil(tiles / SMs) waves of `chunks`
-    // chunks; the cluster ceil(tiles * chunks / SMs) waves of one chunk at 1.25 chunk times (its
-    // pipeline fill and the partials' exchange). Measured on an H100, float32: M = 512, N = K =
-    // 4096 (128 tiles on 132 SMs) 482 us persistent, 614 us in clusters; M = 512, N = 1024,
-    // K = 8192 (32 tiles, 8 chunks) 924 us persistent, 360 us in clusters.
-    const int64_t tiles = tile_count<LargeTile>(p), slots = p.num_ctas, chunks = k_chunks(p.K).count;
-    const int64_t persistent_cost = 4 * ((tiles + slots - 1) / slots) * chunks;
-    const int64_t cluster_cost = 5 * ((tiles * chunks + slots - 1) / slots);
+    // chunks, the cluster ceil(tiles * chunks / SMs) waves of one chunk; a tie goes to
+    // persistent (no partials' exchange). Measured on an H100, float32, 128 x 128 tiles:
+    // M = 512, N = K = 4096 (128 tiles on 132 SMs, 4 chunks; 4 against 4) 490 us persistent, 542
+    // in clusters; M = 512, N = 14336 (448 tiles; 16 against 14) 1798 and 1582 us; M = 128,
+    // N = 128256 (1002 tiles; 32 against 31) 3535 and 3403 us.
+    const int64_t tiles = tile_count<LargeTile>(p);
+    const int64_t persistent_cost = (tiles + slots - 1) / slots * chunks;
+    const int64_t cluster_cost = (tiles * chunks + slots - 1) / slots;
     if (persistent_cost <= cluster_cost || !cluster_fits<LargeTile>(p)) return F32Path::persistent_large;
     // Fewer (tile, chunk) CTAs than SMs even so: the small tiles give 4 times as many.
-    if (tiles * k_chunks(p.K).count < slots && cluster_fits<SmallTile>(p)) return F32Path::cluster_small;
+    if (tiles * chunks < slots && cluster_fits<SmallTile>(p)) return F32Path::cluster_small;
     return F32Path::cluster_large;
   }
   return small_m ? F32Path::persistent_small : F32Path::persistent_large;
@@ -583,18 +611,11 @@ void launch_gemm_f32_path(const GemmParams &p, F32Path path, cudaStream_t stream
     throw std::runtime_error(std::string("launch_gemm_f32: too many tiles for path ") + gemm_f32_path_name(path));
   const F32Args args = gemm_args<float>(p);
   switch (path) {
-    case F32Path::persistent_large:
-      p.b_kn ? launch_persistent<LargeTile, true>(args, p, dev, stream) : launch_persistent<LargeTile, false>(args, p, dev, stream);
-      break;
-    case F32Path::persistent_small:
-      p.b_kn ? launch_persistent<SmallTile, true>(args, p, dev, stream) : launch_persistent<SmallTile, false>(args, p, dev, stream);
-      break;
-    case F32Path::cluster_large:
-      p.b_kn ? launch_cluster<LargeTile, true>(args, p, dev, stream) : launch_cluster<LargeTile, false>(args, p, dev, stream);
-      break;
-    case F32Path::cluster_small:
-      p.b_kn ? launch_cluster<SmallTile, true>(args, p, dev, stream) : launch_cluster<SmallTile, false>(args, p, dev, stream);
-      break;
+    case F32Path::persistent_tall: launch_tile<TallTile, false>(args, p, dev, stream); break;
+    case F32Path::persistent_large: launch_tile<LargeTile, false>(args, p, dev, stream); break;
+    case F32Path::persistent_small: launch_tile<SmallTile, false>(args, p, dev, stream); break;
+    case F32Path::cluster_large: launch_tile<LargeTile, true>(args, p, dev, stream); break;
+    case F32Path::cluster_small: launch_tile<SmallTile, true>(args, p, dev, stream); break;
     case F32Path::automatic: break;
   }
 }

@@ -25,9 +25,9 @@ namespace {
 
 namespace ck = cuda_kernels;
 
-const std::vector<ck::F32Path> kPaths = {ck::F32Path::persistent_large, ck::F32Path::persistent_small,
-                                         ck::F32Path::cluster_large, ck::F32Path::cluster_small,
-                                         ck::F32Path::automatic};
+const std::vector<ck::F32Path> kPaths = {ck::F32Path::persistent_tall, ck::F32Path::persistent_large,
+                                         ck::F32Path::persistent_small, ck::F32Path::cluster_large,
+                                         ck::F32Path::cluster_small,   ck::F32Path::automatic};
 
 at::Tensor rnd(at::IntArrayRef shape, uint64_t seed) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
