@@ -100,6 +100,19 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
   const int tile = p.q_tiles - 1 - static_cast<int>(blockIdx.x / (p.h_kv * groups));
   const int seq = blockIdx.y;
   const int group = p.h_q / p.h_kv;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int key_begin = kWhole ? 0 : split_group * p.splits_per_cta * p.split_tokens;
+  const int *table = p.block_table + static_cast<int64_t>(seq) * p.max_blocks;
+  // The page ids of the first kStages + 1 tiles (key key_begin + 64 j + tid, threads tid < 64),
+  // read before the sequence's lengths arrive rather than after them (one round trip to memory
+  // less before the first K/V load): any column of the table row may be read; ids past kv_len
+  // are replaced by 0 below.
+  int first_pages[kStages + 1];
+#pragma unroll
+  for (int j = 0; j <= kStages; ++j) {
+    const int column = (key_begin + j * kKeys + tid) / p.block_size;
+    first_pages[j] = tid < kKeys && column < p.max_blocks ? table[column] : 0;
+  }
   const int q_start = p.cu_seqlens_q[seq], q_len = p.cu_seqlens_q[seq + 1] - q_start;
   const int q0 = tile * attention_rows_per_tile(group);
   if (q0 >= q_len) return;
@@ -107,11 +120,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
   const int kv_len = p.seq_lens_kv[seq];
   const int first_visible = kv_len - q_len + q0 + 1;          // keys seen by the tile's first query row
   const int last_visible = first_visible + live_rows / group - 1;
-  const int key_begin = kWhole ? 0 : split_group * p.splits_per_cta * p.split_tokens;
   if (key_begin >= last_visible) return;  // uniform over the CTA
   const int key_end = kWhole ? last_visible : min(key_begin + p.splits_per_cta * p.split_tokens, last_visible);
 
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   // Spread: when all live rows fit in the first 16 (decode, short chunks), the four warps share
   // those rows' work instead of one warp doing it alone: warp w computes S for keys 16w .. 16w + 15
   // and shares it through shared memory, each warp redoes the row statistics from the whole S
@@ -136,7 +147,6 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
   const T *q = static_cast<const T *>(p.q);
   const T *k_pool = static_cast<const T *>(p.k_pool);
   const T *v_pool = static_cast<const T *>(p.v_pool);
-  const int *table = p.block_table + static_cast<int64_t>(seq) * p.max_blocks;
 
   for (int c = tid; c < kRows * kChunks; c += kThreads) {
     const int r = c / kChunks, part = c % kChunks;
@@ -214,8 +224,8 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
   // tile after are being fetched.
   if (tid < kKeys)
 #pragma unroll
-    for (int j = 0; j < kStages; ++j) page_s[j * kKeys + tid] = page_of(key_begin + j * kKeys);
-  int next_pages = page_of(key_begin + kStages * kKeys);
+    for (int j = 0; j < kStages; ++j) page_s[j * kKeys + tid] = key_begin + j * kKeys + tid < kv_len ? first_pages[j] : 0;
+  int next_pages = key_begin + kStages * kKeys + tid < kv_len ? first_pages[kStages] : 0;
   __syncthreads();
 #pragma unroll
   for (int j = 0; j < kStages - 1; ++j) {
@@ -268,7 +278,13 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
 }
 
 // split_per_cta's merge: grid (T_q, H_q), D threads (one per output element). Rows with a
-// single split were written by the attention kernel.
+// single split were written by the attention kernel. The fold over the splits is sequential
+// (split 0, then 1, 2, ...: the order whole_rows folds in), but its loads are not: the splits come
+// in batches of kMergeBatch, every load of a batch issued before the first fold of it, so a long
+// context (hundreds of splits at batch 1) waits for a few round trips to memory, not one per
+// handful of splits.
+constexpr int kMergeBatch = 32;
+
 template <typename T>
 __global__ void paged_attention_merge_kernel(const PagedAttnLaunch p) {
   // Launched as a programmatic dependent of the attention kernel: wait here until that grid has
@@ -283,16 +299,32 @@ __global__ void paged_attention_merge_kernel(const PagedAttnLaunch p) {
   const int q_len = p.cu_seqlens_q[lo + 1] - p.cu_seqlens_q[lo];
   const int visible = p.seq_lens_kv[lo] - q_len + (row - p.cu_seqlens_q[lo]) + 1;
   const int splits = (visible + p.split_tokens - 1) / p.split_tokens;
-  if (splits <= 1) return;
+  if (splits <= 1) return;  // uniform over the CTA
   const int64_t base = (static_cast<int64_t>(row) * p.h_q + h) * p.max_splits;
-  const float2 *ml = reinterpret_cast<const float2 *>(p.part_ml);
-  float M = ml[base].x, L = ml[base].y, O = p.part_acc[base * p.head_dim + d];
-#pragma unroll 8  // the loads of 8 splits in flight at once: a long context has hundreds
-  for (int j = 1; j < splits; ++j) {
-    const MergeWeights w = merge_weights(M, ml[base + j].x);
-    L = merged(L, ml[base + j].y, w);
-    O = merged(O, p.part_acc[(base + j) * p.head_dim + d], w);
-    M = w.m;
+  const float2 *ml = reinterpret_cast<const float2 *>(p.part_ml) + base;
+  const float *acc = p.part_acc + base * p.head_dim + d;
+  __shared__ float2 ml_s[kMergeBatch];
+  float M = 0.f, L = 0.f, O = 0.f;
+  for (int j0 = 0; j0 < splits; j0 += kMergeBatch) {
+    float o[kMergeBatch];
+#pragma unroll
+    for (int i = 0; i < kMergeBatch; ++i)
+      if (j0 + i < splits) o[i] = acc[static_cast<int64_t>(j0 + i) * p.head_dim];
+    if (d < kMergeBatch && j0 + d < splits) ml_s[d] = ml[j0 + d];
+    __syncthreads();  // the batch's (m, l) are in
+#pragma unroll
+    for (int i = 0; i < kMergeBatch; ++i) {
+      if (j0 + i >= splits) break;
+      if (j0 + i == 0) {
+        M = ml_s[0].x, L = ml_s[0].y, O = o[0];
+        continue;
+      }
+      const MergeWeights w = merge_weights(M, ml_s[i].x);
+      L = merged(L, ml_s[i].y, w);
+      O = merged(O, o[i], w);
+      M = w.m;
+    }
+    __syncthreads();  // every thread is done with ml_s before the next batch overwrites it
   }
   static_cast<uint16_t *>(p.out)[(static_cast<int64_t>(row) * p.h_q + h) * p.head_dim + d] = from_f<T>(__fdiv_rn(O, L));
 }
