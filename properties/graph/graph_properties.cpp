@@ -119,15 +119,15 @@ struct World {
   graph::BatchPrefillGraphRunner *runner() const { return resident->runner(); }
 };
 
-// The world's cache pages and the block table's columns. On CUDA, where a resident keeps captured
+// The cache's pages and the block table's columns. On CUDA, where a resident keeps captured
 // graphs, at least what any generated case of the backend with this page size needs, rounded up
 // to a power of two: every generated case of one model shape and page size then shares one
-// resident. On the CPU, exactly what the world needs (the checks compare every slot, and their
+// resident. On the CPU, exactly what the case needs (the checks compare every slot, and their
 // cost there grows with the pools). Either way the sizes depend on the case alone, so a record
 // replayed by itself gets the same.
-int64_t num_blocks_of(const CaseSpec &c, const GraphCase &g, const std::vector<int64_t> &uids) {
-  int64_t need = 1;  // the scratch page, then the world's sequences
-  for (int64_t u : uids) need += pages_for(g.cached[u] + g.fresh[u], g.page);
+int64_t num_blocks_of(const CaseSpec &c, const GraphCase &g) {
+  int64_t need = 1;
+  for (size_t s = 0; s < g.fresh.size(); ++s) need += pages_for(g.cached[s] + g.fresh[s], g.page);
   if (c.backend != Backend::cuda) return need;
   const int64_t reach = 1 + kMostSeqs * pages_for(max_cached_of(c.backend) + lens_of(c.backend).back(), g.page);
   return next_pow2(std::max(need, reach));
@@ -154,7 +154,7 @@ World make_world(const CaseSpec &c, const GraphCase &g, const std::vector<int64_
   graph::ResidentPool::Spec spec;
   spec.config = g.config;
   spec.backend = c.backend;
-  spec.num_blocks = num_blocks_of(c, g, uids);
+  spec.num_blocks = num_blocks_of(c, g);
   spec.block_size = g.page;
   if (is_runner_impl(c.impl)) spec.runner = runner_options(c, g);
   World w{graph::resident_pool(c.backend).acquire(spec), {}, uids, max_blocks_of(c, g)};
