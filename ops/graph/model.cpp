@@ -21,17 +21,20 @@ namespace {
 constexpr uint64_t kEmbed = 0, kFinalNorm = 1, kLmHead = 2, kLayerBase = 10;
 
 // Uniform in [-scale, scale) (matrices), or 1 + uniform in [-0.25, 0.25) (norm weights): never
-// zero, rounded once to the dtype. The elements are spread over ATen's threads (each is
-// independent: the same bits with any thread count), so that a large model costs little to redraw
-// for each case where the campaign runs several threads (CUDA).
+// zero, computed in float64 and rounded once to the dtype as ATen rounds a float64 (to float32,
+// then to nearest even: the float32 step here, the last by ATen's vectorised conversion). Element
+// e takes counter_bits(seed, tensor, e); the key is derived once per tensor and the elements are
+// spread over ATen's threads (each is independent: the same bits with any thread count), so a
+// large model costs little to redraw for each case.
 at::Tensor draw(uint64_t seed, uint64_t tensor, at::IntArrayRef sizes, bool norm, double scale, at::ScalarType dtype,
                 at::Device device) {
-  at::Tensor v = at::empty(sizes, at::kDouble);
-  double *p = v.data_ptr<double>();
+  at::Tensor v = at::empty(sizes, at::kFloat);
+  float *out = v.data_ptr<float>();
+  const uint64_t key = splitmix64(splitmix64(seed) ^ tensor);  // counter_bits(seed, tensor, e) = splitmix64(key + e)
   at::parallel_for(0, v.numel(), 4096, [&](int64_t begin, int64_t end) {
     for (int64_t e = begin; e < end; ++e) {
-      const double u = 2.0 * counter_unit(counter_bits(seed, tensor, static_cast<uint64_t>(e))) - 1.0;
-      p[e] = norm ? 1.0 + 0.25 * u : scale * u;
+      const double u = 2.0 * counter_unit(splitmix64(key + static_cast<uint64_t>(e))) - 1.0;
+      out[e] = static_cast<float>(norm ? 1.0 + 0.25 * u : scale * u);
     }
   });
   return v.to(dtype).to(device);

@@ -82,15 +82,12 @@ void ResidentPool::give_back(std::unique_ptr<Resident> r) {
   while (idle_.size() > capacity_) idle_.pop_back();
 }
 
-ResidentPool &resident_pool(Backend backend) {
-  // Never destroyed: at exit their CUDA graphs would outlive the CUDA runtime's own statics.
-  // CUDA: enough for every prefill_graph target of a campaign over the generator's resident shapes
-  // (2 shapes x 3 page sizes x 2 dtypes, two worlds each), plus room for the free draws. CPU: the
-  // sizes are exact and every shape is drawn, so hits are rare and idle residents only cost
-  // memory (32 of them slowed a CPU campaign by 5-10%).
-  static ResidentPool *const cuda = new ResidentPool(32);
-  static ResidentPool *const cpu = new ResidentPool(4);
-  return backend == Backend::cuda ? *cuda : *cpu;
+ResidentPool &resident_pool() {
+  // Enough for every prefill_graph target of a campaign over the generator's resident shapes
+  // (properties/graph): shapes x page sizes x dtypes, two worlds each.
+  // Never destroyed: at exit its CUDA graphs would outlive the CUDA runtime's own statics.
+  static ResidentPool *const pool = new ResidentPool(32);
+  return *pool;
 }
 
 }  // namespace detfuzz::graph

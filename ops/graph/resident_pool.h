@@ -78,7 +78,7 @@ class ResidentPool {
   int64_t reused_ = 0;
 };
 
-// The process's pool for a backend, used by the prefill_graph properties.
-ResidentPool &resident_pool(Backend backend);
+// The process's pool, used by the prefill_graph properties.
+ResidentPool &resident_pool();
 
 }  // namespace detfuzz::graph

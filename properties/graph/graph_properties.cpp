@@ -157,7 +157,7 @@ World make_world(const CaseSpec &c, const GraphCase &g, const std::vector<int64_
   spec.num_blocks = num_blocks_of(c, g);
   spec.block_size = g.page;
   if (is_runner_impl(c.impl)) spec.runner = runner_options(c, g);
-  World w{graph::resident_pool(c.backend).acquire(spec), {}, uids, max_blocks_of(c, g)};
+  World w{graph::resident_pool().acquire(spec), {}, uids, max_blocks_of(c, g)};
   int64_t next_page = 1;
   for (int64_t u : uids) {
     SequenceInput q;
@@ -390,7 +390,7 @@ rc::Gen<CaseSpec> gen_graph_case(const std::string &impl, const std::string &pro
     // combination. On CUDA seven cases in eight take one of two resident shapes instead, whose
     // models, KV pools and captured buckets the process keeps from case to case (ops/graph/
     // resident_pool.h); on the CPU, where a case's time is its forward passes, every case draws.
-    const auto free_shape = [=] {
+    const auto free_shape = rc::gen::exec([=] {
       const int64_t head_dim = cuda ? *rc::gen::element<int64_t>(64, 128) : *rc::gen::element<int64_t>(8, 16, 32);
       const int64_t kv_heads = *rc::gen::element<int64_t>(1, 2);
       const int64_t group = *rc::gen::element<int64_t>(1, 2, 4);
@@ -399,11 +399,10 @@ rc::Gen<CaseSpec> gen_graph_case(const std::string &impl, const std::string &pro
       const int64_t mlp = cuda ? *rc::gen::element<int64_t>(128, 352, 512) : *rc::gen::element<int64_t>(32, 40, 96);
       const int64_t layers = *rc::gen::inRange<int64_t>(1, 3);
       return std::vector<int64_t>{vocab, hidden, layers, kv_heads * group, kv_heads, head_dim, mlp};
-    };
+    });
     using Shapes = std::vector<std::vector<int64_t>>;
     const auto resident_shape = rc::gen::elementOf(Shapes{{1000, 128, 2, 4, 2, 64, 352}, {4096, 256, 1, 4, 1, 128, 512}});
-    c.shape = cuda ? *rc::gen::weightedOneOf<std::vector<int64_t>>({{7, resident_shape}, {1, rc::gen::exec(free_shape)}})
-                   : free_shape();
+    c.shape = cuda ? *rc::gen::weightedOneOf<std::vector<int64_t>>({{7, resident_shape}, {1, free_shape}}) : *free_shape;
     const int64_t page = *rc::gen::element<int64_t>(16, 8, 1);
     // Buckets: the default set on CUDA; on the CPU lengths up to 64 keep a case to milliseconds.
     const std::vector<int64_t> lens = lens_of(backend);

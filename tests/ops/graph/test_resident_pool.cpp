@@ -153,13 +153,13 @@ TEST(PrefillRunnerReuse, PropertyVerdictsDoNotDependOnTheCasesBefore) {
            {"eager-registry", "registry_agree"}}) {
     x.impl = y.impl = impl;
     x.property = y.property = property;
-    resident_pool(Backend::cpu).clear();
+    resident_pool().clear();
     const Verdict first = check_graph_case(x);
-    const int64_t reused_before = resident_pool(Backend::cpu).reused();
+    const int64_t reused_before = resident_pool().reused();
     check_graph_case(y);
     const Verdict again = check_graph_case(x);
     const std::string what = impl + "/" + property;
-    EXPECT_GT(resident_pool(Backend::cpu).reused(), reused_before) << what << ": X ran on a reused resident";
+    EXPECT_GT(resident_pool().reused(), reused_before) << what << ": X ran on a reused resident";
     EXPECT_EQ(first.outcome, again.outcome) << what;
     EXPECT_EQ(first.detail, again.detail) << what;
     EXPECT_EQ(first.diff.numel, again.diff.numel) << what;
