@@ -22,22 +22,26 @@ constexpr uint64_t kEmbed = 0, kFinalNorm = 1, kLmHead = 2, kLayerBase = 10;
 
 // Uniform in [-scale, scale) (matrices), or 1 + uniform in [-0.25, 0.25) (norm weights): never
 // zero, computed in float64 and rounded once to the dtype as ATen rounds a float64 (to float32,
-// then to nearest even: the float32 step here, the last by ATen's vectorised conversion). Element
-// e takes counter_bits(seed, tensor, e); the key is derived once per tensor and the elements are
-// spread over ATen's threads (each is independent: the same bits with any thread count), so a
-// large model costs little to redraw for each case.
-at::Tensor draw(uint64_t seed, uint64_t tensor, at::IntArrayRef sizes, bool norm, double scale, at::ScalarType dtype,
-                at::Device device) {
-  at::Tensor v = at::empty(sizes, at::kFloat);
-  float *out = v.data_ptr<float>();
-  const uint64_t key = splitmix64(splitmix64(seed) ^ tensor);  // counter_bits(seed, tensor, e) = splitmix64(key + e)
-  at::parallel_for(0, v.numel(), 4096, [&](int64_t begin, int64_t end) {
+// then to nearest even). Element e takes counter_bits(seed, tensor, e); the key is derived once
+// per tensor and the elements are spread over ATen's threads (each is independent: the same bits
+// with any thread count), so a large model costs little to redraw for each case.
+template <typename T>
+void draw_into(T *out, int64_t n, uint64_t key, bool norm, double scale) {
+  at::parallel_for(0, n, 4096, [&](int64_t begin, int64_t end) {
     for (int64_t e = begin; e < end; ++e) {
       const double u = 2.0 * counter_unit(splitmix64(key + static_cast<uint64_t>(e))) - 1.0;
-      out[e] = static_cast<float>(norm ? 1.0 + 0.25 * u : scale * u);
+      out[e] = T(static_cast<float>(norm ? 1.0 + 0.25 * u : scale * u));
     }
   });
-  return v.to(dtype).to(device);
+}
+
+at::Tensor draw(uint64_t seed, uint64_t tensor, at::IntArrayRef sizes, bool norm, double scale, at::ScalarType dtype,
+                at::Device device) {
+  at::Tensor v = at::empty(sizes, dtype);
+  const uint64_t key = splitmix64(splitmix64(seed) ^ tensor);  // counter_bits(seed, tensor, e) = splitmix64(key + e)
+  if (dtype == at::kBFloat16) draw_into(v.data_ptr<at::BFloat16>(), v.numel(), key, norm, scale);
+  else draw_into(v.data_ptr<at::Half>(), v.numel(), key, norm, scale);  // ModelConfig::validate allows no other
+  return v.to(device);
 }
 
 at::Device device_of_backend(Backend b) { return b == Backend::cpu ? at::Device(at::kCPU) : at::Device(at::kCUDA, 0); }
