@@ -7,8 +7,6 @@
 #include "ops/cuda/cuda_ops.h"
 #endif
 
-#include <ATen/Parallel.h>
-
 #include <cmath>
 #include <memory>
 #include <sstream>
@@ -21,27 +19,16 @@ namespace {
 constexpr uint64_t kEmbed = 0, kFinalNorm = 1, kLmHead = 2, kLayerBase = 10;
 
 // Uniform in [-scale, scale) (matrices), or 1 + uniform in [-0.25, 0.25) (norm weights): never
-// zero, computed in float64 and rounded once to the dtype as ATen rounds a float64 (to float32,
-// then to nearest even). Element e takes counter_bits(seed, tensor, e); the key is derived once
-// per tensor and the elements are spread over ATen's threads (each is independent: the same bits
-// with any thread count), so a large model costs little to redraw for each case.
-template <typename T>
-void draw_into(T *out, int64_t n, uint64_t key, bool norm, double scale) {
-  at::parallel_for(0, n, 4096, [&](int64_t begin, int64_t end) {
-    for (int64_t e = begin; e < end; ++e) {
-      const double u = 2.0 * counter_unit(splitmix64(key + static_cast<uint64_t>(e))) - 1.0;
-      out[e] = T(static_cast<float>(norm ? 1.0 + 0.25 * u : scale * u));
-    }
-  });
-}
-
+// zero, rounded once to the dtype.
 at::Tensor draw(uint64_t seed, uint64_t tensor, at::IntArrayRef sizes, bool norm, double scale, at::ScalarType dtype,
                 at::Device device) {
-  at::Tensor v = at::empty(sizes, dtype);
-  const uint64_t key = splitmix64(splitmix64(seed) ^ tensor);  // counter_bits(seed, tensor, e) = splitmix64(key + e)
-  if (dtype == at::kBFloat16) draw_into(v.data_ptr<at::BFloat16>(), v.numel(), key, norm, scale);
-  else draw_into(v.data_ptr<at::Half>(), v.numel(), key, norm, scale);  // ModelConfig::validate allows no other
-  return v.to(device);
+  at::Tensor v = at::empty(sizes, at::kDouble);
+  double *p = v.data_ptr<double>();
+  for (int64_t e = 0; e < v.numel(); ++e) {
+    const double u = 2.0 * counter_unit(counter_bits(seed, tensor, static_cast<uint64_t>(e))) - 1.0;
+    p[e] = norm ? 1.0 + 0.25 * u : scale * u;
+  }
+  return v.to(dtype).to(device);
 }
 
 at::Device device_of_backend(Backend b) { return b == Backend::cpu ? at::Device(at::kCPU) : at::Device(at::kCUDA, 0); }
@@ -210,29 +197,6 @@ Model::Model(ModelConfig config, Backend backend, Kernels kernels)
       weights_(make_weights(config_, device_of_backend(backend))) {}
 
 at::Device Model::device() const { return device_of_backend(backend_); }
-
-void Model::set_weights(const ModelWeights &from, uint64_t weight_seed) {
-  TORCH_CHECK(from.layers.size() == weights_.layers.size(), "set_weights: ", from.layers.size(), " layers for a model of ",
-              weights_.layers.size());
-  const auto copy = [](const at::Tensor &to, const at::Tensor &src) {
-    TORCH_CHECK(to.sizes().equals(src.sizes()) && to.scalar_type() == src.scalar_type(), "set_weights: a ",
-                src.sizes(), " ", src.scalar_type(), " weight for a ", to.sizes(), " ", to.scalar_type(), " one");
-    to.copy_(src);
-  };
-  copy(weights_.embed, from.embed);
-  for (size_t l = 0; l < from.layers.size(); ++l) {
-    const LayerWeights &s = from.layers[l], &d = weights_.layers[l];
-    copy(d.attn_norm, s.attn_norm);
-    copy(d.qkv, s.qkv);
-    copy(d.o_proj, s.o_proj);
-    copy(d.mlp_norm, s.mlp_norm);
-    copy(d.gate_up, s.gate_up);
-    copy(d.down, s.down);
-  }
-  copy(weights_.final_norm, from.final_norm);
-  copy(weights_.lm_head, from.lm_head);
-  config_.weight_seed = weight_seed;
-}
 
 attention::KVCache Model::make_cache(int64_t num_blocks, int64_t block_size) const {
   attention::KVCacheConfig c;

@@ -99,9 +99,6 @@ class Model {
   const Kernels &kernels() const { return kernels_; }
   const ModelWeights &weights() const { return weights_; }
   at::Device device() const;
-  // Copies `weights` (make_weights of this model's shapes for `weight_seed`, on any device) into
-  // this model's weight tensors in place: a CUDA graph that captured them replays the new ones.
-  void set_weights(const ModelWeights &weights, uint64_t weight_seed);
 
   // One forward pass: writes the new tokens' K/V into `cache` (by out_cache_loc) and returns
   // float32 log-probs [S, vocab] at logits_index. No host synchronisation and no allocation

@@ -28,12 +28,6 @@
 //   seq_alone_vs_batched a sequence's log-probs and K/V are the same alone and in the batch
 //   registry_agree      eager through the buffer registry (grown from a smaller batch first) ==
 //                       eager direct == no-copy
-//
-// Speed: a case leases its model, KV cache and runner from the process's resident pool
-// (ops/graph/resident_pool.h), reset for the case, so that on CUDA a bucket captured in an earlier
-// case is replayed, not captured again. Cache pages and block-table columns depend on the case
-// alone (on CUDA rounded up to the generator's reach), and CUDA cases mostly take one of two
-// resident model shapes (the generator says which); pools are compared on their device.
 #pragma once
 
 #include "properties/case.h"
