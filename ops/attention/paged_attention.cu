@@ -329,16 +329,33 @@ __global__ void paged_attention_merge_kernel(const PagedAttnLaunch p) {
   static_cast<uint16_t *>(p.out)[(static_cast<int64_t>(row) * p.h_q + h) * p.head_dim + d] = from_f<T>(__fdiv_rn(O, L));
 }
 
+// The kernel's shared-memory size set on the current device, once per instantiation and device
+// (a per-launch call costs microseconds at decode sizes).
 template <typename T, int D, KvSchedule kSchedule, bool kWgmma>
-void launch_kernel(const PagedAttnLaunch &p, cudaStream_t stream) {
-  auto kernel = paged_attention_kernel<T, D, kSchedule, kWgmma>;
-  // Once per instantiation and device (a per-launch call costs microseconds at decode sizes).
+void configure_kernel() {
   static std::once_flag configured[64];
   int device = 0;
   DETFUZZ_CUDA_CHECK(cudaGetDevice(&device));
   std::call_once(configured[device % 64], [&] {
-    DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Smem<D, kSchedule>::kBytes));
+    DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_kernel<T, D, kSchedule, kWgmma>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, Smem<D, kSchedule>::kBytes));
   });
+}
+
+template <typename T, int D, bool kWgmma>
+int split_ctas_per_sm() {
+  configure_kernel<T, D, KvSchedule::split_per_cta, kWgmma>();
+  int ctas = 0;
+  DETFUZZ_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &ctas, paged_attention_kernel<T, D, KvSchedule::split_per_cta, kWgmma>, kThreads,
+      Smem<D, KvSchedule::split_per_cta>::kBytes));
+  return ctas;
+}
+
+template <typename T, int D, KvSchedule kSchedule, bool kWgmma>
+void launch_kernel(const PagedAttnLaunch &p, cudaStream_t stream) {
+  auto kernel = paged_attention_kernel<T, D, kSchedule, kWgmma>;
+  configure_kernel<T, D, kSchedule, kWgmma>();
   const int groups = kSchedule == KvSchedule::whole_rows ? 1 : (p.max_splits + p.splits_per_cta - 1) / p.splits_per_cta;
   const unsigned x = static_cast<unsigned>(p.h_kv) * groups * p.q_tiles;
   kernel<<<dim3(x, p.num_seqs), kThreads, Smem<D, kSchedule>::kBytes, stream>>>(p);
@@ -388,6 +405,34 @@ void launch_dim(const PagedAttnLaunch &p, cudaStream_t stream) {
 }
 
 }  // namespace
+
+int paged_attention_split_ctas_per_sm(int head_dim, bool bf16, AttnKernel kernel, int device) {
+  // Per device and (head dim, dtype, kernel): 0 not yet asked.
+  static std::atomic<int> known[64][3][2][2] = {};
+  const int d = head_dim == 64 ? 0 : head_dim == 128 ? 1 : head_dim == 256 ? 2 : -1;
+  if (d < 0) throw std::runtime_error("paged_attention: head dim " + std::to_string(head_dim) + " not in {64, 128, 256}");
+  const bool wgmma = kernel == AttnKernel::wgmma;
+  if (wgmma && head_dim > 128) throw std::runtime_error("paged_attention: the wgmma kernel takes head dims 64 and 128");
+  std::atomic<int> &slot = known[device % 64][d][bf16][wgmma];
+  if (const int n = slot.load()) return n;
+  int current = 0;
+  DETFUZZ_CUDA_CHECK(cudaGetDevice(&current));
+  DETFUZZ_CUDA_CHECK(cudaSetDevice(device));
+  int n = 0;
+  if (bf16) {
+    if (d == 0) n = wgmma ? split_ctas_per_sm<__nv_bfloat16, 64, true>() : split_ctas_per_sm<__nv_bfloat16, 64, false>();
+    else if (d == 1) n = wgmma ? split_ctas_per_sm<__nv_bfloat16, 128, true>() : split_ctas_per_sm<__nv_bfloat16, 128, false>();
+    else n = split_ctas_per_sm<__nv_bfloat16, 256, false>();
+  } else {
+    if (d == 0) n = wgmma ? split_ctas_per_sm<__half, 64, true>() : split_ctas_per_sm<__half, 64, false>();
+    else if (d == 1) n = wgmma ? split_ctas_per_sm<__half, 128, true>() : split_ctas_per_sm<__half, 128, false>();
+    else n = split_ctas_per_sm<__half, 256, false>();
+  }
+  DETFUZZ_CUDA_CHECK(cudaSetDevice(current));
+  n = n < 1 ? 1 : n;
+  slot.store(n);
+  return n;
+}
 
 bool paged_attention_wgmma_available(int device) {
   static std::atomic<int> known[64] = {};  // per device: 0 not yet asked, 1 yes, 2 no

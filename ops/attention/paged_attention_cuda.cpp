@@ -88,21 +88,32 @@ PagedAttentionCudaPlan::PagedAttentionCudaPlan(const at::Tensor &q, const at::Te
   TORCH_CHECK(options.kernel != Kernel::wgmma || wgmma_runs, "paged_attention (CUDA): the wgmma kernel needs an sm_90 GPU ",
               "and head dim 64 or 128 (head dim ", head_dim_, ")");
   wgmma_ = options.kernel == Kernel::wgmma || (options.kernel == Kernel::automatic && wgmma_runs);
-  // split_per_cta: the most consecutive splits per CTA (1, 2, 4 or 8) that still leave three CTAs
-  // per SM; each CTA then pays its prologue (metadata, page ids, first tiles) for more keys.
-  // H100, bf16, 32 query and 8 KV heads, D = 128, decode (batch 16, ctx 4096 / batch 1, ctx 32768):
-  // at least four CTAs per SM 122.7 / 77.9 us, three 119.1 / 74.0, two 120.5 / 74.8.
+  // split_per_cta: 1, 2, 4 or 8 consecutive splits per CTA. In split-times per CTA slot a choice
+  // costs ceil(CTAs / slots) * splits per CTA (slots = SMs x the kernel's co-resident CTAs); the
+  // most splits per CTA whose cost is within a tenth of the cheapest is taken (each CTA pays a
+  // prologue, its partials and a merge step, about that much of a split). H100, bf16, 32 query
+  // and 8 KV heads, D = 128 (2 CTAs per SM), decode: batch 16 at 4k (costs 8 at 1 to 8 splits
+  // per CTA) 121.3 us at 4, 116.0 at 8; batch 1 at 32k (4, 4, 4, 8) 75.2 us at 2, 71.7 at 4;
+  // batch 64 at 16k (125, 126, 128, 128): the cheapest alone (1) ran 1764 us against 1644 at 8
+  // (float16).
   TORCH_CHECK(options.splits_per_cta >= 0, "paged_attention (CUDA): splits_per_cta ", options.splits_per_cta, " < 0");
   splits_per_cta_ = options.splits_per_cta;
-  if (splits_per_cta_ == 0) {
-    splits_per_cta_ = 1;
-    for (int64_t spc : {2, 4, 8}) {
+  if (splits_per_cta_ == 0 && !whole_rows_) {
+    const int64_t slots =
+        sms * paged_attention_split_ctas_per_sm(static_cast<int>(head_dim_), q.scalar_type() == at::kBFloat16,
+                                                wgmma_ ? AttnKernel::wgmma : AttnKernel::mma_sync, q.device().index());
+    int64_t cost[4], cheapest = 0;
+    for (int i = 0; i < 4; ++i) {
+      const int64_t spc = int64_t{1} << i;
       int64_t ctas = 0;
       for (int64_t n : tile_splits) ctas += (n + spc - 1) / spc;
-      if (ctas * h_kv_ < 3 * sms) break;
-      splits_per_cta_ = spc;
+      cost[i] = (ctas * h_kv_ + slots - 1) / slots * spc;
+      if (i == 0 || cost[i] < cheapest) cheapest = cost[i];
     }
+    for (int i = 0; i < 4; ++i)
+      if (10 * cost[i] <= 11 * cheapest) splits_per_cta_ = int64_t{1} << i;
   }
+  if (splits_per_cta_ == 0) splits_per_cta_ = 1;
 }
 
 at::Tensor PagedAttentionCudaPlan::run(const at::Tensor &q, const at::Tensor &k_pool, const at::Tensor &v_pool,

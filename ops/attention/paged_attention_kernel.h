@@ -59,4 +59,9 @@ void launch_whole_rows_sm90(const PagedAttnLaunch &p, cudaStream_t stream);
 // Whether `device` can run AttnKernel::wgmma (an sm_90 GPU, and sm_90a code in this binary).
 bool paged_attention_wgmma_available(int device);
 
+// How many CTAs of the split_per_cta kernel for (head_dim, dtype, kernel) fit on one SM of
+// `device` at once (its shared memory and registers decide), for the plan's choice of splits
+// per CTA.
+int paged_attention_split_ctas_per_sm(int head_dim, bool bf16, AttnKernel kernel, int device);
+
 }  // namespace detfuzz::attention
