@@ -352,6 +352,16 @@ int split_ctas_per_sm() {
   return ctas;
 }
 
+// The same for a head dim known at run time (64, 128 or 256; wgmma at 64 and 128 only).
+template <typename T>
+int split_ctas_per_sm_of(int head_dim, bool wgmma) {
+  switch (head_dim) {
+    case 64: return wgmma ? split_ctas_per_sm<T, 64, true>() : split_ctas_per_sm<T, 64, false>();
+    case 128: return wgmma ? split_ctas_per_sm<T, 128, true>() : split_ctas_per_sm<T, 128, false>();
+    default: return split_ctas_per_sm<T, 256, false>();
+  }
+}
+
 template <typename T, int D, KvSchedule kSchedule, bool kWgmma>
 void launch_kernel(const PagedAttnLaunch &p, cudaStream_t stream) {
   auto kernel = paged_attention_kernel<T, D, kSchedule, kWgmma>;
@@ -418,20 +428,10 @@ int paged_attention_split_ctas_per_sm(int head_dim, bool bf16, AttnKernel kernel
   int current = 0;
   DETFUZZ_CUDA_CHECK(cudaGetDevice(&current));
   DETFUZZ_CUDA_CHECK(cudaSetDevice(device));
-  int n = 0;
-  if (bf16) {
-    if (d == 0) n = wgmma ? split_ctas_per_sm<__nv_bfloat16, 64, true>() : split_ctas_per_sm<__nv_bfloat16, 64, false>();
-    else if (d == 1) n = wgmma ? split_ctas_per_sm<__nv_bfloat16, 128, true>() : split_ctas_per_sm<__nv_bfloat16, 128, false>();
-    else n = split_ctas_per_sm<__nv_bfloat16, 256, false>();
-  } else {
-    if (d == 0) n = wgmma ? split_ctas_per_sm<__half, 64, true>() : split_ctas_per_sm<__half, 64, false>();
-    else if (d == 1) n = wgmma ? split_ctas_per_sm<__half, 128, true>() : split_ctas_per_sm<__half, 128, false>();
-    else n = split_ctas_per_sm<__half, 256, false>();
-  }
+  const int n = bf16 ? split_ctas_per_sm_of<__nv_bfloat16>(head_dim, wgmma) : split_ctas_per_sm_of<__half>(head_dim, wgmma);
   DETFUZZ_CUDA_CHECK(cudaSetDevice(current));
-  n = n < 1 ? 1 : n;
-  slot.store(n);
-  return n;
+  slot.store(n < 1 ? 1 : n);
+  return slot.load();
 }
 
 bool paged_attention_wgmma_available(int device) {

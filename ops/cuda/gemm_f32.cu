@@ -508,28 +508,37 @@ void launch_cluster(const F32Args &args, const GemmParams &p, int dev, cudaStrea
   DETFUZZ_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemm_f32_kernel<T, B_KN, true>, args));
 }
 
-// The cluster schedule needs an sm_90 device and sm_90 code for it in this binary (asked once
-// per device: 0 not yet known, 1 yes, 2 no).
-bool cluster_capable(int dev) {
-  static std::atomic<int> known[64] = {};
+// ask(dev), asked once per device (devices 0..63; others are asked every time): the launcher's
+// path choice runs on every call.
+template <class Ask>
+bool once_per_device(std::atomic<int> (&known)[64], int dev, Ask ask) {  // 0 not yet asked, 1 yes, 2 no
   if (dev >= 0 && dev < 64 && known[dev].load() != 0) return known[dev].load() == 1;
-  int major = 0;
-  DETFUZZ_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  bool ok = major >= 9;
-  if (ok) {
-    cudaFuncAttributes fa{};
-    DETFUZZ_CUDA_CHECK(cudaFuncGetAttributes(&fa, gemm_f32_kernel<SmallTile, true, true>));
-    ok = fa.binaryVersion >= 90;
-  }
+  const bool ok = ask(dev);
   if (dev >= 0 && dev < 64) known[dev].store(ok ? 1 : 2);
   return ok;
 }
 
+// The cluster schedule needs an sm_90 device and sm_90 code for it in this binary.
+bool cluster_capable(int dev) {
+  static std::atomic<int> known[64] = {};
+  return once_per_device(known, dev, [](int d) {
+    int major = 0;
+    DETFUZZ_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d));
+    if (major < 9) return false;
+    cudaFuncAttributes fa{};
+    DETFUZZ_CUDA_CHECK(cudaFuncGetAttributes(&fa, gemm_f32_kernel<SmallTile, true, true>));
+    return fa.binaryVersion >= 90;
+  });
+}
+
 // The 256 x 128 tile's shared memory (about 202 KB) fits an sm_90 SM, not an sm_80 one.
 bool tall_fits(int dev) {
-  int optin = 0;
-  DETFUZZ_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  return optin >= smem_bytes<TallTile>(false);
+  static std::atomic<int> known[64] = {};
+  return once_per_device(known, dev, [](int d) {
+    int optin = 0;
+    DETFUZZ_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, d));
+    return optin >= smem_bytes<TallTile>(false);
+  });
 }
 
 template <class T>
