@@ -12,7 +12,10 @@
 // `full`, computes the tile with the tile_math functions (wgmma S = Q K^T, the online-softmax step,
 // wgmma O += P V), folds a finished split into its merged state in shared memory, and releases the
 // stage on its `empty` mbarrier (one arrival per warp); a consumer whose rows see fewer keys keeps
-// waiting and releasing without computing. The producer gives registers back (setmaxnreg) so the
+// waiting and releasing without computing. Within a consumer the tiles are pipelined: tile i's
+// S = Q K^T is issued with tile i - 1's P V, and tile i's softmax statistics run while that P V is
+// on the tensor cores (the accumulators are rescaled once it is done, so each tile's arithmetic
+// and order are unchanged). The producer gives registers back (setmaxnreg) so the
 // consumers hold their accumulators without spilling.
 //
 // Arithmetic. Every tile of a row goes through the same tile_math functions, in the same key
@@ -154,23 +157,76 @@ __global__ void __launch_bounds__(kWsThreads, 1) paged_attention_ws_kernel(const
   sm90::fence_proxy_async_shared();  // Q is read by wgmma
   warpgroup_barrier(1 + w);
 
+  // The tiles are pipelined within the warpgroup: tile it's S = Q K^T is issued together with
+  // tile it - 1's O += P V, and the softmax statistics of tile it run while that P V is still on
+  // the tensor cores; the accumulators are rescaled (and a finished split folded) once it is done.
+  // Each tile's arithmetic and its order are those of tile_step: only the issue order changes.
   RowState<D> st;
   st.reset();
   MergedRows<D> merged_rows(reinterpret_cast<float *>(smem + S::kMerged) + w * kRows * D, warp, lane);
-  for (int it = 0; it < n_tiles; ++it) {
-    const int stage = it % kWsStages;
-    sm90::mbar_wait(full + 8 * stage, (it / kWsStages) & 1);
-    if (it < my_tiles) {
-      sm90::fence_proxy_async_shared();  // the producer's cp.async writes, read by wgmma
+  float s[8][4];
+  float a[2];
+  uint32_t pa[4][4];  // the previous tile's P, the A operand of its P V
+  auto tile_k = [&](int it) { return k_s + (it % kWsStages) * L::kTileBytes; };
+  auto tile_v = [&](int it) { return v_s + (it % kWsStages) * L::kTileBytes; };
+  auto wait_full = [&](int it) { sm90::mbar_wait(full + 8 * (it % kWsStages), (it / kWsStages) & 1); };
+  int it = 0;
+  if (my_tiles > 0) {
+    // The first tile: S, its statistics from the fresh state.
+    wait_full(0);
+    sm90::fence_proxy_async_shared();  // the producer's cp.async writes, read by wgmma
+    sm90::wgmma_fence();
+    qk_wgmma_issue<T, D>(s, q_s, tile_k(0));
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(*reinterpret_cast<float(*)[32]>(&s[0][0]));
+    mask_scores<false>(s, 0, visible, min_visible, lane, warp);
+    softmax_stats<0, 8>(st.m, st.l, s, p.scale_log2, a);
+    rescale_acc<D, false>(st, a);
+    pack_p<kBf16, 0, 8>(s, pa);
+    if (my_tiles > 1) wait_full(1);
+    for (it = 1; it < my_tiles; ++it) {
+      // Tile it's S beside tile it - 1's P V (tile it's stage was waited for in the previous step).
+      sm90::fence_proxy_async_shared();
+      sm90::wgmma_fence();
+      qk_wgmma_issue<T, D>(s, q_s, tile_k(it));
+      sm90::wgmma_commit();
+      pv_wgmma_issue<T, D, 0, 4>(st, pa, tile_v(it - 1));
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<1>();  // S is done; the P V may still run
+      sm90::fence_registers(*reinterpret_cast<float(*)[32]>(&s[0][0]));
       const int t0 = it * kKeys;
-      if (it > 0 && t0 % p.split_tokens == 0) {  // a split ended with the previous tile
+      mask_scores<false>(s, t0, visible, min_visible, lane, warp);
+      // A tile that starts a split starts from a fresh state; the finished one is folded below.
+      const bool starts_split = t0 % p.split_tokens == 0;
+      float m[2] = {starts_split ? -INFINITY : st.m[0], starts_split ? -INFINITY : st.m[1]};
+      float l[2] = {starts_split ? 0.f : st.l[0], starts_split ? 0.f : st.l[1]};
+      softmax_stats<0, 8>(m, l, s, p.scale_log2, a);
+      // The next tile's stage is waited for here, before the P V: besides hiding that wait, its
+      // spin loop keeps ptxas from hoisting the wait for the P V above the statistics.
+      if (it + 1 < my_tiles) wait_full(it + 1);
+      sm90::wgmma_wait<0>();
+      sm90::fence_registers(acc_registers(st));
+      release((it - 1) % kWsStages);
+      if (starts_split) {
         merged_rows.fold(st, visible, t0 / p.split_tokens - 1, p.split_tokens);
         st.reset();
       }
-      tile_step<T, D, false, true>(st, q_s, k_s + stage * L::kTileBytes, v_s + stage * L::kTileBytes, nullptr, warp, t0,
-                                   visible, min_visible, p.scale_log2, false, lane, warp);
+      st.m[0] = m[0], st.m[1] = m[1], st.l[0] = l[0], st.l[1] = l[1];
+      rescale_acc<D, false>(st, a);
+      pack_p<kBf16, 0, 8>(s, pa);
     }
-    release(stage);
+    // The last tile's P V.
+    sm90::wgmma_fence();
+    pv_wgmma_issue<T, D, 0, 4>(st, pa, tile_v(my_tiles - 1));
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(acc_registers(st));
+    release((my_tiles - 1) % kWsStages);
+  }
+  for (; it < n_tiles; ++it) {  // tiles past this warpgroup's rows: released unread
+    wait_full(it);
+    release(it % kWsStages);
   }
   if (my_tiles == 0) return;
   merged_rows.fold(st, visible, (last_visible - 1) / p.split_tokens, p.split_tokens);

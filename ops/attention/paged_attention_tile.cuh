@@ -141,11 +141,11 @@ template <int D, bool kSpread>
 constexpr int kAccBlocks = kSpread ? D / 32 : D / 8;
 
 // The online-softmax statistics of one step over the key columns of n-blocks [NB0, NB1) of the
-// warp's S tile: the row maxima and sums (m, l), S turned into p in place, and the accumulators
-// rescaled by a = 2^(m_old - m_new).
-template <int D, bool kSpread, int NB0, int NB1>
-__device__ __forceinline__ void online_softmax(RowState<D> &st, float (&s)[8][4], float scale_log2) {
-  float a[2];
+// warp's S tile, given the rows' state (m, l) before it: the new (m, l), S turned into p in place,
+// and the accumulators' rescale factors a = 2^(m_old - m_new) (applied by rescale_acc).
+template <int NB0, int NB1>
+__device__ __forceinline__ void softmax_stats(float (&m)[2], float (&l)[2], float (&s)[8][4], float scale_log2,
+                                              float (&a)[2]) {
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     float mx = -INFINITY;
@@ -153,11 +153,11 @@ __device__ __forceinline__ void online_softmax(RowState<D> &st, float (&s)[8][4]
     for (int nb = NB0; nb < NB1; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * i], s[nb][2 * i + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = fmaxf(st.m[i], __fmul_rn(mx, scale_log2));  // the log2 domain
+    const float m_new = fmaxf(m[i], __fmul_rn(mx, scale_log2));  // the log2 domain
     // A row that has seen no key yet has m_new = -inf: use 0 so p and a are 0, not NaN (such a
     // row is either past its last split, whose state is never merged, or a dead row).
     const float m_use = m_new == -INFINITY ? 0.f : m_new;
-    a[i] = exp2_ftz(__fsub_rn(st.m[i], m_use));
+    a[i] = exp2_ftz(__fsub_rn(m[i], m_use));
     float sum = 0.f;
 #pragma unroll
     for (int nb = NB0; nb < NB1; ++nb)
@@ -168,9 +168,14 @@ __device__ __forceinline__ void online_softmax(RowState<D> &st, float (&s)[8][4]
       }
     sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
     sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
-    st.l[i] = __fadd_rn(__fmul_rn(st.l[i], a[i]), sum);
-    st.m[i] = m_new;
+    l[i] = __fadd_rn(__fmul_rn(l[i], a[i]), sum);
+    m[i] = m_new;
   }
+}
+
+// The accumulators of the warp's output columns rescaled by softmax_stats' factors.
+template <int D, bool kSpread>
+__device__ __forceinline__ void rescale_acc(RowState<D> &st, const float (&a)[2]) {
 #pragma unroll
   for (int nb = 0; nb < kAccBlocks<D, kSpread>; ++nb) {
     st.acc[nb][0] = __fmul_rn(st.acc[nb][0], a[0]);
@@ -178,6 +183,14 @@ __device__ __forceinline__ void online_softmax(RowState<D> &st, float (&s)[8][4]
     st.acc[nb][2] = __fmul_rn(st.acc[nb][2], a[1]);
     st.acc[nb][3] = __fmul_rn(st.acc[nb][3], a[1]);
   }
+}
+
+// One online-softmax step's statistics and rescale, at once.
+template <int D, bool kSpread, int NB0, int NB1>
+__device__ __forceinline__ void online_softmax(RowState<D> &st, float (&s)[8][4], float scale_log2) {
+  float a[2];
+  softmax_stats<NB0, NB1>(st.m, st.l, s, scale_log2, a);
+  rescale_acc<D, kSpread>(st, a);
 }
 
 // P rounded to the input dtype as the A operand of k-steps NB0/2 .. NB1/2 - 1: k-step kk takes
