@@ -47,11 +47,15 @@ std::vector<BenchShape> read_bench_shapes(const std::string &path) {
     std::string op;
     int64_t m = 0, n = 0, k = 0;
     while (in.read_row(op, m, n, k)) {
-      if (op != "mm" && op != "log_softmax" && op != "mean")
-        throw std::invalid_argument(path + ":" + std::to_string(in.get_file_line()) + ": op '" + op + "' cannot be benchmarked (mm, log_softmax, mean)");
-      if (m <= 0 || n <= 0 || (op == "mm" && k <= 0))
-        throw std::invalid_argument(path + ":" + std::to_string(in.get_file_line()) + ": sizes must be positive");
-      out.push_back({op, m, n, op == "mm" ? k : 0});
+      const std::string where = path + ":" + std::to_string(in.get_file_line()) + ": ";
+      const bool attention = op == "paged_attention_decode" || op == "paged_attention_prefill";
+      if (op != "mm" && op != "log_softmax" && op != "mean" && !attention)
+        throw std::invalid_argument(where + "op '" + op +
+                                    "' cannot be benchmarked (mm, log_softmax, mean, paged_attention_decode, paged_attention_prefill)");
+      if (m <= 0 || n <= 0 || (op == "mm" && k <= 0)) throw std::invalid_argument(where + "sizes must be positive");
+      if (attention && k != 64 && k != 128 && k != 256) throw std::invalid_argument(where + "K is the head dim: 64, 128 or 256");
+      if (op == "paged_attention_prefill" && m != 1) throw std::invalid_argument(where + "a prefill row times one sequence (M = 1)");
+      out.push_back({op, m, n, op == "mm" || attention ? k : 0});
       k = 0;
     }
   } catch (const io::error::base &e) {
@@ -317,40 +321,54 @@ void attention_bench(const BenchConfig &cfg, std::ostream &csv, std::ostream &lo
   std::vector<Timed> impls = {{"invariant", {}}};
   impls.push_back({"invariant-mma-sync", {}});
   impls.back().options.kernel = Kernel::mma_sync;
-  constexpr int64_t hq = 32, hkv = 8, d = 128;
+  // The shapes: a --shapes file's paged_attention_decode (M = batch, N = context, K = head dim)
+  // and paged_attention_prefill (N = tokens) rows, or by default batches 1-256 at contexts
+  // 512-32k (K+V up to 16 GiB) and prefills of 1k-8k tokens, head dim 128.
+  std::vector<BenchShape> shapes;
+  for (const auto &s : cfg.shapes)
+    if (s.op == "paged_attention_decode" || s.op == "paged_attention_prefill") shapes.push_back(s);
+  if (cfg.shapes.empty()) {
+    for (int64_t batch : {1, 16, 64, 256})
+      for (int64_t ctx : {512, 4096, 16384, 32768})
+        if (batch * ctx <= 4 * 1024 * 1024) shapes.push_back({"paged_attention_decode", batch, ctx, 128});
+    for (int64_t len : {1024, 2048, 4096, 8192}) shapes.push_back({"paged_attention_prefill", 1, len, 128});
+  }
+  constexpr int64_t hq = 32, hkv = 8;
   const int reps = std::max(5, cfg.repetitions * 4);
   for (at::ScalarType dtype : cfg.dtypes) {
     if (dtype == at::kFloat) continue;
     const double elem = static_cast<double>(c10::elementSize(dtype));
-    for (int64_t batch : {1, 16, 64, 256})
-      for (int64_t ctx : {512, 4096, 16384, 32768}) {
-        if (batch * ctx > 4 * 1024 * 1024) continue;  // K+V above 16 GiB: skip (fits neither an H100 nor the time)
-        const OpArgs args = paged_batch(std::vector<int64_t>(batch, ctx), 1, hq, hkv, d, dtype, gen);
-        const double bytes = elem * (2.0 * batch * ctx * hkv * d + 2.0 * batch * hq * d);
-        at::Tensor src = at::empty({static_cast<int64_t>(bytes / 2)}, at::TensorOptions().device(at::kCUDA).dtype(at::kByte));
-        at::Tensor dst = at::empty_like(src);
-        // The copy reads and writes `bytes`; the faster of eager and graph-replayed (a graph runs a
-        // large copy as a memcpy node, slower than the eager copy; eager adds launch time to small ones).
-        const double copy_us = std::min(median_us([&] { dst.copy_(src); }, reps, start, stop, stream),
-                                        median_graph_us([&] { dst.copy_(src); }, reps, start, stop, stream));
-        // Invariance on these inputs: sequence 0 of the batch alone gives the same bits.
-        OpArgs one = paged_batch({ctx}, 1, hq, hkv, d, dtype, gen);
-        one.tensors[0] = args.tensors[0].narrow(0, 0, 1);
-        one.tensors[1] = args.tensors[1];
-        one.tensors[2] = args.tensors[2];
-        one.tensors[5] = args.tensors[5].narrow(0, 0, 1);
-        for (const Timed &impl : impls) {
-          const double us = time_planned_attention(args, impl.options, reps, start, stop, stream);
-          const bool verified = same_bits(run_paged(one, impl.options), run_paged(args, impl.options).narrow(0, 0, 1));
-          csv << "paged_attention_decode," << impl.impl << ',' << dtype_name(dtype) << ',' << batch << ',' << ctx << ',' << d << ','
-              << fmt(us) << ",," << fmt(bytes / us * 1e-3, "%.1f") << ",d2d-copy," << fmt(copy_us) << ','
-              << fmt(copy_us / us, "%.4f") << ',' << (verified ? "yes" : "no") << '\n';
-          log << "paged_attention decode " << impl.impl << ' ' << dtype_name(dtype) << " batch=" << batch << " ctx=" << ctx << ": "
-              << fmt(us, "%.1f") << " us, " << fmt(bytes / us * 1e-3, "%.0f") << " GB/s = " << fmt(100.0 * copy_us / us, "%.0f")
-              << "% of a device copy" << (verified ? "" : "  (invariance FAILED)") << std::endl;
-        }
+    for (const BenchShape &shape : shapes) {
+      if (shape.op != "paged_attention_decode") continue;
+      const int64_t batch = shape.m, ctx = shape.n, d = shape.k;
+      const OpArgs args = paged_batch(std::vector<int64_t>(batch, ctx), 1, hq, hkv, d, dtype, gen);
+      const double bytes = elem * (2.0 * batch * ctx * hkv * d + 2.0 * batch * hq * d);
+      at::Tensor src = at::empty({static_cast<int64_t>(bytes / 2)}, at::TensorOptions().device(at::kCUDA).dtype(at::kByte));
+      at::Tensor dst = at::empty_like(src);
+      // The copy reads and writes `bytes`; the faster of eager and graph-replayed (a graph runs a
+      // large copy as a memcpy node, slower than the eager copy; eager adds launch time to small ones).
+      const double copy_us = std::min(median_us([&] { dst.copy_(src); }, reps, start, stop, stream),
+                                      median_graph_us([&] { dst.copy_(src); }, reps, start, stop, stream));
+      // Invariance on these inputs: sequence 0 of the batch alone gives the same bits.
+      OpArgs one = paged_batch({ctx}, 1, hq, hkv, d, dtype, gen);
+      one.tensors[0] = args.tensors[0].narrow(0, 0, 1);
+      one.tensors[1] = args.tensors[1];
+      one.tensors[2] = args.tensors[2];
+      one.tensors[5] = args.tensors[5].narrow(0, 0, 1);
+      for (const Timed &impl : impls) {
+        const double us = time_planned_attention(args, impl.options, reps, start, stop, stream);
+        const bool verified = same_bits(run_paged(one, impl.options), run_paged(args, impl.options).narrow(0, 0, 1));
+        csv << "paged_attention_decode," << impl.impl << ',' << dtype_name(dtype) << ',' << batch << ',' << ctx << ',' << d << ','
+            << fmt(us) << ",," << fmt(bytes / us * 1e-3, "%.1f") << ",d2d-copy," << fmt(copy_us) << ','
+            << fmt(copy_us / us, "%.4f") << ',' << (verified ? "yes" : "no") << '\n';
+        log << "paged_attention decode " << impl.impl << ' ' << dtype_name(dtype) << " batch=" << batch << " ctx=" << ctx << ": "
+            << fmt(us, "%.1f") << " us, " << fmt(bytes / us * 1e-3, "%.0f") << " GB/s = " << fmt(100.0 * copy_us / us, "%.0f")
+            << "% of a device copy" << (verified ? "" : "  (invariance FAILED)") << std::endl;
       }
-    for (int64_t len : {1024, 2048, 4096, 8192}) {
+    }
+    for (const BenchShape &shape : shapes) {
+      if (shape.op != "paged_attention_prefill") continue;
+      const int64_t len = shape.n, d = shape.k;
       const OpArgs args = paged_batch({len}, len, hq, hkv, d, dtype, gen);
       // SDPA on the same values, contiguous [1, H, L, D], causal, K/V heads repeated for GQA.
       const at::Tensor q = args.tensors[0].transpose(0, 1).unsqueeze(0).contiguous();

@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <stdexcept>
+#include <string>
 
 namespace detfuzz {
 namespace {
@@ -78,6 +81,34 @@ TEST(BenchPlan, ForcedMatmulPathImpls) {
     EXPECT_THROW(plan_bench(cfg), std::invalid_argument) << bad;
   }
 #endif
+}
+
+// A shape file may name attention shapes (K is the head dim; a prefill row is one sequence);
+// anything else is a one-line error naming the file and line.
+TEST(BenchShapes, ReadsAttentionRows) {
+  const auto path = (std::filesystem::temp_directory_path() / "detfuzz-bench-shapes.csv").string();
+  auto write = [&](const std::string &body) { std::ofstream(path) << "op,M,N,K\n" << body; };
+  write("mm,8,4096,4096\npaged_attention_decode,16,4096,128\npaged_attention_prefill,1,8192,64\n");
+  const auto shapes = read_bench_shapes(path);
+  ASSERT_EQ(shapes.size(), 3u);
+  EXPECT_EQ(shapes[1].op, "paged_attention_decode");
+  EXPECT_EQ(shapes[1].m, 16);
+  EXPECT_EQ(shapes[1].n, 4096);
+  EXPECT_EQ(shapes[1].k, 128);
+  EXPECT_EQ(shapes[2].k, 64);
+  for (const char *bad : {"paged_attention_decode,16,4096,96\n", "paged_attention_prefill,2,1024,128\n",
+                          "paged_attention,1,1024,128\n", "paged_attention_decode,0,4096,128\n"}) {
+    write(bad);
+    try {
+      read_bench_shapes(path);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const std::invalid_argument &e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(path + ":2: "), std::string::npos) << what;
+      EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    }
+  }
+  std::filesystem::remove(path);
 }
 
 }  // namespace
