@@ -98,27 +98,53 @@ __global__ void __launch_bounds__(kWsThreads, 1) paged_attention_ws_kernel(const
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
   if (wg == 0) {
     sm90::release_registers<40>();
-    // Thread tid copies key tid / 2 of each tile, chunks (tid % 2) * D / 16 .. + D / 16 of its K and V rows.
-    const int kk = tid >> 1, c0 = (tid & 1) * (D / 16);
-    const T *k_pool = static_cast<const T *>(p.k_pool);
-    const T *v_pool = static_cast<const T *>(p.v_pool);
+    // A key's K (or V) row is D / 8 16-byte chunks; D / 8 consecutive threads copy one row, so a
+    // warp's copy instruction reads whole rows (whole 32-byte sectors: half-used sectors would
+    // double the L2 traffic, which bounds this kernel). Thread tid copies chunk tid % (D / 8) of
+    // keys tid / (D / 8) + j * kRowsPerStep of each tile, j < kSteps.
+    constexpr int kChunks = D / 8, kRowsPerStep = 128 / kChunks, kSteps = kKeys / kRowsPerStep;
+    const int chunk = tid % kChunks, kk = tid / kChunks;
+    const T *k_pool = static_cast<const T *>(p.k_pool) + kvh * D + chunk * 8;
+    const T *v_pool = static_cast<const T *>(p.v_pool) + kvh * D + chunk * 8;
     const int *table = p.block_table + static_cast<int64_t>(seq) * p.max_blocks;
-    // The page id of the thread's key is read a tile ahead, so its latency hides behind the wait.
-    int page = kk < kv_len ? table[kk / p.block_size] : 0;
+    const int64_t slot_stride = static_cast<int64_t>(p.h_kv) * D;  // elements between a page's slots
+    // A key's page index and slot, (q, r) with key = q * block_size + r, advance by additions:
+    // no division per key.
+    const int bs = p.block_size;
+    const int step_q = kRowsPerStep / bs, step_r = kRowsPerStep % bs, tile_q = kKeys / bs, tile_r = kKeys % bs;
+    auto advance = [bs](int &q, int &r, int by_q, int by_r) {
+      r += by_r;
+      q += by_q;
+      if (r >= bs) r -= bs, ++q;
+    };
+    int q = kk / bs, r = kk % bs;  // key kk of the current tile
+    // The page ids of a tile's keys are read a tile ahead, so their latency hides behind the wait.
+    int page[kSteps];
+    auto read_pages = [&](int t0, int q, int r) {
+#pragma unroll
+      for (int j = 0; j < kSteps; ++j) {
+        page[j] = t0 + j * kRowsPerStep + kk < kv_len ? table[q] : 0;
+        advance(q, r, step_q, step_r);
+      }
+    };
+    read_pages(0, q, r);
     for (int it = 0; it < n_tiles; ++it) {
       const int s = it % kWsStages;
-      const int key = it * kKeys + kk;
-      const bool ok = key < kv_len;
-      const int64_t row = ok ? ((static_cast<int64_t>(page) * p.block_size + key % p.block_size) * p.h_kv + kvh) * D : 0;
-      page = key + kKeys < kv_len ? table[(key + kKeys) / p.block_size] : 0;
       sm90::mbar_wait(empty + 8 * s, ((it / kWsStages) & 1) ^ 1);  // the consumers released the stage
+      int slot = r;
 #pragma unroll
-      for (int c = 0; c < D / 16; ++c) {
-        const uint32_t dst = s * L::kTileBytes + L::offset(kk, c0 + c);
-        cp_async16(k_s + dst, k_pool + row + (c0 + c) * 8, ok);
-        cp_async16(v_s + dst, v_pool + row + (c0 + c) * 8, ok);
+      for (int j = 0; j < kSteps; ++j) {
+        const bool ok = it * kKeys + j * kRowsPerStep + kk < kv_len;
+        const int64_t row = ok ? (static_cast<int64_t>(page[j]) * bs + slot) * slot_stride : 0;
+        const uint32_t dst = s * L::kTileBytes + L::offset(j * kRowsPerStep + kk, chunk);
+        cp_async16(k_s + dst, k_pool + row, ok);
+        cp_async16(v_s + dst, v_pool + row, ok);
+        slot += step_r;
+        if (slot >= bs) slot -= bs;
       }
       cp_async_arrive(full + 8 * s);
+      advance(q, r, tile_q, tile_r);
+      read_pages((it + 1) * kKeys, q, r);
     }
     cp_async_wait<0>();
     return;
