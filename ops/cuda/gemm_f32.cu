@@ -5,9 +5,11 @@
 //                                                        p_c = fmaf(a[m,k], b[k,n], p_c)
 //   total = p_0; total = total + p_1; ...; total = total + p_{count-1}   (float adds, in order)
 //   v = alpha * total; with a bias: v = v + beta * bias[m,n]            (__fmul_rn / __fadd_rn)
-// Only the k < K of a chunk enter its chain: the zero-filled K padding of a tile's last K step is
-// never multiplied in (a zero FMA would turn a -0 partial into +0), so the chain does not depend on
-// the K step either. Rows past M and columns past N are computed on zeros and never stored.
+// Only the k < K of a chunk enter its chain: the k past K of a tile's last K step are not copied
+// (their shared floats hold whatever an earlier step left) and never multiplied in (not even a
+// zero: a zero FMA would turn a -0 partial into +0), so the chain does not depend on the K step
+// either. Rows past M and columns past N are not copied either: they are computed on stale shared
+// floats, and only ever reach outputs past M or N, which are never stored.
 //
 // Three tile shapes, all 256 threads of SIMT register tiles fed from shared memory by a cp.async
 // pipeline of STAGES K steps, two CTAs per SM (__launch_bounds__(256, 2): at most 128 registers)
@@ -17,9 +19,16 @@
 // copies of an [N,K] B); the row pitch is 4 (mod 32) floats, so the transposing stores (a warp
 // covers 8 k x 4 rows) and the fragment reads (LDS.128 of 2-4 distinct float4 of A and 8-16
 // contiguous float4 of B per warp and k) are free of bank conflicts. Within a step each k's
-// fragments are loaded while the previous k's FMAs run (two register buffers); a step ends with
-// one barrier, after which the stage just read is refilled with the step STAGES ahead. The last
-// step of K, when shorter than BK, runs apart (4 k at a time) so the full steps carry no K test.
+// fragments are loaded while the previous k's FMAs run (two register buffers). STAGES - 1 steps
+// are in flight: while step s is computed, the copies of step s + STAGES - 1 go into the stage
+// step s - 1 read, in 4 bunches spread over the step's k (k = 0, (BK - 1) / 4, ...; the whole
+// step's copies at once, right after the barrier, had every warp of the SM queue on the load/store
+// unit together), each copy predicated off, not zero-filled, where its row, column or k is out of
+// range. A step's one barrier comes before its last k's FMAs: the next stage is then complete and
+// this one free, and the next step's first fragments are loaded at once, their latency hidden by
+// those FMAs (at a chunk's start they are loaded there instead: held through the running totals and
+// the epilogue they would cost registers). The last step of K, when shorter than BK, runs apart
+// (4 k at a time) so the full steps carry no K test.
 //   tall:  256 x 128, warp tile 64 x 64, 16 x 8 per thread, BK 16, 3 stages, one CTA per SM (up to
 //          255 registers; the running totals take 128 KB of shared memory, so sm_90 only).
 //   large: 128 x 128, warp tile 32 x 64, 8 x 8 per thread (two 4-wide groups each way), BK 16,
@@ -106,14 +115,23 @@ __device__ __forceinline__ TileCoord tile_coord(int64_t tile64, int64_t tiles_m6
 // What a CTA computes: tiles first, first + stride, ... < end; of each, chunks [c_begin, c_end),
 // which cover K range [kbeg, kend).
 struct Walk {
-  int64_t tile_first, tile_stride, tile_end;
+  int tile_first, tile_stride, tile_end;  // tile counts stay below 2^31 / GROUP_M (the launcher checks)
   int64_t kbeg, kend;
   int c_begin, c_end;
 };
 
-__device__ __forceinline__ void cp_async4(uint32_t dst, const float *src, bool valid) {
-  const int n = valid ? 4 : 0;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+// Predicated async copies: a copy whose predicate is false is skipped, and the shared bytes it
+// would have written keep what they held. Those bytes only ever feed rows past M, columns past N
+// (never stored) or k past the chunk (never multiplied in), so no zero fill is needed. ok:
+// nonzero to copy.
+__device__ __forceinline__ void cp_async4_if(uint32_t dst, const float *src, uint32_t ok) {
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n @p cp.async.ca.shared.global [%0], [%1], 4;\n}\n" ::"r"(dst),
+               "l"(src), "r"(ok));
+}
+__device__ __forceinline__ void cp_async16_if(uint32_t dst, const float *src, uint32_t ok) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n @p cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n}\n" ::"r"(dst),
+      "l"(src), "r"(ok));
 }
 
 // A transposing copy of R rows x BK k of a K-contiguous operand (A, or an [N,K] B) into floats
@@ -129,21 +147,17 @@ struct TransposeCopy {
   __device__ static int kk(int tid) { return (tid & 7) | (((tid >> 5) % KB8) << 3); }
   __device__ static int r(int tid) { return ((tid >> 3) & 3) | (((tid >> 5) / KB8) << 2); }
   __device__ __forceinline__ void set(const float *base, int64_t ld, int64_t r0, int64_t rows, int64_t k0, int tid) {
-    rows_ok = 0;
-#pragma unroll
-    for (int i = 0; i < PER; ++i) rows_ok |= (r0 + r(tid) + i * RSTEP < rows ? 1u : 0u) << i;
+    // Row r0 + r + i * RSTEP exists for i < ceil(left / RSTEP).
+    const int left = static_cast<int>(max(min(rows - r0 - r(tid), static_cast<int64_t>(PER * RSTEP)), int64_t{0}));
+    rows_ok = (1u << ((left + RSTEP - 1) / RSTEP)) - 1u;
     src = base + (r0 + r(tid)) * ld + k0 + kk(tid);
   }
-  // kleft: the k of the step within K (all of them but at the end of K). safe: an address inside
-  // the operand, for the zero-filling copies.
-  __device__ __forceinline__ void load(uint32_t stage, int kleft, int64_t ld, const float *safe, int tid) const {
-    const uint32_t ok_mask = kleft == T::BK || kk(tid) < kleft ? rows_ok : 0u;
-    const uint32_t dst = stage + (kk(tid) * T::ROW + COL + r(tid)) * 4;
-#pragma unroll
-    for (int i = 0; i < PER; ++i) {
-      const bool ok = (ok_mask >> i) & 1;
-      cp_async4(dst + i * RSTEP * 4, ok ? src + i * RSTEP * ld : safe, ok);
-    }
+  // The step's copy predicates (bit i: copy i). kleft: the k of the step within its chunk (0: no step).
+  __device__ __forceinline__ uint32_t mask(int kleft, int tid) const {
+    return kleft == T::BK || kk(tid) < kleft ? rows_ok : 0u;
+  }
+  __device__ __forceinline__ void copy(int i, uint32_t stage, uint32_t mask, int64_t ld, int tid) const {
+    cp_async4_if(stage + (kk(tid) * T::ROW + COL + r(tid) + i * RSTEP) * 4, src + i * RSTEP * ld, mask & (1u << i));
   }
   __device__ __forceinline__ void advance(int64_t) { src += T::BK; }
 };
@@ -161,27 +175,33 @@ struct RowCopy {
     col_ok = n0 + lane * 4 < N;
     src = base + (k0 + (tid >> 5)) * ld + n0 + lane * 4;
   }
-  __device__ __forceinline__ void load(uint32_t stage, int kleft, int64_t ld, const float *safe, int tid) const {
-    const int kr = tid >> 5, lane = tid & 31;
-    const uint32_t dst = stage + (kr * T::ROW + T::BM + lane * 4) * 4;
+  __device__ __forceinline__ uint32_t mask(int kleft, int tid) const {
+    uint32_t m = 0;
 #pragma unroll
-    for (int i = 0; i < PER; ++i) {
-      const bool ok = col_ok && kr + 8 * i < kleft;
-      cp_async16(dst + i * 8 * T::ROW * 4, ok ? src + 8 * i * ld : safe, ok);
-    }
+    for (int i = 0; i < PER; ++i) m |= (col_ok && (tid >> 5) + 8 * i < kleft ? 1u : 0u) << i;
+    return m;
+  }
+  __device__ __forceinline__ void copy(int i, uint32_t stage, uint32_t mask, int64_t ld, int tid) const {
+    cp_async16_if(stage + (((tid >> 5) + 8 * i) * T::ROW + T::BM + (tid & 31) * 4) * 4, src + 8 * i * ld, mask & (1u << i));
   }
   __device__ __forceinline__ void advance(int64_t ld) { src += T::BK * ld; }
 };
 
-// The loads of the walk's K steps, in walk order, one step per call: A^T and B of the step's tile
-// into a stage; zeros where k >= kend, a row >= M or a column >= N. ONE_TILE: the walk has a
-// single tile (the cluster schedule).
+// The copies of the walk's K steps, in walk order, one step at a time: A^T and B of the step's
+// tile into a stage (rows >= M, columns >= N and k >= kend skipped). A step's COPIES copies may be
+// issued apart (begin, copy(j) for each j, end: one commit group). ONE_TILE: the walk has a single
+// tile (the cluster schedule).
 template <class T, bool B_KN, bool ONE_TILE>
 struct Loader {
   static_assert(T::THREADS == 256 && T::BN == 128 && 256 % T::BK == 0, "the copy maps assume these");
-  TransposeCopy<T, T::BM, 0> a;
-  std::conditional_t<B_KN, RowCopy<T>, TransposeCopy<T, T::BN, T::BM>> b;
-  int64_t tile, k0;  // the next step
+  using ACopy = TransposeCopy<T, T::BM, 0>;
+  using BCopy = std::conditional_t<B_KN, RowCopy<T>, TransposeCopy<T, T::BN, T::BM>>;
+  static constexpr int COPIES = ACopy::PER + BCopy::PER;
+  ACopy a;
+  BCopy b;
+  int tile;  // the next step
+  int64_t k0;
+  uint32_t ma, mb;   // its copy predicates
 
   __device__ __forceinline__ void set_tile(const F32Args &p, const Walk &w, int64_t tiles_m, int64_t tiles_n, int tid) {
     if (tile >= w.tile_end) return;
@@ -194,13 +214,22 @@ struct Loader {
     k0 = w.kbeg;
     set_tile(p, w, tiles_m, tiles_n, tid);
   }
-  // Copies the next step (if any is left) into the stage at shared address `stage`; one commit group.
-  __device__ __forceinline__ void load(const F32Args &p, const Walk &w, uint32_t stage, int64_t tiles_m, int64_t tiles_n,
-                                       int tid) {
+  // The next step's predicates (all false when the walk is done).
+  __device__ __forceinline__ void begin(const Walk &w, int tid) {
+    const int kleft = tile < w.tile_end && k0 < w.kend ? static_cast<int>(min(static_cast<int64_t>(T::BK), w.kend - k0)) : 0;
+    ma = a.mask(kleft, tid);
+    mb = b.mask(kleft, tid);
+  }
+  // Copy j of the step into the stage at shared address `stage`.
+  __device__ __forceinline__ void copy(int j, uint32_t stage, const F32Args &p, int tid) const {
+    if (j < ACopy::PER)
+      a.copy(j, stage, ma, p.lda, tid);
+    else
+      b.copy(j - ACopy::PER, stage, mb, p.ldb, tid);
+  }
+  // Closes the step's commit group and moves to the next step.
+  __device__ __forceinline__ void end(const F32Args &p, const Walk &w, int64_t tiles_m, int64_t tiles_n, int tid) {
     if (tile < w.tile_end && k0 < w.kend) {
-      const int kleft = static_cast<int>(min(static_cast<int64_t>(T::BK), w.kend - k0));
-      a.load(stage, kleft, p.lda, p.a, tid);
-      b.load(stage, kleft, p.ldb, p.b, tid);
       k0 += T::BK;
       if (k0 < w.kend) {
         a.advance(p.lda);
@@ -214,6 +243,14 @@ struct Loader {
       }
     }
     cp_async_commit();
+  }
+  // A whole step at once.
+  __device__ __forceinline__ void load(const F32Args &p, const Walk &w, uint32_t stage, int64_t tiles_m, int64_t tiles_n,
+                                       int tid) {
+    begin(w, tid);
+#pragma unroll
+    for (int j = 0; j < COPIES; ++j) copy(j, stage, p, tid);
+    end(p, w, tiles_m, tiles_n, tid);
   }
 };
 
@@ -301,58 +338,83 @@ __global__ void __launch_bounds__(T::THREADS, T::CTAS_PER_SM) gemm_f32_kernel(co
   const int64_t tiles_m = (p.M + T::BM - 1) / T::BM, tiles_n = (p.N + T::BN - 1) / T::BN;
   Walk w;
   if constexpr (CLUSTER) {
-    const int64_t tile = blockIdx.x / ch.count;
+    const int tile = static_cast<int>(blockIdx.x) / ch.count;
     const int c = static_cast<int>(blockIdx.x % ch.count);
     w = {tile, 1, tile + 1, c * ch.size, min(p.K, (c + 1) * ch.size), c, c + 1};
   } else {
-    w = {blockIdx.x, gridDim.x, tiles_m * tiles_n * p.batch, 0, p.K, 0, ch.count};
+    w = {static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x), static_cast<int>(tiles_m * tiles_n * p.batch), 0, p.K, 0,
+         ch.count};
   }
 
-  // The pipeline: STAGES steps in flight, the consumer reading stage `stage`.
+  // The pipeline: the consumer reads stage `rs` (step s) while the copies of step s + STAGES - 1
+  // go into stage `ws` (the one step s - 1 read), spread over the step's k.
   Loader<T, B_KN, CLUSTER> loader;
   loader.start(p, w, tiles_m, tiles_n, tid);
 #pragma unroll 1
-  for (int s = 0; s < T::STAGES; ++s) loader.load(p, w, smem_addr + s * T::STAGE * 4, tiles_m, tiles_n, tid);
-  int stage = 0;
-  cp_async_wait<T::STAGES - 1>();
+  for (int s = 0; s + 1 < T::STAGES; ++s) loader.load(p, w, smem_addr + s * T::STAGE * 4, tiles_m, tiles_n, tid);
+  int rs = 0, ws = T::STAGES - 1;
+  cp_async_wait<T::STAGES - 2>();
   __syncthreads();
 
-  // Between two steps: waits for the next step's stage, then refills the one just consumed with
-  // the step STAGES ahead.
-  auto next_step = [&]() {
-    cp_async_wait<T::STAGES - 2>();
-    __syncthreads();  // the next stage is in; every thread is done with this one
-    loader.load(p, w, smem_addr + stage * T::STAGE * 4, tiles_m, tiles_n, tid);
-    stage = stage + 1 == T::STAGES ? 0 : stage + 1;
-  };
   float acc[T::TM][T::TN];
   Frag<T> f[2];  // f[k % 2]: k's fragments, k + 1's loaded before k's FMAs
-  // The FMAs of a step of BK k.
-  auto full_fmas = [&]() {
-    const float *cur = smem + stage * T::STAGE;
-    load_frag<T>(f[0], cur, row0, col0);
+  // The end of a step: its copies' group closed, the next step's stage waited for; after the
+  // barrier every thread is done with this stage (its last k's fragments are in registers), so
+  // it is the next one to refill, and the next step's first k's fragments are loaded at once.
+  auto finish_step = [&]() {
+    loader.end(p, w, tiles_m, tiles_n, tid);
+    cp_async_wait<T::STAGES - 2>();
+    __syncthreads();
+    ws = rs;
+    rs = rs + 1 == T::STAGES ? 0 : rs + 1;
+    load_frag<T>(f[0], smem + rs * T::STAGE, row0, col0);
+  };
+  constexpr int COPY_BUNCHES = 4;
+  // A step of BK k (FMAS: false for warps whose rows are all past M, which only keep the pipeline
+  // going: every warp runs the same barriers). Copy j goes out in bunch b = j * 4 / COPIES, with
+  // k = b * (BK - 1) / 4; the step ends before its last k's FMAs, which hide the next step's first
+  // fragment loads.
+  auto full_step = [&](auto fmas) {
+    constexpr bool FMAS = decltype(fmas)::value;
+    const float *cur = smem + rs * T::STAGE;
+    const uint32_t dst = smem_addr + ws * T::STAGE * 4;
+    loader.begin(w, tid);
 #pragma unroll
     for (int k = 0; k < T::BK; ++k) {
-      if (k + 1 < T::BK) load_frag<T>(f[(k + 1) % 2], cur + (k + 1) * T::ROW, row0, col0);
-      fma_k<T>(acc, f[k % 2]);
+      if (k + 1 < T::BK) {
+        if (FMAS) load_frag<T>(f[(k + 1) % 2], cur + (k + 1) * T::ROW, row0, col0);
+#pragma unroll
+        for (int j = 0; j < loader.COPIES; ++j)
+          if (j * COPY_BUNCHES / loader.COPIES * (T::BK - 1) / COPY_BUNCHES == k) loader.copy(j, dst, p, tid);
+      } else {
+        finish_step();
+      }
+      if (FMAS) fma_k<T>(acc, f[k % 2]);
     }
   };
-  // Those of the last step of K when shorter than BK: kvalid k, a multiple of 4 (as K is), 4 at a
-  // time, so the k past K (zero-filled) never enter the chain.
-  auto tail_fmas = [&](int kvalid) {
-    const float *cur = smem + stage * T::STAGE;
-    load_frag<T>(f[0], cur, row0, col0);
+  // The last step of K when shorter than BK (its copies at once): kvalid k, a multiple of 4 (as K
+  // is), 4 at a time, so the k past K never enter the chain.
+  auto tail_step = [&](int kvalid, bool warp_has_rows_now) {
+    loader.load(p, w, smem_addr + ws * T::STAGE * 4, tiles_m, tiles_n, tid);
+    if (warp_has_rows_now) {
+      const float *cur = smem + rs * T::STAGE;
 #pragma unroll 1
-    for (int k4 = 0; k4 < kvalid; k4 += 4, cur += 4 * T::ROW) {
+      for (int k4 = 0; k4 < kvalid; k4 += 4, cur += 4 * T::ROW) {
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        if (k < 3 || k4 + 4 < kvalid) load_frag<T>(f[(k + 1) % 2], cur + (k + 1) * T::ROW, row0, col0);
-        fma_k<T>(acc, f[k % 2]);
+        for (int k = 0; k < 4; ++k) {
+          if (k < 3 || k4 + 4 < kvalid) load_frag<T>(f[(k + 1) % 2], cur + (k + 1) * T::ROW, row0, col0);
+          fma_k<T>(acc, f[k % 2]);
+        }
       }
     }
+    cp_async_wait<T::STAGES - 2>();
+    __syncthreads();
+    ws = rs;
+    rs = rs + 1 == T::STAGES ? 0 : rs + 1;
+    load_frag<T>(f[0], smem + rs * T::STAGE, row0, col0);
   };
 
-  for (int64_t tile = w.tile_first; tile < w.tile_end; tile += w.tile_stride) {
+  for (int tile = w.tile_first; tile < w.tile_end; tile += w.tile_stride) {
     const TileCoord tc = tile_coord(tile, tiles_m, tiles_n);
     const int64_t m0 = tc.pid_m * T::BM, n0 = tc.pid_n * T::BN;
     const int valid_m = static_cast<int>(min(static_cast<int64_t>(T::BM), p.M - m0));
@@ -363,16 +425,16 @@ __global__ void __launch_bounds__(T::THREADS, T::CTAS_PER_SM) gemm_f32_kernel(co
 #pragma unroll
         for (int j = 0; j < T::TN; ++j) acc[i][j] = 0.f;
       const int64_t kbeg = static_cast<int64_t>(c) * ch.size, klen = min(p.K, kbeg + ch.size) - kbeg;
-      // Every k of the chunk in order; warps whose rows are all past M only keep the pipeline going
-      // (every warp runs the same barriers).
-      for (int64_t s = klen / T::BK; s > 0; --s) {
-        if (warp_has_rows) full_fmas();
-        next_step();
+      // Every k of the chunk in order. The first k's fragments are loaded here, not kept from the
+      // previous step's end: that would hold their registers through the totals and the epilogue.
+      load_frag<T>(f[0], smem + rs * T::STAGE, row0, col0);
+      for (int s = static_cast<int>(klen / T::BK); s > 0; --s) {
+        if (warp_has_rows)
+          full_step(std::true_type{});
+        else
+          full_step(std::false_type{});
       }
-      if (const int tail = static_cast<int>(klen % T::BK)) {
-        if (warp_has_rows) tail_fmas(tail);
-        next_step();
-      }
+      if (const int tail = static_cast<int>(klen % T::BK)) tail_step(tail, warp_has_rows);
       if constexpr (!CLUSTER) {
         // total = p_c_begin, then total = total + p_c in chunk order: between chunks in shared
         // memory (slot q of thread t at float4 q * THREADS + t: conflict-free, each thread its
