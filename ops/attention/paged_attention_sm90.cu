@@ -211,6 +211,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) paged_attention_ws_kernel(const
     rescale_acc<D, false>(st, a);
     pack_p<kBf16, 0, 8>(s, pa);
     if (my_tiles > 1) wait_full(1);
+    const int tiles_per_split = p.split_tokens / kKeys;
+    int split_tile = 0;  // tile it's index within its split, counted up to tiles_per_split
     for (it = 1; it < my_tiles; ++it) {
       // Tile it's S beside tile it - 1's P V (tile it's stage was waited for in the previous step).
       sm90::fence_proxy_async_shared();
@@ -224,7 +226,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) paged_attention_ws_kernel(const
       const int t0 = it * kKeys;
       mask_scores<false>(s, t0, visible, min_visible, lane, warp);
       // A tile that starts a split starts from a fresh state; the finished one is folded below.
-      const bool starts_split = t0 % p.split_tokens == 0;
+      const bool starts_split = ++split_tile == tiles_per_split;
+      if (starts_split) split_tile = 0;
       float m[2] = {starts_split ? -INFINITY : st.m[0], starts_split ? -INFINITY : st.m[1]};
       float l[2] = {starts_split ? 0.f : st.l[0], starts_split ? 0.f : st.l[1]};
       softmax_stats<0, 8>(m, l, s, p.scale_log2, a);
@@ -239,6 +242,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) paged_attention_ws_kernel(const
         st.reset();
       }
       st.m[0] = m[0], st.m[1] = m[1], st.l[0] = l[0], st.l[1] = l[1];
+      // Once the row maxima settle, a = 1 for every row of the warp and the rescale is the
+      // identity (x * 1 = x; a NaN keeps its payload here, but every output comes out of a merge
+      // or a division, which return the canonical NaN either way).
       rescale_acc<D, false>(st, a);
       pack_p<kBf16, 0, 8>(s, pa);
     }

@@ -219,10 +219,11 @@ __device__ __forceinline__ float (&acc_registers(RowState<D> &st))[D / 2] {
 template <typename T, int D>
 __device__ __forceinline__ void qk_wgmma_issue(float (&s)[8][4], uint32_t q_s, uint32_t k_tile) {
   float(&sf)[32] = *reinterpret_cast<float(*)[32]>(&s[0][0]);
+  const uint64_t q_desc = sm90::desc_k_major(q_s), k_desc = sm90::desc_k_major(k_tile);
 #pragma unroll
   for (int ks = 0; ks < D / 16; ++ks) {
     const uint32_t off = (ks / 4) * kBlockBytes + (ks % 4) * 32;
-    sm90::wgmma_m64n64k16_ss<T>(sf, sm90::desc_k_major(q_s + off), sm90::desc_k_major(k_tile + off), ks > 0);
+    sm90::wgmma_m64n64k16_ss<T>(sf, sm90::desc_advance(q_desc, off), sm90::desc_advance(k_desc, off), ks > 0);
   }
 }
 // Issues acc += P V over k-steps FIRST .. FIRST + STEPS - 1 (16 keys each, in key order) on wgmma:
@@ -230,9 +231,10 @@ __device__ __forceinline__ void qk_wgmma_issue(float (&s)[8][4], uint32_t q_s, u
 template <typename T, int D, int FIRST, int STEPS>
 __device__ __forceinline__ void pv_wgmma_issue(RowState<D> &st, const uint32_t (&pa)[STEPS][4], uint32_t v_tile) {
   float(&acc)[D / 2] = acc_registers(st);
+  const uint64_t v_desc = sm90::desc_mn_major(v_tile, kBlockBytes);
 #pragma unroll
   for (int x = 0; x < STEPS; ++x) {
-    const uint64_t desc = sm90::desc_mn_major(v_tile + (FIRST + x) * 16 * 128, kBlockBytes);
+    const uint64_t desc = sm90::desc_advance(v_desc, (FIRST + x) * 16 * 128);
     if constexpr (D == 128) sm90::wgmma_m64n128k16_rs<T>(acc, pa[x], desc);
     else sm90::wgmma_m64n64k16_rs<T>(acc, pa[x], desc);
   }

@@ -70,6 +70,10 @@ __device__ __forceinline__ uint64_t desc_mn_major(uint32_t addr, uint32_t mn_blo
   return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(mn_block_bytes >> 4) << 16) |
          (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
 }
+// The descriptor of the tile `offset` bytes (a multiple of 16) past the one `desc` describes.
+// Shared-memory addresses stay below 256 KB, so the 14-bit start-address field just adds: one
+// add per MMA instead of rebuilding the descriptor.
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t offset) { return desc + (offset >> 4); }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
