@@ -1,0 +1,85 @@
+// The last step of every CPU op (ops/cpu/output.h): float32 to the output dtype, rounded to
+// nearest even, every NaN the dtype's positive quiet NaN, the same bits at every position of the
+// tensor (vectorised body or scalar tail), and float32 results canonicalised in place.
+#include "ops/cpu/output.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace detfuzz {
+namespace {
+
+float from_bits(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+uint32_t bits_of(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+// Values whose conversion is easy to get wrong: NaNs of every sign and payload, infinities,
+// signed zeros, subnormals of float32 and of half, ties at bfloat16's and half's rounding
+// point, and values past half's range.
+std::vector<float> edge_values() {
+  std::vector<float> v;
+  for (uint32_t b : {0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFFFFFFFFu, 0x7FBFFFFFu, 0x7F800000u, 0xFF800000u, 0x00000000u,
+                     0x80000000u, 0x00000001u, 0x807FFFFFu, 0x3F808000u, 0x3F818000u, 0xBF808000u, 0x3F800FFFu, 0x33800000u,
+                     0x33000001u, 0x477FF000u, 0x477FF001u, 0x47800000u, 0xC7800000u, 0x387FC000u})
+    v.push_back(from_bits(b));
+  return v;
+}
+
+TEST(CpuOutput, RoundsToNearestEvenAndCanonicalisesNaNAtEveryPosition) {
+  std::mt19937 rng(20261125);
+  const std::vector<float> edges = edge_values();
+  for (int64_t n : {1, 7, 8, 15, 16, 17, 31, 32, 33, 64, 100}) {
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<float> x(n);
+      for (auto &e : x) {
+        const uint32_t pick = rng() % 4;
+        e = pick == 0 ? edges[rng() % edges.size()] : from_bits(rng());
+      }
+      const at::Tensor src = at::from_blob(x.data(), {n}, at::kFloat).clone();
+      const at::Tensor bf = cpu_ops::to_output(src.clone(), at::kBFloat16);
+      const at::Tensor hf = cpu_ops::to_output(src.clone(), at::kHalf);
+      at::Tensor f32 = src.clone();
+      const at::Tensor f = cpu_ops::to_output(f32, at::kFloat);
+      ASSERT_EQ(bf.scalar_type(), at::kBFloat16);
+      ASSERT_EQ(hf.scalar_type(), at::kHalf);
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = x[i];
+        const bool nan = std::isnan(v);
+        const uint16_t want_bf = nan ? 0x7FC0 : c10::BFloat16(v).x;
+        const uint16_t want_hf = nan ? 0x7E00 : c10::Half(v).x;
+        const uint32_t want_f = nan ? 0x7FC00000u : bits_of(v);
+        EXPECT_EQ(bf.data_ptr<c10::BFloat16>()[i].x, want_bf) << "n " << n << " i " << i << " bits " << std::hex << bits_of(v);
+        EXPECT_EQ(hf.data_ptr<c10::Half>()[i].x, want_hf) << "n " << n << " i " << i << " bits " << std::hex << bits_of(v);
+        EXPECT_EQ(bits_of(f.data_ptr<float>()[i]), want_f) << "n " << n << " i " << i;
+        EXPECT_EQ(bits_of(f32.data_ptr<float>()[i]), want_f) << "float32 is canonicalised in place";
+      }
+    }
+  }
+}
+
+// A strided (non-contiguous) float32 result converts like its contiguous copy.
+TEST(CpuOutput, NonContiguousInput) {
+  const at::Tensor x = at::randn({6, 10}, at::kFloat).t();
+  x.select(0, 3).fill_(std::numeric_limits<float>::quiet_NaN());
+  const at::Tensor got = cpu_ops::to_output(x.clone(), at::kBFloat16);
+  const at::Tensor want = cpu_ops::to_output(x.contiguous(), at::kBFloat16);
+  ASSERT_EQ(got.sizes(), x.sizes());
+  EXPECT_TRUE(at::equal(got.view(at::kShort), want.view(at::kShort)));
+}
+
+}  // namespace
+}  // namespace detfuzz
