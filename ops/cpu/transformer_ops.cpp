@@ -99,9 +99,11 @@ at::Tensor rope(const at::Tensor &x, const at::Tensor &positions, double theta) 
   const int64_t *pp = pos.const_data_ptr<int64_t>();
   float *yp = y.data_ptr<float>();
   std::vector<float> c(half), s(half);
+  std::vector<double> inv_freq(half);
+  for (int64_t i = 0; i < half; ++i) inv_freq[i] = rope_inv_freq(theta, i, d);
   for (int64_t t = 0; t < t_len; ++t) {
     for (int64_t i = 0; i < half; ++i) {
-      const double a = static_cast<double>(pp[t]) * rope_inv_freq(theta, i, d);
+      const double a = static_cast<double>(pp[t]) * inv_freq[i];
       c[i] = static_cast<float>(std::cos(a));
       s[i] = static_cast<float>(std::sin(a));
     }
