@@ -242,9 +242,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) paged_attention_ws_kernel(const
         st.reset();
       }
       st.m[0] = m[0], st.m[1] = m[1], st.l[0] = l[0], st.l[1] = l[1];
-      // Once the row maxima settle, a = 1 for every row of the warp and the rescale is the
-      // identity (x * 1 = x; a NaN keeps its payload here, but every output comes out of a merge
-      // or a division, which return the canonical NaN either way).
       rescale_acc<D, false>(st, a);
       pack_p<kBf16, 0, 8>(s, pa);
     }
