@@ -67,13 +67,14 @@ void convert_half_fastest(const float *src, uint16_t *dst, int64_t n) {
 
 at::Tensor to_output(at::Tensor f32, at::ScalarType dtype) {
   TORCH_CHECK(f32.scalar_type() == at::kFloat, "to_output: expected a float32 result, got ", f32.scalar_type());
-  const bool known = dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf;
-  if (!known || !f32.is_non_overlapping_and_dense()) {
-    // Not a floating output dtype of ours, or a view with gaps: the element-wise way.
+  if (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kHalf) {
+    // Not a dtype the CPU ops produce: ATen's conversion, after the float32 canonicalisation.
     f32.masked_fill_(f32.isnan(), std::numeric_limits<float>::quiet_NaN());
     return f32.to(dtype);
   }
-  // Dense: the output has the same strides, so element k of memory maps to element k.
+  // A view with gaps is made dense first; a dense result's output has the same strides, so
+  // element k of memory maps to element k.
+  if (!f32.is_non_overlapping_and_dense()) f32 = f32.contiguous();
   const float *src = f32.data_ptr<float>();
   const int64_t n = f32.numel();
   if (dtype == at::kFloat) {

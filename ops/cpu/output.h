@@ -11,8 +11,8 @@
 
 namespace detfuzz::cpu_ops {
 
-// One pass over a dense float32 result (float32 outputs are canonicalised in place and returned);
-// the result keeps `f32`'s strides.
+// One pass over a float32 result (float32 outputs are canonicalised in place and returned); the
+// result keeps `f32`'s strides where it is dense (a view with gaps comes back contiguous).
 at::Tensor to_output(at::Tensor f32, at::ScalarType dtype);
 
 }  // namespace detfuzz::cpu_ops

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 namespace detfuzz {
@@ -71,14 +72,25 @@ TEST(CpuOutput, RoundsToNearestEvenAndCanonicalisesNaNAtEveryPosition) {
   }
 }
 
-// A strided (non-contiguous) float32 result converts like its contiguous copy.
-TEST(CpuOutput, NonContiguousInput) {
-  const at::Tensor x = at::randn({6, 10}, at::kFloat).t();
-  x.select(0, 3).fill_(std::numeric_limits<float>::quiet_NaN());
-  const at::Tensor got = cpu_ops::to_output(x.clone(), at::kBFloat16);
-  const at::Tensor want = cpu_ops::to_output(x.contiguous(), at::kBFloat16);
-  ASSERT_EQ(got.sizes(), x.sizes());
-  EXPECT_TRUE(at::equal(got.view(at::kShort), want.view(at::kShort)));
+// A dense but permuted result keeps its strides; a view with gaps converts like its contiguous
+// copy, its NaNs included (the same canonical pattern as a dense result's).
+TEST(CpuOutput, PermutedAndGappedResults) {
+  const at::Tensor x = at::randn({6, 10}, at::kFloat);
+  x.select(1, 4).fill_(-std::numeric_limits<float>::quiet_NaN());
+  for (const at::Tensor &view : {x.t(), x.slice(1, 0, 10, 2)}) {
+    const bool dense = view.is_non_overlapping_and_dense();
+    const at::Tensor nan = view.isnan().contiguous();
+    ASSERT_GT(nan.sum().item<int64_t>(), 0);
+    for (auto [dtype, pattern] : {std::pair{at::kBFloat16, 0x7FC0}, {at::kHalf, 0x7E00}}) {
+      const at::Tensor got = cpu_ops::to_output(view, dtype);  // the bfloat16/float16 paths leave `view` as it is
+      const at::Tensor want = cpu_ops::to_output(view.contiguous(), dtype);
+      ASSERT_EQ(got.sizes(), view.sizes());
+      if (dense) EXPECT_EQ(got.strides(), view.strides());
+      const at::Tensor bits = got.contiguous().view(at::kShort).to(at::kInt);
+      EXPECT_TRUE(at::equal(bits, want.view(at::kShort).to(at::kInt))) << dtype << (dense ? " dense" : " with gaps");
+      EXPECT_TRUE(at::all(bits.masked_select(nan) == pattern).item<bool>()) << dtype << (dense ? " dense" : " with gaps");
+    }
+  }
 }
 
 }  // namespace
