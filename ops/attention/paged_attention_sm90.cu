@@ -198,7 +198,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) paged_attention_ws_kernel(const
   auto wait_full = [&](int it) { sm90::mbar_wait(full + 8 * (it % kWsStages), (it / kWsStages) & 1); };
   int it = 0;
   if (my_tiles > 0) {
-    // The first tile: S, its statistics from the fresh state.
+    // The first tile (S, its statistics from the fresh state) is peeled off the loop rather than
+    // guarded inside it: a wgmma under a branch makes ptxas serialize every wgmma of the kernel.
     wait_full(0);
     sm90::fence_proxy_async_shared();  // the producer's cp.async writes, read by wgmma
     sm90::wgmma_fence();
