@@ -41,6 +41,7 @@ const char *gemm_path_name(GemmPath p) {
     case GemmPath::sm90_split: return "sm90_split";
     case GemmPath::sm90_persistent_64: return "sm90_persistent_64";
     case GemmPath::sm90_split_64: return "sm90_split_64";
+    case GemmPath::sm90_persistent_64x64: return "sm90_persistent_64x64";
   }
   return "?";
 }

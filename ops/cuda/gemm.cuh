@@ -35,8 +35,10 @@ int dtype_size(DType t);
 // (no K chunks), invariant on their own. Tests and variant_agree force a path.
 // The sm90 paths with the _64 suffix use 64-row tiles (one consumer warpgroup), the automatic
 // choice for M <= 64 and where 128-row tiles would leave half the SMs idle; the others 128-row
-// tiles. sm90_split reduces a tile's K chunks in a cluster's shared memory.
-enum class GemmPath { automatic, mma_sync, sm90_persistent, sm90_split, sm90_persistent_64, sm90_split_64 };
+// tiles. sm90_split reduces a tile's K chunks in a cluster's shared memory. sm90_persistent_64x64
+// runs 64 x 64 tiles (wgmma m64n64k16: the same per-element arithmetic as m64n128k16, over the
+// same K order), the automatic choice where 64 x 128 tiles would leave half the SMs idle.
+enum class GemmPath { automatic, mma_sync, sm90_persistent, sm90_split, sm90_persistent_64, sm90_split_64, sm90_persistent_64x64 };
 const char *gemm_path_name(GemmPath p);
 // The paths this device can run for a 16-bit dtype (sm90 ones only on compute capability 9.x).
 bool gemm_path_available(GemmPath p, int device);

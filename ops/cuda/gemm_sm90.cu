@@ -26,15 +26,21 @@
 // Each path comes in two tile heights: 128 rows (two consumer warpgroups) and 64 rows (one, taken
 // for M <= 64 so that no warpgroup multiplies only rows past M, and wherever 128-row tiles would
 // leave half the SMs idle); a 64-row slab of either is the same wgmma sequence on the same data.
-// All run the same instruction (m64n128k16, f32 accumulation) on the same shared-memory layouts
-// over the same K ranges, and the same adds in the same order, so they give the same bits: the
-// launcher may pick any of the four for any M. Nothing depends on M, the batch, the grid or the
-// B layout. variant_agree runs all four on the same inputs (tests force each one).
+// A fifth path, persistent 64 x 64 tiles, halves the columns per CTA where 64 x 128 tiles would
+// leave half the SMs idle (decode with N up to about 8k: twice the CTAs stream B). It runs
+// m64n64k16 instead of m64n128k16: the same instruction family, which computes each output
+// element from the same operands in the same way whatever N it spans (an n64 tile is the left or
+// right half of an n128 one), over the same K steps and chunks.
+// All five run that arithmetic on the same shared-memory layouts over the same K ranges, with the
+// same adds in the same order, so they give the same bits: the launcher may pick any of them for
+// any M. Nothing depends on M, the batch, the grid or the B layout. variant_agree runs all five on
+// the same inputs (tests force each one), and `scan` checks it across M.
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/gemm.cuh"
 #include "ops/cuda/gemm_common.cuh"
 #include "ops/cuda/mma_sm80.cuh"
 #include "ops/cuda/ptx_sm90.cuh"
+#include "ops/cuda/tensor_map.h"
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -52,7 +58,7 @@
 namespace detfuzz::cuda_kernels {
 namespace {
 
-constexpr int BN = 128, BK = 64, GROUP_M = 8;
+constexpr int BK = 64, GROUP_M = 8;
 // How a CTA's work is cut: every chunk of its tiles (persistent), or one chunk of one tile whose
 // partials meet in a cluster's shared memory.
 enum Sched { kPersistent, kCluster };
@@ -60,19 +66,20 @@ enum Sched { kPersistent, kCluster };
 // produces. Two for M > 64; one for M <= 64, where a second would multiply rows past M.
 template <int CONSUMERS>
 constexpr int kThreads = 128 * (CONSUMERS + 1);
-constexpr int B_BYTES = BK * BN * 2;              // 16 KiB
-constexpr int PART_LD = BN + 4;                   // floats per row of a split partial in shared memory
 // Shared memory of a CTA: `stages` pipeline stages of A's box then B's 64 x 128, then the full and
 // empty barriers. A 64-row tile's smaller stages buy it more of them (decode streams B, and what
 // bounds it is the bytes in flight per SM).
-template <int CONSUMERS>
+// Tiles are 128 columns wide, or 64 (BN) for the 64 x 64 tiles of sm90_persistent_64x64.
+template <int CONSUMERS, int BN>
 struct Geometry {
   static constexpr int tile_m = 64 * CONSUMERS;
   static constexpr int a_bytes = tile_m * BK * 2;
-  static constexpr int stage_bytes = a_bytes + B_BYTES;
-  static constexpr int stages = CONSUMERS == 2 ? 6 : 9;
+  static constexpr int b_bytes = BK * BN * 2;  // 16 KiB (BN 128) or 8
+  static constexpr int part_ld = BN + 4;       // floats per row of a split partial in shared memory
+  static constexpr int stage_bytes = a_bytes + b_bytes;
+  static constexpr int stages = CONSUMERS == 2 ? 6 : BN == 128 ? 9 : 13;  // about 210 KiB in flight for 64-row tiles
   static constexpr int smem_bytes = 1024 + stages * stage_bytes + 2 * stages * 8;
-  static_assert(tile_m * PART_LD * 4 <= stages * stage_bytes, "the split partial reuses the stages");
+  static_assert(tile_m * part_ld * 4 <= stages * stage_bytes, "the split partial reuses the stages");
   static_assert(smem_bytes <= 227 * 1024, "fits an SM");
 };
 static_assert(kMinKChunk % BK == 0, "chunks are whole K steps");
@@ -98,10 +105,10 @@ __device__ __forceinline__ float finish(float total, const Sm90Args &p, const ui
   return v;
 }
 
-// Stores a consumer thread's 64 results of a tile (rows row_base and row_base + 8 of the tile,
+// Stores a consumer thread's BN / 2 results of a tile (rows row_base and row_base + 8 of the tile,
 // columns 8 j + 2 (lane % 4) + {0, 1}: wgmma's accumulator layout), rows past valid_m dropped.
-template <typename T>
-__device__ __forceinline__ void store_fragment(const float (&v)[64], const Sm90Args &p, const TileCoord &tc, int64_t m0,
+template <typename T, int BN>
+__device__ __forceinline__ void store_fragment(const float (&v)[BN / 2], const Sm90Args &p, const TileCoord &tc, int64_t m0,
                                                int64_t n0, int row_base, int valid_m, int lane) {
   uint16_t *C = p.g.c + tc.batch * p.g.sc;
   const uint16_t *bias = p.g.bias ? p.g.bias + tc.batch * p.g.sbias : nullptr;
@@ -112,7 +119,7 @@ __device__ __forceinline__ void store_fragment(const float (&v)[64], const Sm90A
     if (r >= valid_m) continue;
     const int64_t gm = m0 + r;
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
+    for (int j = 0; j < BN / 8; ++j) {
       const int64_t gn = n0 + 8 * j + 2 * (lane % 4);
       if (gn >= p.g.N) continue;
       uint16_t *dst = C + gm * p.g.ldc + gn;
@@ -132,14 +139,15 @@ __device__ __forceinline__ void store_fragment(const float (&v)[64], const Sm90A
   }
 }
 
-template <typename T, bool B_KN, int SCHED, int CONSUMERS>
+template <typename T, bool B_KN, int SCHED, int CONSUMERS, int BN>
 __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                      const Sm90Args p) {
 #if DETFUZZ_SM90A
   using namespace sm90;
   constexpr bool SPLIT = SCHED != kPersistent;
-  using G = Geometry<CONSUMERS>;
+  using G = Geometry<CONSUMERS, BN>;
+  constexpr int PART_LD = G::part_ld;
   constexpr int TILE_M = G::tile_m, STAGES = G::stages, STAGE_BYTES = G::stage_bytes, A_BYTES = G::a_bytes;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -187,8 +195,8 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
           if (p.a_rank3) tma_load_3d(stage_a(s), &tmap_a, fb, k0, m0, b);
           else tma_load_2d(stage_a(s), &tmap_a, fb, k0, m0);
           if (B_KN) {
-            for (int half = 0; half < 2; ++half) {
-              const uint32_t dst = stage_b(s) + half * (B_BYTES / 2);
+            for (int half = 0; half < BN / 64; ++half) {  // boxes of 64 N columns
+              const uint32_t dst = stage_b(s) + half * (64 * BK * 2);
               if (p.b_rank3) tma_load_3d(dst, &tmap_b, fb, n0 + 64 * half, k0, b);
               else tma_load_2d(dst, &tmap_b, fb, n0 + 64 * half, k0);
             }
@@ -206,8 +214,8 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
     const int t = tid % 128, warp = t / 32, lane = t % 32;
     // The running total of the chunks: a register array of its own only when a CTA runs more
     // than one chunk (persistent); a split CTA's one partial stays in acc.
-    float acc[64];
-    float total[SPLIT ? 1 : 64];
+    float acc[BN / 2];
+    float total[SPLIT ? 1 : BN / 2];
     int it = 0;
     for (int64_t tile = first; tile < p.tiles; tile += step) {
       const TileCoord tc = persistent_tile<GROUP_M>(tile, p.tiles_m, p.tiles_n);
@@ -224,13 +232,15 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
           // A warpgroup whose rows all lie past M still runs its MMAs (on TMA's zero rows, never
           // stored): a branch around wgmma would make ptxas serialize every wgmma of the kernel.
           wgmma_fence();
-          const uint32_t a0 = stage_a(s) + cw * (64 * 128);
+          // The stage's descriptors are built once and advanced by an add per MMA.
+          const uint64_t da0 = desc_k_major(stage_a(s) + cw * (64 * 128));
+          const uint64_t db0 = B_KN ? desc_mn_major(stage_b(s), 64 * BK * 2) : desc_k_major(stage_b(s));
 #pragma unroll
           for (int kk = 0; kk < BK / 16; ++kk) {
-            const uint64_t da = desc_k_major(a0 + kk * 32);
-            const uint64_t db = B_KN ? desc_mn_major(stage_b(s) + kk * 2048, B_BYTES / 2)
-                                     : desc_k_major(stage_b(s) + kk * 32);
-            wgmma_m64n128k16<T, B_KN ? 1 : 0>(acc, da, db, (kb > cb || kk > 0) ? 1 : 0);
+            const uint64_t da = desc_advance(da0, kk * 32);
+            const uint64_t db = desc_advance(db0, B_KN ? kk * 2048 : kk * 32);
+            if constexpr (BN == 128) wgmma_m64n128k16<T, B_KN ? 1 : 0>(acc, da, db, (kb > cb || kk > 0) ? 1 : 0);
+            else wgmma_m64n64k16_ss<T, B_KN ? 1 : 0>(acc, da, db, (kb > cb || kk > 0) ? 1 : 0);
           }
           wgmma_commit();
           wgmma_wait<1>();  // the previous stage's MMAs are done: release it
@@ -243,10 +253,10 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
         if constexpr (!SPLIT) {
           if (cb == kb_begin) {
 #pragma unroll
-            for (int i = 0; i < 64; ++i) total[i] = acc[i];
+            for (int i = 0; i < BN / 2; ++i) total[i] = acc[i];
           } else {
 #pragma unroll
-            for (int i = 0; i < 64; ++i) total[i] = __fadd_rn(total[i], acc[i]);
+            for (int i = 0; i < BN / 2; ++i) total[i] = __fadd_rn(total[i], acc[i]);
           }
         }
       }
@@ -257,12 +267,12 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
       const int row_base = cw * 64 + warp * 16 + lane / 4;
       if (!active) continue;
       if constexpr (!SPLIT) {
-        store_fragment<T>(total, p, tc, m0, n0, row_base, valid_m, lane);
+        store_fragment<T, BN>(total, p, tc, m0, n0, row_base, valid_m, lane);
       } else {
         // Leave the partial in this CTA's shared memory.
         float *part = reinterpret_cast<float *>(smem_raw + (stages - raw));
 #pragma unroll
-        for (int j = 0; j < 16; ++j)
+        for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int r = row_base + 8 * h;
@@ -312,19 +322,6 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
     cluster_sync();  // no CTA leaves while another still reads its shared memory
   }
 #endif
-}
-
-// cuTensorMapEncodeTiled from the driver, found once through the runtime (no -lcuda).
-PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void *f = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    DETFUZZ_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q));
-    if (q != cudaDriverEntryPointSuccess || !f)
-      throw std::runtime_error("gemm_sm90: the driver has no cuTensorMapEncodeTiled");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
 }
 
 // A 128-byte-swizzled tiled map over a 16-bit [batch][rows][cols] tensor (rank 2 when the batch
@@ -387,25 +384,25 @@ CUtensorMap make_map(const void *base, int64_t cols, int64_t rows, int64_t ld, i
 }
 
 // The kernel for a schedule, opted into its shared memory once per device.
-template <typename T, bool B_KN, int SCHED, int CONSUMERS>
+template <typename T, bool B_KN, int SCHED, int CONSUMERS, int BN>
 auto prepared_kernel(int dev) {
-  auto kernel = gemm_sm90_kernel<T, B_KN, SCHED, CONSUMERS>;
+  auto kernel = gemm_sm90_kernel<T, B_KN, SCHED, CONSUMERS, BN>;
   static std::atomic<uint64_t> opted_in{0};
   const uint64_t bit = dev >= 0 && dev < 64 ? (uint64_t(1) << dev) : 0;
   if (!bit || !(opted_in.load() & bit)) {
     DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            Geometry<CONSUMERS>::smem_bytes));
+                                            Geometry<CONSUMERS, BN>::smem_bytes));
     opted_in.fetch_or(bit);
   }
   return kernel;
 }
 
-template <int CONSUMERS>
+template <int CONSUMERS, int BN>
 cudaLaunchConfig_t launch_config(int grid, int cluster, cudaStream_t stream, cudaLaunchAttribute *attr) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(grid);
   cfg.blockDim = dim3(kThreads<CONSUMERS>);
-  cfg.dynamicSmemBytes = Geometry<CONSUMERS>::smem_bytes;
+  cfg.dynamicSmemBytes = Geometry<CONSUMERS, BN>::smem_bytes;
   cfg.stream = stream;
   if (cluster > 1) {
     attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -428,9 +425,9 @@ int max_active_clusters(int dev, int size) {
   const auto key = std::make_pair(dev, size);
   auto it = known.find(key);
   if (it == known.end()) {
-    auto kernel = prepared_kernel<T, B_KN, kCluster, CONSUMERS>(dev);
+    auto kernel = prepared_kernel<T, B_KN, kCluster, CONSUMERS, 128>(dev);
     cudaLaunchAttribute attr[1];
-    const cudaLaunchConfig_t cfg = launch_config<CONSUMERS>(size, size, nullptr, attr);
+    const cudaLaunchConfig_t cfg = launch_config<CONSUMERS, 128>(size, size, nullptr, attr);
     int clusters = 0;
     DETFUZZ_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
     it = known.emplace(key, std::max(clusters, 1)).first;
@@ -438,45 +435,75 @@ int max_active_clusters(int dev, int size) {
   return it->second;
 }
 
-template <typename T, bool B_KN, int SCHED, int CONSUMERS>
-void launch_one(const CUtensorMap &ma, const CUtensorMap &mb, const Sm90Args &args, int grid, int dev, cudaStream_t stream) {
-  auto kernel = prepared_kernel<T, B_KN, SCHED, CONSUMERS>(dev);
+// The kernel's arguments and TMA maps for tiles of tile_m x bn.
+struct Launch {
+  Sm90Args args{};
+  CUtensorMap ma, mb;
+};
+Launch prepare(const GemmParams &p, int tile_m, int bn) {
+  Launch l;
+  Sm90Args &args = l.args;
+  args.g = gemm_args<uint16_t>(p);
+  args.tiles_m = (p.M + tile_m - 1) / tile_m;
+  args.tiles_n = (p.N + bn - 1) / bn;
+  args.tiles = args.tiles_m * args.tiles_n * p.batch;
+  const KChunks kc = k_chunks(p.K);
+  args.kblocks = static_cast<int>((p.K + BK - 1) / BK);
+  args.chunk_kblocks = static_cast<int>((kc.size + BK - 1) / BK);  // a single chunk (K <= kMinKChunk) may end mid-step
+  args.chunks = kc.count;
+  if (args.tiles * args.chunks > INT32_MAX)
+    throw std::invalid_argument("launch_gemm_sm90: too many tiles (" + std::to_string(args.tiles) + ")");
+  const int a_box_rows = p.M >= tile_m ? tile_m : static_cast<int>((p.M + 7) / 8 * 8);
+  args.stage_tx_bytes = a_box_rows * BK * 2 + bn * BK * 2;
+  l.ma = make_map(p.a, p.K, p.M, p.lda, p.batch, p.batch_stride_a, BK, a_box_rows, &args.a_rank3);
+  l.mb = p.b_kn ? make_map(p.b, p.N, p.K, p.ldb, p.batch, p.batch_stride_b, 64, BK, &args.b_rank3)
+                : make_map(p.b, p.K, p.N, p.ldb, p.batch, p.batch_stride_b, BK, bn, &args.b_rank3);
+  return l;
+}
+
+template <typename T, bool B_KN, int SCHED, int CONSUMERS, int BN>
+void launch_one(const GemmParams &p, int grid_limit, int dev, cudaStream_t stream) {
+  const Launch l = prepare(p, 64 * CONSUMERS, BN);
+  const int grid = static_cast<int>(SCHED == kCluster ? l.args.tiles * l.args.chunks : std::min<int64_t>(l.args.tiles, grid_limit));
+  auto kernel = prepared_kernel<T, B_KN, SCHED, CONSUMERS, BN>(dev);
   cudaLaunchAttribute attr[1];
-  const cudaLaunchConfig_t cfg = launch_config<CONSUMERS>(grid, SCHED == kCluster ? args.chunks : 1, stream, attr);
-  DETFUZZ_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, ma, mb, args));
+  const cudaLaunchConfig_t cfg = launch_config<CONSUMERS, BN>(grid, SCHED == kCluster ? l.args.chunks : 1, stream, attr);
+  DETFUZZ_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, l.ma, l.mb, l.args));
   DETFUZZ_LAUNCH_CHECK();
 }
 
 // Picks the schedule (when `path` is automatic) and launches.
 //   persistent: min(tiles, SMs) CTAs, each tile's chunks one after another;
-//   cluster split: one CTA per (tile, chunk), clusters of `chunks`, as many at once as fit.
+//   cluster split: one CTA per (tile, chunk), clusters of `chunks`, as many at once as fit;
+//   64 x 64 tiles (64-row tiles only): persistent, where 64 x 128 tiles would leave half the SMs
+//   idle: twice the CTAs stream B (each SM's stream, not the HBM, bounds decode there).
 // Costs in chunk times: a split CTA costs about three chunks' time for one chunk of work
 // (measured on an H100: its pipeline fills and drains once, and the partials cross shared
 // memory), so a split pays only where the tiles alone leave most SMs idle.
 template <typename T, bool B_KN, int CONSUMERS>
-void dispatch(const CUtensorMap &ma, const CUtensorMap &mb, const Sm90Args &args, GemmPath path, int sms, int dev,
-              cudaStream_t stream) {
+void dispatch(const GemmParams &p, GemmPath path, int dev, cudaStream_t stream) {
+  const int sms = p.num_ctas, tile_m = 64 * CONSUMERS;
+  const int64_t tiles = (p.M + tile_m - 1) / tile_m * ((p.N + 127) / 128) * p.batch;
+  const int chunks = k_chunks(p.K).count;
+  if (path == GemmPath::sm90_persistent_64x64) return launch_one<T, B_KN, kPersistent, 1, 64>(p, sms, dev, stream);
   const bool forced_cluster = path == GemmPath::sm90_split || path == GemmPath::sm90_split_64;
   const bool forced_persistent = path == GemmPath::sm90_persistent || path == GemmPath::sm90_persistent_64;
   bool cluster = forced_cluster;
-  if (!forced_cluster && !forced_persistent && args.chunks > 1) {
-    const int64_t persistent_cost = (args.tiles + sms - 1) / sms * args.chunks;
-    const int64_t cap = max_active_clusters<T, B_KN, CONSUMERS>(dev, args.chunks);
-    cluster = (args.tiles + cap - 1) / cap * 3 < persistent_cost;
+  if (!forced_cluster && !forced_persistent && chunks > 1) {
+    const int64_t persistent_cost = (tiles + sms - 1) / sms * chunks;
+    const int64_t cap = max_active_clusters<T, B_KN, CONSUMERS>(dev, chunks);
+    cluster = (tiles + cap - 1) / cap * 3 < persistent_cost;
   }
-  if (cluster) {
-    launch_one<T, B_KN, kCluster, CONSUMERS>(ma, mb, args, static_cast<int>(args.tiles * args.chunks), dev, stream);
-  } else {
-    const int grid = static_cast<int>(std::min<int64_t>(args.tiles, sms));
-    launch_one<T, B_KN, kPersistent, CONSUMERS>(ma, mb, args, grid, dev, stream);
-  }
+  if (cluster) return launch_one<T, B_KN, kCluster, CONSUMERS, 128>(p, sms, dev, stream);
+  if constexpr (CONSUMERS == 1)
+    if (path == GemmPath::automatic && 2 * tiles <= sms) return launch_one<T, B_KN, kPersistent, 1, 64>(p, sms, dev, stream);
+  launch_one<T, B_KN, kPersistent, CONSUMERS, 128>(p, sms, dev, stream);
 }
 
 template <typename T, int CONSUMERS>
-void dispatch_layout(const CUtensorMap &ma, const CUtensorMap &mb, const Sm90Args &args, bool b_kn, GemmPath path,
-                     int sms, int dev, cudaStream_t stream) {
-  if (b_kn) dispatch<T, true, CONSUMERS>(ma, mb, args, path, sms, dev, stream);
-  else dispatch<T, false, CONSUMERS>(ma, mb, args, path, sms, dev, stream);
+void dispatch_layout(const GemmParams &p, GemmPath path, int dev, cudaStream_t stream) {
+  if (p.b_kn) dispatch<T, true, CONSUMERS>(p, path, dev, stream);
+  else dispatch<T, false, CONSUMERS>(p, path, dev, stream);
 }
 
 }  // namespace
@@ -488,36 +515,19 @@ void launch_gemm_sm90(const GemmParams &p, GemmPath path, cudaStream_t stream) {
   // Tile height: 64 rows (one consumer warpgroup) when forced, for M <= 64, and where 128-row
   // tiles would leave half the SMs idle (twice the CTAs then stream B: an H100 at M = 128,
   // N = 4096, K = 14336 took 87 us in 128-row tiles and 61 us in 64-row ones); else 128.
-  const int64_t wide_tiles = (p.M + 127) / 128 * ((p.N + BN - 1) / BN) * p.batch;
+  const int64_t wide_tiles = (p.M + 127) / 128 * ((p.N + 127) / 128) * p.batch;
   const bool narrow = path == GemmPath::sm90_persistent_64 || path == GemmPath::sm90_split_64 ||
+                      path == GemmPath::sm90_persistent_64x64 ||
                       (path == GemmPath::automatic && (p.M <= 64 || 2 * wide_tiles <= p.num_ctas));
-  const int tile_m = narrow ? 64 : 128;
-  Sm90Args args{};
-  args.g = gemm_args<uint16_t>(p);
-  args.tiles_m = (p.M + tile_m - 1) / tile_m;
-  args.tiles_n = (p.N + BN - 1) / BN;
-  args.tiles = args.tiles_m * args.tiles_n * p.batch;
-  const KChunks kc = k_chunks(p.K);
-  args.kblocks = static_cast<int>((p.K + BK - 1) / BK);
-  args.chunk_kblocks = static_cast<int>((kc.size + BK - 1) / BK);  // a single chunk (K <= kMinKChunk) may end mid-step
-  args.chunks = kc.count;
-  if (args.tiles * args.chunks > INT32_MAX)
-    throw std::invalid_argument("launch_gemm_sm90: too many tiles (" + std::to_string(args.tiles) + ")");
-
-  const int a_box_rows = p.M >= tile_m ? tile_m : static_cast<int>((p.M + 7) / 8 * 8);
-  args.stage_tx_bytes = a_box_rows * BK * 2 + B_BYTES;
-  const CUtensorMap ma = make_map(p.a, p.K, p.M, p.lda, p.batch, p.batch_stride_a, BK, a_box_rows, &args.a_rank3);
-  const CUtensorMap mb = p.b_kn ? make_map(p.b, p.N, p.K, p.ldb, p.batch, p.batch_stride_b, 64, BK, &args.b_rank3)
-                                : make_map(p.b, p.K, p.N, p.ldb, p.batch, p.batch_stride_b, BK, BN, &args.b_rank3);
   int dev = 0;
   DETFUZZ_CUDA_CHECK(cudaGetDevice(&dev));
   const bool bf16 = p.dtype == DType::bf16;
   if (narrow) {
-    if (bf16) dispatch_layout<__nv_bfloat16, 1>(ma, mb, args, p.b_kn, path, p.num_ctas, dev, stream);
-    else dispatch_layout<__half, 1>(ma, mb, args, p.b_kn, path, p.num_ctas, dev, stream);
+    if (bf16) dispatch_layout<__nv_bfloat16, 1>(p, path, dev, stream);
+    else dispatch_layout<__half, 1>(p, path, dev, stream);
   } else {
-    if (bf16) dispatch_layout<__nv_bfloat16, 2>(ma, mb, args, p.b_kn, path, p.num_ctas, dev, stream);
-    else dispatch_layout<__half, 2>(ma, mb, args, p.b_kn, path, p.num_ctas, dev, stream);
+    if (bf16) dispatch_layout<__nv_bfloat16, 2>(p, path, dev, stream);
+    else dispatch_layout<__half, 2>(p, path, dev, stream);
   }
 }
 

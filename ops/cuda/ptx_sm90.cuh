@@ -123,17 +123,18 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t desc_a
   }
 }
 
-// D(64x64, f32) = A(64x16) * B(16x64) + (accumulate ? D : 0), A and B from shared memory, both
-// K-major (S = Q K^T: Q rows and K rows along the head dim). Accumulator layout as m64n128k16's.
-template <typename T>
+// D(64x64, f32) = A(64x16) * B(16x64) + (accumulate ? D : 0), A and B from shared memory, A
+// K-major, B K-major (TRANS_B = 0: S = Q K^T, Q rows and K rows along the head dim) or N-major
+// (TRANS_B = 1). Accumulator layout as m64n128k16's.
+template <typename T, int TRANS_B = 0>
 __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int accumulate) {
   static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>, "16-bit inputs");
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
 #define DETFUZZ_WGMMA_SS(TYPE)                                                                          \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                              \
-               "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n" \
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, %35;\n}\n" \
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])                      \
-               : "l"(desc_a), "l"(desc_b), "r"(accumulate))
+               : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TRANS_B))
   if constexpr (kBf16) DETFUZZ_WGMMA_SS("bf16"); else DETFUZZ_WGMMA_SS("f16");
 #undef DETFUZZ_WGMMA_SS
 }
