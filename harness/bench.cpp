@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <memory>
 #include <ostream>
 #include <sstream>
@@ -42,11 +43,11 @@ std::vector<BenchShape> default_bench_shapes() {
 std::vector<BenchShape> read_bench_shapes(const std::string &path) {
   std::vector<BenchShape> out;
   try {
-    io::CSVReader<4, io::trim_chars<' ', '\t'>> in(path);
-    in.read_header(io::ignore_missing_column, "op", "M", "N", "K");
+    io::CSVReader<5, io::trim_chars<' ', '\t'>> in(path);
+    in.read_header(io::ignore_missing_column, "op", "M", "N", "K", "page");
     std::string op;
-    int64_t m = 0, n = 0, k = 0;
-    while (in.read_row(op, m, n, k)) {
+    int64_t m = 0, n = 0, k = 0, page = 16;
+    while (in.read_row(op, m, n, k, page)) {
       const std::string where = path + ":" + std::to_string(in.get_file_line()) + ": ";
       const bool attention = op == "paged_attention_decode" || op == "paged_attention_prefill";
       if (op != "mm" && op != "log_softmax" && op != "mean" && !attention)
@@ -55,8 +56,10 @@ std::vector<BenchShape> read_bench_shapes(const std::string &path) {
       if (m <= 0 || n <= 0 || (op == "mm" && k <= 0)) throw std::invalid_argument(where + "sizes must be positive");
       if (attention && k != 64 && k != 128 && k != 256) throw std::invalid_argument(where + "K is the head dim: 64, 128 or 256");
       if (op == "paged_attention_prefill" && m != 1) throw std::invalid_argument(where + "a prefill row times one sequence (M = 1)");
-      out.push_back({op, m, n, op == "mm" || attention ? k : 0});
+      if (attention && (page <= 0 || page > 4096)) throw std::invalid_argument(where + "page must be 1 to 4096 tokens");
+      out.push_back({op, m, n, op == "mm" || attention ? k : 0, attention ? page : 16});
       k = 0;
+      page = 16;
     }
   } catch (const io::error::base &e) {
     std::string what = e.what();
@@ -83,6 +86,14 @@ bool split_forced_path(const std::string &impl, std::string *base, std::string *
   return true;
 }
 
+// `invariant@tma` and `invariant@cp-async`: paged attention's Hopper prefill kernel with its K/V
+// loads forced ("tma" or "cp-async"); nullopt for any other name.
+std::optional<std::string> attention_loads_by_name(const std::string &impl) {
+  std::string base, path;
+  if (!split_forced_path(impl, &base, &path) || base != "invariant" || (path != "tma" && path != "cp-async")) return std::nullopt;
+  return path;
+}
+
 bool known_matmul_path(const std::string &path) {
 #ifdef DETFUZZ_WITH_CUDA
   return cuda_ops::matmul_path_by_name(path).has_value();
@@ -107,7 +118,7 @@ BenchPlan plan_bench(const BenchConfig &cfg) {
     for (const auto &op : cfg.ops) {
       // Paged attention times our fused kernel only (against a device copy and SDPA).
       std::string base, path;
-      const bool has = op == "paged_attention"   ? impl == "invariant"
+      const bool has = op == "paged_attention"   ? impl == "invariant" || attention_loads_by_name(impl)
                        : impl == kDispatchImpl ? op == "mm" && cfg.set_batch_invariant_mode != nullptr
                        : split_forced_path(impl, &base, &path)
                            ? op == "mm" && base == "invariant" && known_matmul_path(path)
@@ -247,10 +258,9 @@ double median_us(Fn fn, int reps, cudaEvent_t start, cudaEvent_t stop, cudaStrea
 }
 
 // A paged batch on the GPU: `lens` sequences of q_len query rows each (decode: 1; prefill: the
-// whole length), pages of 16 tokens laid out one sequence after another.
-OpArgs paged_batch(const std::vector<int64_t> &kv_lens, int64_t q_len, int64_t hq, int64_t hkv, int64_t d, at::ScalarType dtype,
-                   at::Generator &gen) {
-  constexpr int64_t page = 16;
+// whole length), pages of `page` tokens laid out one sequence after another.
+OpArgs paged_batch(const std::vector<int64_t> &kv_lens, int64_t q_len, int64_t hq, int64_t hkv, int64_t d, int64_t page,
+                   at::ScalarType dtype, at::Generator &gen) {
   const auto f32 = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
   const auto i32 = at::TensorOptions().dtype(at::kInt);
   int64_t blocks = 0, max_blocks = 0, rows = 0;
@@ -309,18 +319,26 @@ at::Tensor run_paged(const OpArgs &a, const attention::CudaAttentionOptions &opt
 
 // Decode (one query row per sequence, GB/s against a device-to-device copy of the same bytes)
 // and prefill (one sequence, TFLOP/s against torch's SDPA on contiguous inputs, causal, GQA), for
-// each kernel of ours: `invariant` (wgmma on an sm_90 GPU) and `invariant-mma-sync`, on the same
-// inputs; one row each.
+// each kernel of ours: `invariant` (wgmma on an sm_90 GPU) and `invariant-mma-sync`, and the
+// Hopper prefill kernel's K/V loads forced (`invariant@tma`, `invariant@cp-async`) where --impl
+// names them, on the same inputs; one row each.
 void attention_bench(const BenchConfig &cfg, std::ostream &csv, std::ostream &log, at::Generator &gen, cudaEvent_t start,
                      cudaEvent_t stop, cudaStream_t stream) {
   using Kernel = attention::CudaAttentionOptions::Kernel;
+  using KvLoads = attention::CudaAttentionOptions::KvLoads;
   struct Timed {
-    const char *impl;
+    std::string impl;
     attention::CudaAttentionOptions options;
   };
   std::vector<Timed> impls = {{"invariant", {}}};
   impls.push_back({"invariant-mma-sync", {}});
   impls.back().options.kernel = Kernel::mma_sync;
+  for (const auto &name : cfg.impls) {
+    const auto loads = attention_loads_by_name(name);
+    if (!loads) continue;
+    impls.push_back({name, {}});
+    impls.back().options.kv_loads = *loads == "tma" ? KvLoads::tma : KvLoads::cp_async;
+  }
   // The shapes: a --shapes file's paged_attention_decode (M = batch, N = context, K = head dim)
   // and paged_attention_prefill (N = tokens) rows, or by default batches 1-256 at contexts
   // 512-32k (K+V up to 16 GiB) and prefills of 1k-8k tokens, head dim 128.
@@ -340,8 +358,8 @@ void attention_bench(const BenchConfig &cfg, std::ostream &csv, std::ostream &lo
     const double elem = static_cast<double>(c10::elementSize(dtype));
     for (const BenchShape &shape : shapes) {
       if (shape.op != "paged_attention_decode") continue;
-      const int64_t batch = shape.m, ctx = shape.n, d = shape.k;
-      const OpArgs args = paged_batch(std::vector<int64_t>(batch, ctx), 1, hq, hkv, d, dtype, gen);
+      const int64_t batch = shape.m, ctx = shape.n, d = shape.k, page = shape.page;
+      const OpArgs args = paged_batch(std::vector<int64_t>(batch, ctx), 1, hq, hkv, d, page, dtype, gen);
       const double bytes = elem * (2.0 * batch * ctx * hkv * d + 2.0 * batch * hq * d);
       at::Tensor src = at::empty({static_cast<int64_t>(bytes / 2)}, at::TensorOptions().device(at::kCUDA).dtype(at::kByte));
       at::Tensor dst = at::empty_like(src);
@@ -350,26 +368,29 @@ void attention_bench(const BenchConfig &cfg, std::ostream &csv, std::ostream &lo
       const double copy_us = std::min(median_us([&] { dst.copy_(src); }, reps, start, stop, stream),
                                       median_graph_us([&] { dst.copy_(src); }, reps, start, stop, stream));
       // Invariance on these inputs: sequence 0 of the batch alone gives the same bits.
-      OpArgs one = paged_batch({ctx}, 1, hq, hkv, d, dtype, gen);
+      OpArgs one = paged_batch({ctx}, 1, hq, hkv, d, page, dtype, gen);
       one.tensors[0] = args.tensors[0].narrow(0, 0, 1);
       one.tensors[1] = args.tensors[1];
       one.tensors[2] = args.tensors[2];
       one.tensors[5] = args.tensors[5].narrow(0, 0, 1);
       for (const Timed &impl : impls) {
+        if (impl.options.kv_loads != KvLoads::automatic) continue;  // the forced loads are the prefill kernel's
         const double us = time_planned_attention(args, impl.options, reps, start, stop, stream);
         const bool verified = same_bits(run_paged(one, impl.options), run_paged(args, impl.options).narrow(0, 0, 1));
         csv << "paged_attention_decode," << impl.impl << ',' << dtype_name(dtype) << ',' << batch << ',' << ctx << ',' << d << ','
             << fmt(us) << ",," << fmt(bytes / us * 1e-3, "%.1f") << ",d2d-copy," << fmt(copy_us) << ','
-            << fmt(copy_us / us, "%.4f") << ',' << (verified ? "yes" : "no") << '\n';
-        log << "paged_attention decode " << impl.impl << ' ' << dtype_name(dtype) << " batch=" << batch << " ctx=" << ctx << ": "
+            << fmt(copy_us / us, "%.4f") << ',' << (verified ? "yes" : "no") << ',' << fmt(bytes / copy_us * 1e-3, "%.1f") << ','
+            << fmt(copy_us / us, "%.4f") << ',' << page << '\n';
+        log << "paged_attention decode " << impl.impl << ' ' << dtype_name(dtype) << " batch=" << batch << " ctx=" << ctx
+            << (page == 16 ? "" : " page=" + std::to_string(page)) << ": "
             << fmt(us, "%.1f") << " us, " << fmt(bytes / us * 1e-3, "%.0f") << " GB/s = " << fmt(100.0 * copy_us / us, "%.0f")
             << "% of a device copy" << (verified ? "" : "  (invariance FAILED)") << std::endl;
       }
     }
     for (const BenchShape &shape : shapes) {
       if (shape.op != "paged_attention_prefill") continue;
-      const int64_t len = shape.n, d = shape.k;
-      const OpArgs args = paged_batch({len}, len, hq, hkv, d, dtype, gen);
+      const int64_t len = shape.n, d = shape.k, page = shape.page;
+      const OpArgs args = paged_batch({len}, len, hq, hkv, d, page, dtype, gen);
       // SDPA on the same values, contiguous [1, H, L, D], causal, K/V heads repeated for GQA.
       const at::Tensor q = args.tensors[0].transpose(0, 1).unsqueeze(0).contiguous();
       const at::Tensor k = args.tensors[1].reshape({-1, hkv, d}).narrow(0, 0, len).transpose(0, 1).repeat_interleave(hq / hkv, 0).unsqueeze(0).contiguous();
@@ -379,10 +400,10 @@ void attention_bench(const BenchConfig &cfg, std::ostream &csv, std::ostream &lo
                                              std::max(3, cfg.repetitions), start, stop, stream);
       const double flops = 4.0 * hq * d * (static_cast<double>(len) * (len + 1) / 2);
       // Invariance: the same prefill with a decode sequence ahead of it in the batch.
-      const OpArgs both = paged_batch({100, len}, len, hq, hkv, d, dtype, gen);
+      const OpArgs both = paged_batch({100, len}, len, hq, hkv, d, page, dtype, gen);
       OpArgs shifted = both;
       shifted.tensors[0] = at::cat({both.tensors[0].narrow(0, 0, 100), args.tensors[0]});
-      const int64_t first_block = (100 + 15) / 16;
+      const int64_t first_block = (100 + page - 1) / page;
       shifted.tensors[1] = at::cat({both.tensors[1].narrow(0, 0, first_block), args.tensors[1]});
       shifted.tensors[2] = at::cat({both.tensors[2].narrow(0, 0, first_block), args.tensors[2]});
       for (const Timed &impl : impls) {
@@ -390,8 +411,9 @@ void attention_bench(const BenchConfig &cfg, std::ostream &csv, std::ostream &lo
         const bool verified = same_bits(run_paged(shifted, impl.options).narrow(0, 100, len), run_paged(args, impl.options));
         csv << "paged_attention_prefill," << impl.impl << ',' << dtype_name(dtype) << ",1," << len << ',' << d << ',' << fmt(us)
             << ',' << fmt(flops / us * 1e-6, "%.2f") << ",,torch-sdpa-flash," << fmt(sdpa_us) << ',' << fmt(sdpa_us / us, "%.4f")
-            << ',' << (verified ? "yes" : "no") << '\n';
-        log << "paged_attention prefill " << impl.impl << ' ' << dtype_name(dtype) << " len=" << len << ": " << fmt(us, "%.1f")
+            << ',' << (verified ? "yes" : "no") << ",,," << page << '\n';
+        log << "paged_attention prefill " << impl.impl << ' ' << dtype_name(dtype) << " len=" << len
+            << (page == 16 ? "" : " page=" + std::to_string(page)) << ": " << fmt(us, "%.1f")
             << " us, " << fmt(flops / us * 1e-6, "%.1f") << " TFLOP/s, " << fmt(sdpa_us / us, "%.2f") << "x torch SDPA (flash)"
             << (verified ? "" : "  (invariance FAILED)") << std::endl;
       }
@@ -423,7 +445,7 @@ std::string run_bench(const BenchConfig &cfg, std::ostream &log, std::string *st
 
   std::ostringstream csv;
   csv << "op,impl,dtype,M,N,K,median_us,tflops,gbps,baseline_impl,cublas_median_us,speedup_vs_cublas,invariant_verified,"
-         "d2d_gbps,bandwidth_share_of_d2d\n";
+         "d2d_gbps,bandwidth_share_of_d2d,page\n";
   // The dispatcher row: impl `torch` (at::mm) run with the batch-invariant mode on.
   std::unique_ptr<ImplInfo> dispatch_impl;
   if (cfg.set_batch_invariant_mode) {
@@ -521,7 +543,7 @@ std::string run_bench(const BenchConfig &cfg, std::ostream &log, std::string *st
               << (flops > 0 ? fmt(flops / us * 1e-6, "%.2f") : "") << ',' << (bytes > 0 ? fmt(bytes / us * 1e-3, "%.1f") : "") << ','
               << baseline << ',' << fmt(base_us) << ',' << fmt(speedup, "%.4f") << ',' << (verified[name] ? "yes" : "no") << ','
               << (std::isnan(d2d_gbps) ? "" : fmt(d2d_gbps, "%.1f")) << ','
-              << (std::isnan(d2d_gbps) ? "" : fmt(gbps / d2d_gbps, "%.4f")) << '\n';
+              << (std::isnan(d2d_gbps) ? "" : fmt(gbps / d2d_gbps, "%.4f")) << ",\n";
           if (name != baseline) speedups[s.op + "/" + name + "/" + dtype_name(dtype)].push_back(speedup);
           log << "[" << done << "/" << total << "] " << s.op << " " << name << " " << dtype_name(dtype) << " M=" << s.m << " N=" << s.n
               << " K=" << s.k << ": " << fmt(us, "%.1f") << " us, "
@@ -532,7 +554,8 @@ std::string run_bench(const BenchConfig &cfg, std::ostream &log, std::string *st
         }
       }
     }
-    if (plan.times("paged_attention", "invariant")) attention_bench(cfg, csv, log, gen, start, stop, stream);
+    if (std::any_of(plan.pairs.begin(), plan.pairs.end(), [](const auto &p) { return p.first == "paged_attention"; }))
+      attention_bench(cfg, csv, log, gen, start, stop, stream);
   } catch (const std::exception &e) {
     if (!stopped) throw;
     *stopped = std::string(e.what()).substr(0, std::string(e.what()).find('\n'));

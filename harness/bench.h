@@ -30,6 +30,7 @@ namespace detfuzz {
 struct BenchShape {
   std::string op;  // mm | log_softmax | mean | paged_attention_decode | paged_attention_prefill (K: head dim)
   int64_t m = 0, n = 0, k = 0;  // reductions: m rows of n columns
+  int64_t page = 16;             // paged attention: tokens per KV page
 };
 
 struct BenchConfig {

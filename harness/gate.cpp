@@ -59,6 +59,9 @@ std::map<std::string, BenchRow> read_bench(const fs::path &file) {
     r.impl = f[col["impl"]];
     r.baseline_impl = f[col["baseline_impl"]];
     r.key = f[col["op"]] + "/" + r.impl + "/" + f[col["dtype"]] + " M=" + f[col["M"]] + " N=" + f[col["N"]] + " K=" + f[col["K"]];
+    // Attention rows name their page size; pages of 16 (the default, and every row of a bench.csv
+    // older than the column) keep the plain key.
+    if (col.count("page") && !f[col["page"]].empty() && f[col["page"]] != "16") r.key += " page=" + f[col["page"]];
     try {
       r.speedup = std::stod(f[col["speedup_vs_cublas"]]);
     } catch (const std::exception &) {

@@ -96,6 +96,11 @@ struct CudaAttentionOptions {
   // 64 or 128), else mma_sync. The two differ in bits; each is invariant on its own, so the
   // choice depends on the device and the head dim only, never on the batch.
   enum class Kernel { automatic, mma_sync, wgmma } kernel = Kernel::automatic;
+  // How the Hopper prefill kernel (wgmma, whole_rows) loads K/V tiles: automatic is TMA for pages
+  // of 64 tokens or a multiple (a box per 64-key tile), cp.async otherwise; tma takes TMA wherever
+  // a box fits a page run (pages of 8-64 dividing 64, or multiples of 64); cp_async never does.
+  // The bytes in shared memory, and so every bit, are the same.
+  enum class KvLoads { automatic, tma, cp_async } kv_loads = KvLoads::automatic;
 };
 
 // can_implement says why the kernel cannot take these tensors, or "" when it can.

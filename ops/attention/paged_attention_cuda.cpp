@@ -149,6 +149,7 @@ at::Tensor PagedAttentionCudaPlan::run(const at::Tensor &q, const at::Tensor &k_
   p.num_seqs = static_cast<int>(num_seqs_);
   p.max_blocks = static_cast<int>(max_blocks_);
   p.block_size = static_cast<int>(block_size_);
+  p.pool_blocks = num_blocks_;
   p.h_q = static_cast<int>(h_q_);
   p.h_kv = static_cast<int>(h_kv_);
   p.head_dim = static_cast<int>(head_dim_);
@@ -159,6 +160,9 @@ at::Tensor PagedAttentionCudaPlan::run(const at::Tensor &q, const at::Tensor &k_
   p.splits_per_cta = static_cast<int>(splits_per_cta_);
   p.schedule = whole_rows_ ? KvSchedule::whole_rows : KvSchedule::split_per_cta;
   p.kernel = wgmma_ ? AttnKernel::wgmma : AttnKernel::mma_sync;
+  p.kv_loads = options_.kv_loads == CudaAttentionOptions::KvLoads::tma        ? KvLoads::tma
+               : options_.kv_loads == CudaAttentionOptions::KvLoads::cp_async ? KvLoads::cp_async
+                                                                               : KvLoads::automatic;
   p.scale_log2 = softmax_scale_log2(alpha, head_dim_);
   at::Tensor part_acc, part_ml;
   if (!whole_rows_ && max_splits_ > 1) {

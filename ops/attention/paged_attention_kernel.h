@@ -5,6 +5,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+
 namespace detfuzz::attention {
 
 // How the CTAs share out a row's KV splits. Both give every row the same bits (the merge is the
@@ -17,6 +19,9 @@ enum class KvSchedule {
 
 // Which kernel computes the tiles. They differ in bits (tensor cores order a dot product their own
 // way per instruction), and each is batch invariant on its own.
+// How the Hopper prefill kernel loads K/V tiles (see CudaAttentionOptions::KvLoads).
+enum class KvLoads { automatic, tma, cp_async };
+
 enum class AttnKernel {
   mma_sync,  // mma.sync.m16n8k16 per warp, ldmatrix: any GPU from sm_80
   wgmma,     // Hopper's warpgroup MMA (sm_90a code on an sm_90 GPU), head dims 64 and 128
@@ -30,6 +35,7 @@ struct PagedAttnLaunch {
   float *part_acc = nullptr;      // split_per_cta: [T_q, H_q, max_splits, D] unnormalised split accumulators
   float *part_ml = nullptr;       // split_per_cta: [T_q, H_q, max_splits, 2] split (max, sum), log2 domain
   int num_rows = 0, num_seqs = 0, max_blocks = 0, block_size = 0;
+  int64_t pool_blocks = 0;  // NB: pages in each pool (the extent of the Hopper kernel's TMA maps)
   int h_q = 0, h_kv = 0, head_dim = 0;
   int split_tokens = 256;  // keys per split: a positive multiple of 64
   int softmax_keys = 64;   // keys per online-softmax step: 64, or 32 (the planted qtile bug)
@@ -38,6 +44,7 @@ struct PagedAttnLaunch {
   int splits_per_cta = 1;  // split_per_cta: consecutive splits one CTA walks (fewer CTA prologues)
   KvSchedule schedule = KvSchedule::split_per_cta;
   AttnKernel kernel = AttnKernel::mma_sync;
+  KvLoads kv_loads = KvLoads::automatic;
   float scale_log2 = 1.f;  // softmax scale times log2(e): scores are kept in the log2 domain
 };
 

@@ -5,10 +5,14 @@
 // consumer owns one 64-row query tile (paged_attention.cu's tile: 64 (query row, head) pairs of
 // one sequence and one KV head), the two tiles adjacent, so they read the same keys (the first
 // one's keys are a prefix of the second's under the causal mask). The producer streams the union
-// of their keys, 64-key K and V tiles, through kWsStages shared-memory stages: each of its 128
-// threads copies half of one key's K and V rows (cp.async, 16 bytes at a time, through the block
-// table; keys past kv_len zero-filled) into the 128-byte-swizzled layout the wgmma descriptors
-// read, and its cp.async completion arrives on the stage's `full` mbarrier. A consumer waits on
+// of their keys, 64-key K and V tiles, through kWsStages shared-memory stages, into the
+// 128-byte-swizzled layout the wgmma descriptors read. A tile whose keys all lie below kv_len is
+// loaded by TMA for pages of 64 slots or a multiple (KvLoads::tma also for pages of 8-32 dividing
+// 64, 16-32 for D = 64, measured slower): one thread issues a 3-D box per page run and 64-column
+// block, through the block table, and the stage's `full` mbarrier counts the bytes. Other tiles (the
+// last one of a sequence, or every tile for other page sizes) are copied by all 128 threads with
+// cp.async, 16 bytes at a time, whole 256-byte rows per warp instruction, keys past kv_len
+// zero-filled; each thread's completion arrives on `full`. A consumer waits on
 // `full`, computes the tile with the tile_math functions (wgmma S = Q K^T, the online-softmax step,
 // wgmma O += P V), folds a finished split into its merged state in shared memory, and releases the
 // stage on its `empty` mbarrier (one arrival per warp); a consumer whose rows see fewer keys keeps
@@ -25,7 +29,12 @@
 #include "ops/attention/paged_attention_kernel.h"
 #include "ops/attention/paged_attention_tile.cuh"
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/tensor_map.h"
 
+#include <cuda.h>
+
+#include <climits>
+#include <cstdint>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -61,8 +70,17 @@ __device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
 __device__ __forceinline__ void warpgroup_barrier(int id) { asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory"); }
 #endif
 
+// How the producer loads a tile's K and V: kTma where tma_box_rows() allows it, else kCopies.
+// kv_maps: the K and V pools as 3-D TMA maps (head dim, KV head, slot), boxes of 64 elements x
+// 1 x box_rows, 128-byte swizzled; unused (zeroed) when box_rows is 0.
+struct KvMaps {
+  CUtensorMap k, v;
+  int box_rows;  // 0: every tile by cp.async
+};
+
 template <typename T, int D>
-__global__ void __launch_bounds__(kWsThreads, 1) paged_attention_ws_kernel(const PagedAttnLaunch p) {
+__global__ void __launch_bounds__(kWsThreads, 1)
+    paged_attention_ws_kernel(const PagedAttnLaunch p, const __grid_constant__ KvMaps kv_maps) {
 #if DETFUZZ_SM90A
   using S = WsSmem<D>;
   using L = Layout<D>;
@@ -128,21 +146,53 @@ __global__ void __launch_bounds__(kWsThreads, 1) paged_attention_ws_kernel(const
       }
     };
     read_pages(0, q, r);
+    // A tile whose 64 keys all lie below kv_len is loaded by TMA where the page size allows it
+    // (box_rows > 0): thread 0 issues one box per page run and column block, the copy engine
+    // writes the same swizzled layout, and the stage's `full` barrier counts its bytes; the other
+    // threads only arrive. A tile with keys past kv_len goes through cp.async, which zero-fills
+    // them (a page's stale slots may hold NaN or infinity, and P = 0 times those is not 0).
+    const int box_rows = kv_maps.box_rows, box_mask = box_rows - 1;
+    if (tid == 0 && box_rows > 0) {
+      sm90::prefetch_tensor_map(&kv_maps.k);
+      sm90::prefetch_tensor_map(&kv_maps.v);
+    }
     for (int it = 0; it < n_tiles; ++it) {
       const int s = it % kWsStages;
       sm90::mbar_wait(empty + 8 * s, ((it / kWsStages) & 1) ^ 1);  // the consumers released the stage
-      int slot = r;
+      if (box_rows > 0 && (it + 1) * kKeys <= kv_len) {  // uniform over the warpgroup
+        if (tid == 0) {
+          sm90::mbar_expect_tx(full + 8 * s, 2 * L::kTileBytes);
+          // Thread 0's key j * kRowsPerStep starts a box when it is a multiple of box_rows (a power
+          // of two >= kRowsPerStep). Its page is page[j]; its slot is r for the first box (pages of
+          // 64 or more: one box per column block) and 0 for the others (pages of box_rows).
 #pragma unroll
-      for (int j = 0; j < kSteps; ++j) {
-        const bool ok = it * kKeys + j * kRowsPerStep + kk < kv_len;
-        const int64_t row = ok ? (static_cast<int64_t>(page[j]) * bs + slot) * slot_stride : 0;
-        const uint32_t dst = s * L::kTileBytes + L::offset(j * kRowsPerStep + kk, chunk);
-        cp_async16(k_s + dst, k_pool + row, ok);
-        cp_async16(v_s + dst, v_pool + row, ok);
-        slot += step_r;
-        if (slot >= bs) slot -= bs;
+          for (int j = 0; j < kSteps; ++j) {
+            if (((j * kRowsPerStep) & box_mask) != 0) continue;
+            const int row = page[j] * bs + (j == 0 ? r : 0);
+#pragma unroll
+            for (int b = 0; b < D / 64; ++b) {
+              const uint32_t dst = s * L::kTileBytes + b * kBlockBytes + j * kRowsPerStep * 128;
+              sm90::tma_load_3d(k_s + dst, &kv_maps.k, full + 8 * s, b * 64, kvh, row);
+              sm90::tma_load_3d(v_s + dst, &kv_maps.v, full + 8 * s, b * 64, kvh, row);
+            }
+          }
+        } else {
+          sm90::mbar_arrive(full + 8 * s);
+        }
+      } else {
+        int slot = r;
+#pragma unroll
+        for (int j = 0; j < kSteps; ++j) {
+          const bool ok = it * kKeys + j * kRowsPerStep + kk < kv_len;
+          const int64_t row = ok ? (static_cast<int64_t>(page[j]) * bs + slot) * slot_stride : 0;
+          const uint32_t dst = s * L::kTileBytes + L::offset(j * kRowsPerStep + kk, chunk);
+          cp_async16(k_s + dst, k_pool + row, ok);
+          cp_async16(v_s + dst, v_pool + row, ok);
+          slot += step_r;
+          if (slot >= bs) slot -= bs;
+        }
+        cp_async_arrive(full + 8 * s);
       }
-      cp_async_arrive(full + 8 * s);
       advance(q, r, tile_q, tile_r);
       read_pages((it + 1) * kKeys, q, r);
     }
@@ -273,6 +323,45 @@ __global__ void __launch_bounds__(kWsThreads, 1) paged_attention_ws_kernel(const
 #endif
 }
 
+// Rows of a TMA box for pages of `block_size` slots, or 0 where tiles go through cp.async. A box
+// is one page's run of a 64-key tile (a whole page, or 64 slots of a larger one), so pages must
+// divide 64 or be a multiple of it. Boxes then start 1024-byte aligned in shared memory (a whole
+// 128-byte swizzle pattern), and a box of at least kRowsPerStep rows starts at a key whose page the
+// producer's thread 0 already tracks. Slot coordinates are 32-bit.
+// KvLoads::automatic takes TMA only for whole 64-key boxes: with pages of 16, sixteen 2 KiB boxes
+// per tile from one thread ran the 8k-token prefill at 256 TFLOP/s against cp.async's 358 (H100,
+// 2026-11-25).
+template <int D>
+int tma_box_rows(const PagedAttnLaunch &p) {
+  constexpr int kRowsPerStep = 128 / (D / 8);
+  const int bs = p.block_size;
+  const int rows = bs < kKeys ? bs : kKeys;
+  const bool pow2 = (rows & (rows - 1)) == 0;
+  if (p.kv_loads == KvLoads::cp_async || (p.kv_loads == KvLoads::automatic && rows < kKeys)) return 0;
+  if (rows < kRowsPerStep || !pow2 || (bs >= kKeys && bs % kKeys != 0)) return 0;
+  if (p.pool_blocks * bs > INT32_MAX || p.pool_blocks <= 0) return 0;
+  return rows;
+}
+
+// A pool [NB, BS, H_kv, D] as a 3-D map (D, H_kv, NB * BS) with boxes of 64 x 1 x box_rows.
+CUtensorMap kv_pool_map(const void *pool, const PagedAttnLaunch &p, int box_rows) {
+  CUtensorMap map;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(p.head_dim), static_cast<cuuint64_t>(p.h_kv),
+                              static_cast<cuuint64_t>(p.pool_blocks * p.block_size)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(p.head_dim) * 2, static_cast<cuuint64_t>(p.h_kv) * p.head_dim * 2};
+  const cuuint32_t box[3] = {64, 1, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t elem[3] = {1, 1, 1};
+  const CUresult r = cuda_kernels::encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, const_cast<void *>(pool), dims,
+                                                  strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw std::runtime_error("paged_attention: cuTensorMapEncodeTiled failed (CUresult " +
+                             std::to_string(static_cast<int>(r)) + ") for a pool of " +
+                             std::to_string(p.pool_blocks) + " pages of " + std::to_string(p.block_size));
+  return map;
+}
+
 template <typename T, int D>
 void launch_ws(const PagedAttnLaunch &p, cudaStream_t stream) {
   auto kernel = paged_attention_ws_kernel<T, D>;
@@ -282,8 +371,14 @@ void launch_ws(const PagedAttnLaunch &p, cudaStream_t stream) {
   std::call_once(configured[device % 64], [&] {
     DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, WsSmem<D>::kBytes));
   });
+  KvMaps maps{};
+  maps.box_rows = tma_box_rows<D>(p);
+  if (maps.box_rows > 0) {
+    maps.k = kv_pool_map(p.k_pool, p, maps.box_rows);
+    maps.v = kv_pool_map(p.v_pool, p, maps.box_rows);
+  }
   const unsigned x = static_cast<unsigned>(p.h_kv) * ((p.q_tiles + kConsumers - 1) / kConsumers);
-  kernel<<<dim3(x, p.num_seqs), kWsThreads, WsSmem<D>::kBytes, stream>>>(p);
+  kernel<<<dim3(x, p.num_seqs), kWsThreads, WsSmem<D>::kBytes, stream>>>(p, maps);
   DETFUZZ_LAUNCH_CHECK();
 }
 

@@ -52,6 +52,14 @@ grep -q "FAIL slower mm/invariant/bfloat16 M=8 N=4096 K=4096" "$work/out" && gre
 check "gate threshold" 0 "$bin" gate --baseline "$work/base/bench.csv" --run "$work/new" --run "$work/good" --max-slowdown 0.25
 sed 's/0.4500,yes/0.4500,no/' "$work/new/bench.csv" >"$work/unverified.csv"
 check "gate unverified bench row" 1 "$bin" gate --run "$work/unverified.csv"
+# Attention rows carry their page size: the same prefill on pages of 16 and of 64 are two rows.
+hdr_pages=$hdr,d2d_gbps,bandwidth_share_of_d2d,page
+row='paged_attention_prefill,invariant,bfloat16,1,8192,128,2000.0,275.00,,torch-sdpa-flash,2400.0'
+printf '%s\n%s,1.2000,yes,,,16\n%s,1.2000,yes,,,64\n' "$hdr_pages" "$row" "$row" >"$work/attn-base.csv"
+printf '%s\n%s,1.2000,yes,,,16\n%s,0.9000,yes,,,64\n' "$hdr_pages" "$row" "$row" >"$work/attn-new.csv"
+check "gate attention pages" 1 "$bin" gate --baseline "$work/attn-base.csv" --run "$work/attn-new.csv"
+grep -q "FAIL slower paged_attention_prefill/invariant/bfloat16 M=1 N=8192 K=128 page=64" "$work/out" &&
+  ! grep -q "K=128:" "$work/out" && pass=$((pass + 1)) || { fail=$((fail + 1)); cat "$work/out"; }
 check "gate no run" 2 "$bin" gate --baseline "$work/base"
 check "gate missing run" 2 "$bin" gate --run "$work/nothing-here"
 one_line_error "does not exist"

@@ -83,6 +83,24 @@ TEST(BenchPlan, ForcedMatmulPathImpls) {
 #endif
 }
 
+// `invariant@tma` and `invariant@cp-async` time the Hopper prefill kernel with its K/V loads
+// forced: paged attention only.
+TEST(BenchPlan, ForcedAttentionLoadImpls) {
+#ifndef DETFUZZ_WITH_CUDA
+  GTEST_SKIP() << "built without CUDA: there are no CUDA impls to plan";
+#else
+  BenchConfig cfg;
+  cfg.ops = {"mm", "paged_attention"};
+  cfg.impls = {"invariant@tma", "invariant@cp-async"};
+  const BenchPlan plan = plan_bench(cfg);
+  EXPECT_TRUE(plan.times("paged_attention", "invariant@tma"));
+  EXPECT_TRUE(plan.times("paged_attention", "invariant@cp-async"));
+  EXPECT_FALSE(plan.times("mm", "invariant@tma"));
+  cfg.impls = {"invariant@cp_async"};
+  EXPECT_THROW(plan_bench(cfg), std::invalid_argument);
+#endif
+}
+
 // A shape file may name attention shapes (K is the head dim; a prefill row is one sequence);
 // anything else is a one-line error naming the file and line.
 TEST(BenchShapes, ReadsAttentionRows) {
@@ -96,6 +114,14 @@ TEST(BenchShapes, ReadsAttentionRows) {
   EXPECT_EQ(shapes[1].n, 4096);
   EXPECT_EQ(shapes[1].k, 128);
   EXPECT_EQ(shapes[2].k, 64);
+  EXPECT_EQ(shapes[2].page, 16);  // no page column: vLLM's pages of 16
+  std::ofstream(path) << "op,M,N,K,page\npaged_attention_prefill,1,8192,128,64\npaged_attention_decode,16,4096,128,1\n";
+  const auto paged = read_bench_shapes(path);
+  ASSERT_EQ(paged.size(), 2u);
+  EXPECT_EQ(paged[0].page, 64);
+  EXPECT_EQ(paged[1].page, 1);
+  std::ofstream(path) << "op,M,N,K,page\npaged_attention_prefill,1,8192,128,0\n";
+  EXPECT_THROW(read_bench_shapes(path), std::invalid_argument);
   for (const char *bad : {"paged_attention_decode,16,4096,96\n", "paged_attention_prefill,2,1024,128\n",
                           "paged_attention,1,1024,128\n", "paged_attention_decode,0,4096,128\n"}) {
     write(bad);
