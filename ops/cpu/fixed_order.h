@@ -75,6 +75,17 @@ inline float blocked_sum(int64_t n, Term term) {
   return total;
 }
 
+// One K block of the product on float32 tiles: for each of `rows` rows i, the partial sum over
+// kk ascending, from zero, of a[i * kt + kk] * b[kk * nt + j], then acc[i * ldc + j] += partial.
+// accumulate_tile picks the AVX-512 kernel where the CPU has it (ops/cpu/matmul_tile.cpp), the
+// portable loop otherwise; both give the same bits (a NaN's payload aside: which operand's NaN
+// propagates is the compiler's choice in either loop, and the callers canonicalise NaN), and
+// accumulate_tile_vectorised says which runs.
+void accumulate_tile(const float *a, int64_t rows, int64_t kt, const float *b, int64_t nt, float *acc, int64_t ldc);
+void accumulate_tile_portable(const float *a, int64_t rows, int64_t kt, const float *b, int64_t nt, float *acc,
+                              int64_t ldc);
+bool accumulate_tile_vectorised();
+
 // Accumulates rows [row_begin, row_end) of a(MxK) @ b(KxN) into acc, row-major with leading
 // dimension n (row i of the product lands at acc + (i - row_begin) * n). Every acc element ends
 // as the blocked sum of its K products with block length kMatmulKBlock.
@@ -84,26 +95,16 @@ void matmul_accumulate_rows(StridedMatrix<T> a, StridedMatrix<T> b, int64_t n, i
   const int64_t rows = row_end - row_begin;
   std::fill(acc, acc + rows * n, 0.f);
   std::vector<float> b_tile(static_cast<size_t>(kMatmulKBlock * kMatmulNTile));
-  std::vector<float> a_block(static_cast<size_t>(kMatmulKBlock));
-  std::vector<float> partial(static_cast<size_t>(kMatmulNTile));
+  std::vector<float> a_blocks(static_cast<size_t>(rows * kMatmulKBlock));
   for (int64_t n0 = 0; n0 < n; n0 += kMatmulNTile) {
     const int64_t nt = std::min(kMatmulNTile, n - n0);
     for (int64_t k0 = 0; k0 < k; k0 += kMatmulKBlock) {
       const int64_t kt = std::min(kMatmulKBlock, k - k0);
       for (int64_t kk = 0; kk < kt; ++kk)
         load_row(b.data + (k0 + kk) * b.row_stride + n0 * b.col_stride, nt, b.col_stride, b_tile.data() + kk * nt);
-      for (int64_t i = row_begin; i < row_end; ++i) {
-        load_row(a.data + i * a.row_stride + k0 * a.col_stride, kt, a.col_stride, a_block.data());
-        float *__restrict part = partial.data();
-        std::fill(part, part + nt, 0.f);
-        for (int64_t kk = 0; kk < kt; ++kk) {
-          const float a_ik = a_block[kk];
-          const float *__restrict tile_row = b_tile.data() + kk * nt;
-          for (int64_t j = 0; j < nt; ++j) part[j] += a_ik * tile_row[j];
-        }
-        float *__restrict acc_row = acc + (i - row_begin) * n + n0;
-        for (int64_t j = 0; j < nt; ++j) acc_row[j] = acc_row[j] + part[j];
-      }
+      for (int64_t i = row_begin; i < row_end; ++i)
+        load_row(a.data + i * a.row_stride + k0 * a.col_stride, kt, a.col_stride, a_blocks.data() + (i - row_begin) * kt);
+      accumulate_tile(a_blocks.data(), rows, kt, b_tile.data(), nt, acc + n0, n);
     }
   }
 }

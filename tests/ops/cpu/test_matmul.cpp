@@ -3,11 +3,14 @@
 // torch's addmm conventions; and the TORCH_CHECK messages.
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/fixed_order.h"
+#include "ops/cpu/output.h"
 #include "test_support.h"
 
 #include <rapidcheck/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 
 namespace detfuzz {
 namespace {
@@ -186,6 +189,53 @@ TEST(CpuMatmul, FollowsTheDocumentedOrder) {
       }
     EXPECT_TRUE(bitwise_equal(expected.to(dtype), cpu_ops::mm(a, b))) << c10::toString(dtype);
   }
+}
+
+// Values with every IEEE edge: NaN, infinities, signed zeros, subnormals, and ordinary numbers.
+std::vector<float> edge_values(int64_t n, uint64_t seed) {
+  const at::Tensor r = test::randn({n}, at::kFloat, seed);
+  std::vector<float> v(r.data_ptr<float>(), r.data_ptr<float>() + n);
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(), INFINITY, -INFINITY, 0.f, -0.f, 1e-41f, -3e-39f};
+  for (int64_t i = 0; i < n; i += 11) v[i] = specials[(i / 11) % 7];
+  return v;
+}
+
+// Same bits in every element; a NaN may carry another payload (which operand's NaN an addition
+// keeps is the compiler's choice in either loop), which to_output canonicalises.
+TEST(CpuMatmul, VectorisedTileGivesThePortableLoopsBits) {
+  if (!fixed_order::accumulate_tile_vectorised()) GTEST_SKIP() << "this CPU has no AVX-512: only the portable loop runs";
+  uint64_t seed = 300;
+  for (int64_t rows : {0, 1, 3, 4, 5, 9})
+    for (int64_t kt : {1, 7, 64})
+      for (int64_t nt : {1, 15, 16, 17, 31, 32, 33, 64, 100, 256}) {
+        const std::vector<float> a = edge_values(std::max<int64_t>(1, rows * kt), seed++), b = edge_values(kt * nt, seed++);
+        const int64_t ldc = nt + 3;
+        const std::vector<float> start = edge_values(std::max<int64_t>(1, rows * ldc), seed++);
+        std::vector<float> portable = start, vectorised = start;
+        fixed_order::accumulate_tile_portable(a.data(), rows, kt, b.data(), nt, portable.data(), ldc);
+        fixed_order::accumulate_tile(a.data(), rows, kt, b.data(), nt, vectorised.data(), ldc);
+        for (size_t e = 0; e < portable.size(); ++e) {
+          uint32_t x, y;
+          std::memcpy(&x, &portable[e], 4);
+          std::memcpy(&y, &vectorised[e], 4);
+          ASSERT_TRUE(x == y || (std::isnan(portable[e]) && std::isnan(vectorised[e])))
+              << rows << " rows, kt " << kt << ", nt " << nt << " element " << e << ": " << std::hex << x << " vs " << y;
+        }
+      }
+}
+
+// float16 operands are widened by ATen before the loop: the bits are those of the documented
+// order on c10's element-by-element conversion, edge values included.
+TEST(CpuMatmul, Float16WideningKeepsTheBits) {
+  const int64_t m = 7, k = 2 * fixed_order::kMatmulKBlock + 5, n = 40;
+  const std::vector<float> av = edge_values(m * k, 61), bv = edge_values(k * n, 62);
+  const at::Tensor a = at::from_blob(const_cast<float *>(av.data()), {m, k}).to(at::kHalf);
+  const at::Tensor b = at::from_blob(const_cast<float *>(bv.data()), {k, n}).to(at::kHalf);
+  at::Tensor acc = at::empty({m, n});
+  fixed_order::matmul_accumulate_rows<c10::Half>({a.data_ptr<c10::Half>(), k, 1}, {b.data_ptr<c10::Half>(), n, 1}, n,
+                                                 k, 0, m, acc.data_ptr<float>());
+  EXPECT_TRUE(bitwise_equal(cpu_ops::to_output(acc, at::kHalf), cpu_ops::mm(a, b)));
+  EXPECT_TRUE(bitwise_equal(cpu_ops::to_output(acc, at::kHalf), cpu_ops::mm(a, b.t().contiguous().t())));
 }
 
 TEST(CpuMatmul, BadInputsNameTheBadValue) {
