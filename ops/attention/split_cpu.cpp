@@ -4,12 +4,160 @@
 #include "ops/attention/cpu_dot.h"
 #include "ops/attention/paged_attention.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 namespace detfuzz::attention {
+
+namespace {
+
+// Everything one sequence's rows need, in float32 on the host.
+struct SequenceWork {
+  const float *q;                  // [T_q, H_q, D]
+  const std::vector<const float *> *krow, *vrow;  // each key's [H_kv, D] row, by position
+  int64_t first_row, q_len, kv_len, h_q, group, D;
+  SplitPlan plan;
+  float scale;  // log2 domain
+};
+
+// Scratch reused across sequences.
+struct Scratch {
+  std::vector<float> s_tile, pv, split_m, split_l, split_acc, o;
+};
+
+// The rows of one sequence. `Round` rounds p to the input dtype before P@V, as a tensor-core
+// kernel feeds its MMA; l sums the unrounded p. Inlined into each build below (portable, and
+// AVX2 + FMA + F16C, where dot8 and the D-wide loops take 8 lanes and fma is one instruction):
+// the same operations in the same order, so the same bits.
+template <typename Round>
+__attribute__((always_inline)) inline void attend_sequence(const SequenceWork &w, Round round_p, Scratch &x,
+                                                          float *od) {
+  const int64_t D = w.D, ql = w.q_len, kl = w.kv_len;
+  const SplitPlan p = w.plan;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  x.s_tile.resize(p.tile);
+  x.pv.resize(D);
+  x.o.resize(D);
+  float *s_tile = x.s_tile.data(), *pv = x.pv.data(), *o = x.o.data();
+  for (int64_t qi = 0; qi < ql; ++qi) {
+    const int64_t row = w.first_row + qi, visible = kl - ql + qi + 1;
+    if (visible <= 0) {  // a padding row of a graph slot (allow_rows_without_keys): zeros
+      std::fill(od + row * w.h_q * D, od + (row + 1) * w.h_q * D, 0.f);
+      continue;
+    }
+    const int64_t nsplit = (visible + p.split - 1) / p.split;
+    x.split_m.assign(nsplit, neg_inf);
+    x.split_l.assign(nsplit, 0.f);
+    x.split_acc.assign(nsplit * D, 0.f);
+    for (int64_t h = 0; h < w.h_q; ++h) {
+      const int64_t off = (h / w.group) * D;  // KV head of query head h, times D
+      const float *qv = w.q + (row * w.h_q + h) * D;
+      for (int64_t j = 0; j < nsplit; ++j) {
+        const int64_t start = j * p.split, end = std::min(start + p.split, visible);
+        float mrun = neg_inf, lrun = 0.f;
+        float *acc = x.split_acc.data() + j * D;
+        std::fill(acc, acc + D, 0.f);
+        for (int64_t t0 = start; t0 < end; t0 += p.tile) {
+          const int64_t t1 = std::min(t0 + p.tile, end);
+          float tmax = neg_inf;
+          for (int64_t k = t0; k < t1; ++k) {
+            const float dot = dot8(qv, (*w.krow)[k] + off, D);
+            s_tile[k - t0] = dot;
+            tmax = std::max(tmax, dot);
+          }
+          const float mnew = std::max(mrun, tmax * w.scale);  // the log2 domain
+          const float a = std::exp2(mrun - mnew);  // exp2(-inf) = 0 on the first tile
+          float lt = 0.f;
+          std::fill(pv, pv + D, 0.f);
+          for (int64_t k = t0; k < t1; ++k) {
+            const float pk = std::exp2(std::fma(s_tile[k - t0], w.scale, -mnew));
+            lt += pk;
+            const float pr = round_p(pk);
+            const float *vv = (*w.vrow)[k] + off;
+            for (int64_t d = 0; d < D; ++d) pv[d] += pr * vv[d];
+          }
+          lrun = lrun * a + lt;
+          for (int64_t d = 0; d < D; ++d) acc[d] = acc[d] * a + pv[d];
+          mrun = mnew;
+        }
+        x.split_m[j] = mrun;
+        x.split_l[j] = lrun;
+      }
+      // Merge sequentially in split order.
+      float M = x.split_m[0], L = x.split_l[0];
+      std::copy(x.split_acc.begin(), x.split_acc.begin() + D, o);
+      for (int64_t j = 1; j < nsplit; ++j) {
+        const float mn = std::max(M, x.split_m[j]);
+        const float wa = std::exp2(M - mn), wb = std::exp2(x.split_m[j] - mn);
+        L = L * wa + x.split_l[j] * wb;
+        const float *acc = x.split_acc.data() + j * D;
+        for (int64_t d = 0; d < D; ++d) o[d] = o[d] * wa + acc[d] * wb;
+        M = mn;
+      }
+      float *dst = od + (row * w.h_q + h) * D;
+      for (int64_t d = 0; d < D; ++d) dst[d] = o[d] / L;
+    }
+  }
+}
+
+// The input dtype's rounding of p (identity for float32).
+template <typename Input>
+struct RoundTo {
+  float operator()(float x) const { return static_cast<float>(Input(x)); }
+};
+
+#if defined(__x86_64__)
+// float16 rounding by F16C, to nearest even as c10's; a NaN takes c10's path (its canonical bits).
+struct RoundToHalfF16c {
+  __attribute__((target("f16c"))) float operator()(float x) const {
+    if (x != x) return static_cast<float>(c10::Half(x));
+    return _cvtsh_ss(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT));
+  }
+};
+#endif
+
+template <typename Round>
+void attend_portable(const SequenceWork &w, Scratch &x, float *od) {
+  attend_sequence(w, Round{}, x, od);
+}
+
+#if defined(__x86_64__)
+template <typename Round>
+__attribute__((target("avx2,fma,f16c"))) void attend_avx2(const SequenceWork &w, Scratch &x, float *od) {
+  attend_sequence(w, Round{}, x, od);
+}
+#endif
+
+bool portable_pinned = false;
+
+// `Round` in the portable build, `FastRound` (the same bits) in the AVX2 one.
+template <typename Round, typename FastRound = Round>
+void attend(const SequenceWork &w, Scratch &x, float *od) {
+#if defined(__x86_64__)
+  if (cpu_attention_vectorised()) return attend_avx2<FastRound>(w, x, od);
+#endif
+  attend_portable<Round>(w, x, od);
+}
+
+}  // namespace
+
+bool cpu_attention_vectorised() {
+#if defined(__x86_64__)
+  static const bool avx2 =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return avx2 && !portable_pinned;
+#else
+  return false;
+#endif
+}
+
+void pin_portable_cpu_attention(bool pinned) { portable_pinned = pinned; }
 
 at::Tensor paged_attention_split_cpu(const at::Tensor &q, const at::Tensor &k_pool, const at::Tensor &v_pool,
                                      const at::Tensor &cu_seqlens_q, const at::Tensor &seq_lens_kv,
@@ -18,24 +166,16 @@ at::Tensor paged_attention_split_cpu(const at::Tensor &q, const at::Tensor &k_po
   const MetadataHost m =
       validate_paged_inputs(q, k_pool, v_pool, cu_seqlens_q, seq_lens_kv, block_table, allow_rows_without_keys);
   const float scale = softmax_scale_log2(alpha, m.head_dim);
-  const int64_t D = m.head_dim, group = m.h_q / m.h_kv, BS = m.block_size;
+  const int64_t D = m.head_dim, BS = m.block_size;
   const auto qf = q.to(at::kCPU).to(at::kFloat).contiguous();
   const auto kf = k_pool.to(at::kCPU).to(at::kFloat).contiguous();
   const auto vf = v_pool.to(at::kCPU).to(at::kFloat).contiguous();
-  const float *qd = qf.data_ptr<float>(), *kd = kf.data_ptr<float>(), *vd = vf.data_ptr<float>();
+  const float *kd = kf.data_ptr<float>(), *vd = vf.data_ptr<float>();
   auto out = at::empty({m.num_q, m.h_q, D}, at::kFloat);
   float *od = out.data_ptr<float>();
-  const float neg_inf = -std::numeric_limits<float>::infinity();
-  // p is rounded to the input dtype before P@V, as a tensor-core kernel feeds its MMA; l sums
-  // the unrounded p.
   const at::ScalarType in_dtype = q.scalar_type();
-  auto round_p = [in_dtype](float x) {
-    if (in_dtype == at::kBFloat16) return static_cast<float>(c10::BFloat16(x));
-    if (in_dtype == at::kHalf) return static_cast<float>(c10::Half(x));
-    return x;
-  };
 
-  std::vector<float> s_tile, pv(D), split_m, split_l, split_acc, o(D);
+  Scratch scratch;
   std::vector<const float *> krow, vrow;
   for (int64_t s = 0; s < m.num_seqs; ++s) {
     const int64_t ql = m.q_len(s), kl = m.kv_len[s];
@@ -51,66 +191,17 @@ at::Tensor paged_attention_split_cpu(const at::Tensor &q, const at::Tensor &k_po
       krow[k] = kd + slot * m.h_kv * D;
       vrow[k] = vd + slot * m.h_kv * D;
     }
-    s_tile.resize(p.tile);
-    for (int64_t qi = 0; qi < ql; ++qi) {
-      const int64_t row = m.cu_q[s] + qi, visible = kl - ql + qi + 1;
-      if (visible <= 0) {  // a padding row of a graph slot (allow_rows_without_keys): zeros
-        std::fill(od + row * m.h_q * D, od + (row + 1) * m.h_q * D, 0.f);
-        continue;
-      }
-      const int64_t nsplit = (visible + p.split - 1) / p.split;
-      split_m.assign(nsplit, neg_inf);
-      split_l.assign(nsplit, 0.f);
-      split_acc.assign(nsplit * D, 0.f);
-      for (int64_t h = 0; h < m.h_q; ++h) {
-        const int64_t off = (h / group) * D;  // KV head of query head h, times D
-        const float *qv = qd + (row * m.h_q + h) * D;
-        for (int64_t j = 0; j < nsplit; ++j) {
-          const int64_t start = j * p.split, end = std::min(start + p.split, visible);
-          float mrun = neg_inf, lrun = 0.f;
-          float *acc = split_acc.data() + j * D;
-          std::fill(acc, acc + D, 0.f);
-          for (int64_t t0 = start; t0 < end; t0 += p.tile) {
-            const int64_t t1 = std::min(t0 + p.tile, end);
-            float tmax = neg_inf;
-            for (int64_t k = t0; k < t1; ++k) {
-              const float dot = dot8(qv, krow[k] + off, D);
-              s_tile[k - t0] = dot;
-              tmax = std::max(tmax, dot);
-            }
-            const float mnew = std::max(mrun, tmax * scale);  // the log2 domain
-            const float a = std::exp2(mrun - mnew);  // exp2(-inf) = 0 on the first tile
-            float lt = 0.f;
-            std::fill(pv.begin(), pv.end(), 0.f);
-            for (int64_t k = t0; k < t1; ++k) {
-              const float pk = std::exp2(std::fma(s_tile[k - t0], scale, -mnew));
-              lt += pk;
-              const float pr = round_p(pk);
-              const float *vv = vrow[k] + off;
-              for (int64_t d = 0; d < D; ++d) pv[d] += pr * vv[d];
-            }
-            lrun = lrun * a + lt;
-            for (int64_t d = 0; d < D; ++d) acc[d] = acc[d] * a + pv[d];
-            mrun = mnew;
-          }
-          split_m[j] = mrun;
-          split_l[j] = lrun;
-        }
-        // Merge sequentially in split order.
-        float M = split_m[0], L = split_l[0];
-        std::copy(split_acc.begin(), split_acc.begin() + D, o.begin());
-        for (int64_t j = 1; j < nsplit; ++j) {
-          const float mn = std::max(M, split_m[j]);
-          const float wa = std::exp2(M - mn), wb = std::exp2(split_m[j] - mn);
-          L = L * wa + split_l[j] * wb;
-          const float *acc = split_acc.data() + j * D;
-          for (int64_t d = 0; d < D; ++d) o[d] = o[d] * wa + acc[d] * wb;
-          M = mn;
-        }
-        float *dst = od + (row * m.h_q + h) * D;
-        for (int64_t d = 0; d < D; ++d) dst[d] = o[d] / L;
-      }
-    }
+    const SequenceWork w{qf.data_ptr<float>(), &krow, &vrow, m.cu_q[s], ql, kl, m.h_q, m.h_q / m.h_kv, D, p, scale};
+    if (in_dtype == at::kBFloat16)
+      attend<RoundTo<c10::BFloat16>>(w, scratch, od);
+    else if (in_dtype == at::kHalf)
+#if defined(__x86_64__)
+      attend<RoundTo<c10::Half>, RoundToHalfF16c>(w, scratch, od);
+#else
+      attend<RoundTo<c10::Half>>(w, scratch, od);
+#endif
+    else
+      attend<RoundTo<float>>(w, scratch, od);
   }
   return out.to(q.scalar_type()).to(q.device());
 }

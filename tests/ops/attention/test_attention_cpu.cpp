@@ -1,5 +1,6 @@
 // Path A and the float64 reference against a naive float64 attention; the fixed-split CPU impl
 // against Path A; the registry.
+#include "ops/attention/cpu_dot.h"
 #include "ops/attention/paged_attention.h"
 #include "ops/registry.h"
 #include "properties/attention/attention_properties.h"
@@ -7,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 using namespace detfuzz;
 using namespace detfuzz::attention;
@@ -161,6 +163,47 @@ TEST(FixedSplitCpu, SplitBoundariesChangeBitsButNotTheInvariantImpl) {
   EXPECT_FALSE(at::equal(inv, other));
   const auto alone = attention_case::build(c, {attention_case::sequences(c)[0]}, 3, 0, false);
   EXPECT_TRUE(at::equal(run("invariant", alone)[0], inv[0]));
+}
+
+// The AVX2 build of the fixed-split loops against the portable one, bit for bit: every dtype,
+// head dims that fill 8 lanes, leave a tail or are shorter than 8, GQA, several splits, a
+// mutant's plan, padding rows without keys, and queries with NaN, infinities and signed zeros.
+TEST(FixedSplitCpu, VectorisedBuildGivesThePortableBits) {
+  if (!cpu_attention_vectorised()) GTEST_SKIP() << "this CPU has no AVX2 + FMA + F16C: only the portable build runs";
+  const PlanFn mutant = mutant_plan(Mutant::qtile_from_avg);
+  uint64_t seed = 40;
+  for (auto dt : {at::kFloat, at::kHalf, at::kBFloat16})
+    for (const auto &shape : std::vector<std::vector<int64_t>>{{2, 1, 16, 16}, {6, 2, 20, 1}, {3, 3, 5, 64}, {8, 2, 64, 16}})
+      for (bool special : {false, true}) {
+        const CaseSpec c = make_case(shape, "1.30.2.1", "700.300.40.1", dt, seed++);
+        const auto b = attention_case::build(c, attention_case::sequences(c), 5, 2, false);
+        const auto &t = b.args.tensors;
+        at::Tensor q = t[0].clone();
+        if (special) {
+          auto flat = q.view(-1);
+          flat[3] = NAN;
+          flat[q.size(1) * q.size(2) + 1] = INFINITY;
+          flat[2 * q.size(1) * q.size(2)] = -INFINITY;
+          flat[5] = -0.0;
+        }
+        std::vector<at::Tensor> outs;
+        for (bool portable : {true, false}) {
+          pin_portable_cpu_attention(portable);
+          outs.push_back(paged_attention_split_cpu(q, t[1], t[2], t[3], t[4], t[5], 0.0));
+          outs.push_back(paged_attention_split_cpu(q, t[1], t[2], t[3], t[4], t[5], 0.0, mutant));
+          // q_len > kv_len: the first rows of each sequence see no key (a graph slot's padding).
+          const at::Tensor cu = at::tensor({0, 8, 40, 48, 56}, at::kInt);
+          const at::Tensor wide_q = at::cat({q, q, q}, 0).narrow(0, 0, 56);
+          outs.push_back(paged_attention_split_cpu(wide_q, t[1], t[2], cu, t[4], t[5], 0.0, {}, true));
+        }
+        pin_portable_cpu_attention(false);
+        for (size_t i = 0; i < 3; ++i) {
+          const at::Tensor x = outs[i].contiguous(), y = outs[i + 3].contiguous();
+          ASSERT_EQ(x.sizes(), y.sizes());
+          EXPECT_EQ(0, std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()))
+              << dtype_name(dt) << " shape " << c.shape_string() << " special " << special << " call " << i;
+        }
+      }
 }
 
 TEST(Registry, PagedAttentionImplsAndExpectations) {
