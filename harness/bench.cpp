@@ -86,11 +86,13 @@ bool split_forced_path(const std::string &impl, std::string *base, std::string *
   return true;
 }
 
-// `invariant@tma` and `invariant@cp-async`: paged attention's Hopper prefill kernel with its K/V
-// loads forced ("tma" or "cp-async"); nullopt for any other name.
-std::optional<std::string> attention_loads_by_name(const std::string &impl) {
+// `invariant@tma`, `invariant@cp-async`, `invariant@pingpong` and `invariant@no-pingpong`: paged
+// attention's Hopper prefill kernel with its K/V loads or its consumers' turns forced; nullopt
+// for any other name.
+std::optional<std::string> attention_variant_by_name(const std::string &impl) {
   std::string base, path;
-  if (!split_forced_path(impl, &base, &path) || base != "invariant" || (path != "tma" && path != "cp-async")) return std::nullopt;
+  if (!split_forced_path(impl, &base, &path) || base != "invariant") return std::nullopt;
+  if (path != "tma" && path != "cp-async" && path != "pingpong" && path != "no-pingpong") return std::nullopt;
   return path;
 }
 
@@ -118,7 +120,7 @@ BenchPlan plan_bench(const BenchConfig &cfg) {
     for (const auto &op : cfg.ops) {
       // Paged attention times our fused kernel only (against a device copy and SDPA).
       std::string base, path;
-      const bool has = op == "paged_attention"   ? impl == "invariant" || attention_loads_by_name(impl)
+      const bool has = op == "paged_attention"   ? impl == "invariant" || attention_variant_by_name(impl)
                        : impl == kDispatchImpl ? op == "mm" && cfg.set_batch_invariant_mode != nullptr
                        : split_forced_path(impl, &base, &path)
                            ? op == "mm" && base == "invariant" && known_matmul_path(path)
@@ -320,8 +322,9 @@ at::Tensor run_paged(const OpArgs &a, const attention::CudaAttentionOptions &opt
 // Decode (one query row per sequence, GB/s against a device-to-device copy of the same bytes)
 // and prefill (one sequence, TFLOP/s against torch's SDPA on contiguous inputs, causal, GQA), for
 // each kernel of ours: `invariant` (wgmma on an sm_90 GPU) and `invariant-mma-sync`, and the
-// Hopper prefill kernel's K/V loads forced (`invariant@tma`, `invariant@cp-async`) where --impl
-// names them, on the same inputs; one row each.
+// Hopper prefill kernel's K/V loads or consumer turns forced (`invariant@tma`, `invariant@cp-async`,
+// `invariant@pingpong`, `invariant@no-pingpong`) where --impl names them, on the same inputs; one
+// row each.
 void attention_bench(const BenchConfig &cfg, std::ostream &csv, std::ostream &log, at::Generator &gen, cudaEvent_t start,
                      cudaEvent_t stop, cudaStream_t stream) {
   using Kernel = attention::CudaAttentionOptions::Kernel;
@@ -334,10 +337,12 @@ void attention_bench(const BenchConfig &cfg, std::ostream &csv, std::ostream &lo
   impls.push_back({"invariant-mma-sync", {}});
   impls.back().options.kernel = Kernel::mma_sync;
   for (const auto &name : cfg.impls) {
-    const auto loads = attention_loads_by_name(name);
-    if (!loads) continue;
+    const auto variant = attention_variant_by_name(name);
+    if (!variant) continue;
     impls.push_back({name, {}});
-    impls.back().options.kv_loads = *loads == "tma" ? KvLoads::tma : KvLoads::cp_async;
+    using Turns = attention::CudaAttentionOptions::ConsumerTurns;
+    if (*variant == "pingpong" || *variant == "no-pingpong") impls.back().options.turns = *variant == "pingpong" ? Turns::pingpong : Turns::free;
+    else impls.back().options.kv_loads = *variant == "tma" ? KvLoads::tma : KvLoads::cp_async;
   }
   // The shapes: a --shapes file's paged_attention_decode (M = batch, N = context, K = head dim)
   // and paged_attention_prefill (N = tokens) rows, or by default batches 1-256 at contexts
@@ -374,7 +379,7 @@ void attention_bench(const BenchConfig &cfg, std::ostream &csv, std::ostream &lo
       one.tensors[2] = args.tensors[2];
       one.tensors[5] = args.tensors[5].narrow(0, 0, 1);
       for (const Timed &impl : impls) {
-        if (impl.options.kv_loads != KvLoads::automatic) continue;  // the forced loads are the prefill kernel's
+        if (impl.impl.find('@') != std::string::npos) continue;  // the forced variants are the prefill kernel's
         const double us = time_planned_attention(args, impl.options, reps, start, stop, stream);
         const bool verified = same_bits(run_paged(one, impl.options), run_paged(args, impl.options).narrow(0, 0, 1));
         csv << "paged_attention_decode," << impl.impl << ',' << dtype_name(dtype) << ',' << batch << ',' << ctx << ',' << d << ','

@@ -101,6 +101,10 @@ struct CudaAttentionOptions {
   // a box fits a page run (pages of 8-64 dividing 64, or multiples of 64); cp_async never does.
   // The bytes in shared memory, and so every bit, are the same.
   enum class KvLoads { automatic, tma, cp_async } kv_loads = KvLoads::automatic;
+  // Whether the Hopper prefill kernel's two consumer warpgroups take turns issuing their MMAs
+  // (ping-pong, as FlashAttention-3 schedules them) or issue freely. automatic: ping-pong (see
+  // paged_attention_sm90.cu for the measurement). The bits are the same.
+  enum class ConsumerTurns { automatic, free, pingpong } turns = ConsumerTurns::automatic;
 };
 
 // can_implement says why the kernel cannot take these tensors, or "" when it can.

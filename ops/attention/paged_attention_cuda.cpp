@@ -163,6 +163,7 @@ at::Tensor PagedAttentionCudaPlan::run(const at::Tensor &q, const at::Tensor &k_
   p.kv_loads = options_.kv_loads == CudaAttentionOptions::KvLoads::tma        ? KvLoads::tma
                : options_.kv_loads == CudaAttentionOptions::KvLoads::cp_async ? KvLoads::cp_async
                                                                                : KvLoads::automatic;
+  p.pingpong = options_.turns != CudaAttentionOptions::ConsumerTurns::free;
   p.scale_log2 = softmax_scale_log2(alpha, head_dim_);
   at::Tensor part_acc, part_ml;
   if (!whole_rows_ && max_splits_ > 1) {

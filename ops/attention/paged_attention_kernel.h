@@ -45,6 +45,7 @@ struct PagedAttnLaunch {
   KvSchedule schedule = KvSchedule::split_per_cta;
   AttnKernel kernel = AttnKernel::mma_sync;
   KvLoads kv_loads = KvLoads::automatic;
+  bool pingpong = false;  // the Hopper prefill kernel's consumers take turns issuing their MMAs
   float scale_log2 = 1.f;  // softmax scale times log2(e): scores are kept in the log2 domain
 };
 

@@ -19,8 +19,10 @@
 // waiting and releasing without computing. Within a consumer the tiles are pipelined: tile i's
 // S = Q K^T is issued with tile i - 1's P V, and tile i's softmax statistics run while that P V is
 // on the tensor cores (the accumulators are rescaled once it is done, so each tile's arithmetic
-// and order are unchanged). The producer gives registers back (setmaxnreg) so the
-// consumers hold their accumulators without spilling.
+// and order are unchanged). Across the two consumers, MMAs are issued in turns (ping-pong, named
+// barriers; CudaAttentionOptions::turns): one consumer's MMAs run while the other computes its
+// softmax statistics. The producer gives registers back (setmaxnreg) so the consumers hold their
+// accumulators without spilling.
 //
 // Arithmetic. Every tile of a row goes through the same tile_math functions, in the same key
 // order, split boundaries and merge order, as in paged_attention.cu's wgmma kernel with either
@@ -68,6 +70,9 @@ __device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
 __device__ __forceinline__ void warpgroup_barrier(int id) { asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory"); }
+// The consumers' turns on the tensor cores: named barriers over both consumer warpgroups.
+__device__ __forceinline__ void turn_wait(int id) { asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void turn_pass(int id) { asm volatile("bar.arrive %0, 256;" ::"r"(id) : "memory"); }
 #endif
 
 // How the producer loads a tile's K and V: kTma where tma_box_rows() allows it, else kCopies.
@@ -202,11 +207,21 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 
   sm90::claim_registers<232>();  // 128 x 40 + 256 x 232 <= 64K registers
   const int w = wg - 1, warp = tid >> 5, lane = tid & 31;
+  // Query rows of consumer c's tile, the keys its first row sees, and the tiles it computes.
+  auto live_rows_of = [&](int c) {
+    const int q0 = (first_tile + c) * rows_per_tile;
+    return q0 < q_len ? min(rows_per_tile, q_len - q0) * group : 0;
+  };
+  auto first_visible_of = [&](int c) { return kv_len - q_len + (first_tile + c) * rows_per_tile + 1; };
+  auto tiles_of = [&](int c) {
+    const int live = live_rows_of(c);
+    return live > 0 ? (first_visible_of(c) + live / group - 1 + kKeys - 1) / kKeys : 0;
+  };
   const int q0 = (first_tile + w) * rows_per_tile;
-  const int live_rows = q0 < q_len ? min(rows_per_tile, q_len - q0) * group : 0;
-  const int first_visible = kv_len - q_len + q0 + 1;  // keys seen by the tile's first query row
+  const int live_rows = live_rows_of(w);
+  const int first_visible = first_visible_of(w);  // keys seen by the tile's first query row
   const int last_visible = first_visible + live_rows / group - 1;
-  const int my_tiles = live_rows > 0 ? (last_visible + kKeys - 1) / kKeys : 0;
+  const int my_tiles = tiles_of(w);
   int visible[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -214,6 +229,25 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     visible[i] = r < live_rows ? first_visible + r / group : 0;
   }
   const int min_visible = __reduce_min_sync(0xffffffffu, min(visible[0], visible[1]));
+
+  // Ping-pong (p.pingpong): the consumers take turns issuing their MMAs (named barriers 3 and 4),
+  // so that one's MMAs run while the other computes its softmax statistics. A consumer issues my_tiles + 1
+  // times (the first S, then S with the previous P V, then the last P V); consumer 0 goes first,
+  // and consumer 1 (whose rows see as many keys or more) takes turns only while consumer 0 has
+  // issues left: every wait meets one pass. A CTA whose second tile has fewer tiles (no live rows)
+  // does not take turns. The turns change when MMAs are issued, never what they compute. Measured
+  // on an H100 against free issue in the same run (2026-11-25): 0.5-2% faster at 8k tokens, within
+  // 1% either way at 1k-4k.
+  const int issues_0 = tiles_of(0) > 0 ? tiles_of(0) + 1 : 0;
+  const bool pingpong = p.pingpong && issues_0 > 0 && tiles_of(1) + 1 >= issues_0;
+  const int my_turn = 3 + w, their_turn = 4 - w;
+  auto wait_turn = [&](int issue) {
+    if (pingpong && (w == 0 || issue < issues_0)) turn_wait(my_turn);
+  };
+  auto pass_turn = [&](int issue) {
+    if (pingpong && (w == 0 || issue + 1 < issues_0)) turn_pass(their_turn);
+  };
+  if (pingpong && w == 1) turn_pass(their_turn);  // consumer 0's first turn
 
   const uint32_t q_s = base + S::kQ + w * L::kQBytes;
   // Releases a stage to the producer: one arrival per warp, once the warp's MMAs reading it are done.
@@ -252,9 +286,11 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     // guarded inside it: a wgmma under a branch makes ptxas serialize every wgmma of the kernel.
     wait_full(0);
     sm90::fence_proxy_async_shared();  // the producer's cp.async writes, read by wgmma
+    wait_turn(0);
     sm90::wgmma_fence();
     qk_wgmma_issue<T, D>(s, q_s, tile_k(0));
     sm90::wgmma_commit();
+    pass_turn(0);
     sm90::wgmma_wait<0>();
     sm90::fence_registers(*reinterpret_cast<float(*)[32]>(&s[0][0]));
     mask_scores<false>(s, 0, visible, min_visible, lane, warp);
@@ -267,11 +303,13 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     for (it = 1; it < my_tiles; ++it) {
       // Tile it's S beside tile it - 1's P V (tile it's stage was waited for in the previous step).
       sm90::fence_proxy_async_shared();
+      wait_turn(it);
       sm90::wgmma_fence();
       qk_wgmma_issue<T, D>(s, q_s, tile_k(it));
       sm90::wgmma_commit();
       pv_wgmma_issue<T, D, 0, 4>(st, pa, tile_v(it - 1));
       sm90::wgmma_commit();
+      pass_turn(it);
       sm90::wgmma_wait<1>();  // S is done; the P V may still run
       sm90::fence_registers(*reinterpret_cast<float(*)[32]>(&s[0][0]));
       const int t0 = it * kKeys;
@@ -297,9 +335,11 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       pack_p<kBf16, 0, 8>(s, pa);
     }
     // The last tile's P V.
+    wait_turn(my_tiles);
     sm90::wgmma_fence();
     pv_wgmma_issue<T, D, 0, 4>(st, pa, tile_v(my_tiles - 1));
     sm90::wgmma_commit();
+    pass_turn(my_tiles);
     sm90::wgmma_wait<0>();
     sm90::fence_registers(acc_registers(st));
     release((my_tiles - 1) % kWsStages);

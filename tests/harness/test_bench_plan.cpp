@@ -83,16 +83,17 @@ TEST(BenchPlan, ForcedMatmulPathImpls) {
 #endif
 }
 
-// `invariant@tma` and `invariant@cp-async` time the Hopper prefill kernel with its K/V loads
-// forced: paged attention only.
+// `invariant@tma`, `invariant@cp-async`, `invariant@pingpong` and `invariant@no-pingpong` time the Hopper prefill kernel
+// with its K/V loads or consumer turns forced: paged attention only.
 TEST(BenchPlan, ForcedAttentionLoadImpls) {
 #ifndef DETFUZZ_WITH_CUDA
   GTEST_SKIP() << "built without CUDA: there are no CUDA impls to plan";
 #else
   BenchConfig cfg;
   cfg.ops = {"mm", "paged_attention"};
-  cfg.impls = {"invariant@tma", "invariant@cp-async"};
+  cfg.impls = {"invariant@tma", "invariant@cp-async", "invariant@pingpong", "invariant@no-pingpong"};
   const BenchPlan plan = plan_bench(cfg);
+  EXPECT_TRUE(plan.times("paged_attention", "invariant@pingpong"));
   EXPECT_TRUE(plan.times("paged_attention", "invariant@tma"));
   EXPECT_TRUE(plan.times("paged_attention", "invariant@cp-async"));
   EXPECT_FALSE(plan.times("mm", "invariant@tma"));

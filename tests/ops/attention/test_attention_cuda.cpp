@@ -138,15 +138,17 @@ TEST(PagedAttentionCuda, SchedulesGiveTheSameBits) {
   EXPECT_GT(compared, 50);
 }
 
-// The Hopper prefill kernel loads K/V tiles by TMA or by cp.async (KvLoads): the shared memory,
-// and so every bit, must be the same, including tiles past kv_len (cp.async zero-fills them in
-// either mode) and pages TMA cannot box (pages of 1). Generated batches use pages of 1, 16 and 64.
-TEST(PagedAttentionCuda, KvLoadsGiveTheSameBits) {
+// The Hopper prefill kernel loads K/V tiles by TMA or by cp.async (KvLoads), and its consumers
+// issue freely or take turns (ping-pong): the shared memory and the arithmetic, and so every bit,
+// must be the same, including tiles past kv_len (cp.async zero-fills them in either mode), pages
+// TMA cannot box (pages of 1), and CTAs whose second consumer has no rows (no turns).
+// Generated batches use pages of 1, 16 and 64.
+TEST(PagedAttentionCuda, HopperPrefillVariantsGiveTheSameBits) {
   NEED_GPU();
   using Schedule = attention::CudaAttentionOptions::Schedule;
   using KvLoads = attention::CudaAttentionOptions::KvLoads;
   int compared = 0;
-  const auto result = rc::check("whole_rows with TMA, cp.async and automatic K/V loads agree bit for bit", [&] {
+  const auto result = rc::check("whole_rows with TMA, cp.async, automatic loads and ping-pong agree bit for bit", [&] {
     const CaseSpec c = *gen_attention_case("invariant", "repeat", Backend::cuda, *rc::gen::element(at::kBFloat16, at::kHalf));
     RC_PRE(c.shape[2] <= 128);  // whole_rows exists for D <= 128
     const auto b = attention_case::build(c, attention_case::sequences(c), 11, 5, false);
@@ -158,6 +160,12 @@ TEST(PagedAttentionCuda, KvLoadsGiveTheSameBits) {
     const auto ref = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha, o);
     for (KvLoads loads : {KvLoads::tma, KvLoads::automatic}) {
       o.kv_loads = loads;
+      const auto y = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha, o);
+      RC_ASSERT(ref.view(at::kShort).equal(y.view(at::kShort)));
+    }
+    using Turns = attention::CudaAttentionOptions::ConsumerTurns;
+    for (Turns turns : {Turns::free, Turns::pingpong}) {
+      o.turns = turns;
       const auto y = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha, o);
       RC_ASSERT(ref.view(at::kShort).equal(y.view(at::kShort)));
     }
