@@ -94,8 +94,11 @@ void matmul_accumulate_rows(StridedMatrix<T> a, StridedMatrix<T> b, int64_t n, i
                             int64_t row_end, float *acc) {
   const int64_t rows = row_end - row_begin;
   std::fill(acc, acc + rows * n, 0.f);
-  std::vector<float> b_tile(static_cast<size_t>(kMatmulKBlock * kMatmulNTile));
-  std::vector<float> a_blocks(static_cast<size_t>(rows * kMatmulKBlock));
+  // Staging reused from call to call on this thread (every element read was written first): a
+  // fresh zeroed 64 KiB tile per call had cost more than the product of a small matmul.
+  thread_local std::vector<float> b_tile, a_blocks;
+  b_tile.resize(static_cast<size_t>(std::min(k, kMatmulKBlock) * std::min(n, kMatmulNTile)));
+  a_blocks.resize(static_cast<size_t>(rows * std::min(k, kMatmulKBlock)));
   for (int64_t n0 = 0; n0 < n; n0 += kMatmulNTile) {
     const int64_t nt = std::min(kMatmulNTile, n - n0);
     for (int64_t k0 = 0; k0 < k; k0 += kMatmulKBlock) {

@@ -16,7 +16,8 @@ namespace detfuzz::fixed_order {
 
 void accumulate_tile_portable(const float *a, int64_t rows, int64_t kt, const float *b, int64_t nt, float *acc,
                               int64_t ldc) {
-  std::vector<float> partial(static_cast<size_t>(nt));
+  thread_local std::vector<float> partial;
+  partial.resize(static_cast<size_t>(nt));
   for (int64_t i = 0; i < rows; ++i) {
     float *__restrict part = partial.data();
     std::fill(part, part + nt, 0.f);
