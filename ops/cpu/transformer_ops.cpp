@@ -15,6 +15,7 @@
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/output.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -30,6 +31,49 @@ void check_index(const at::Tensor &i, const char *op, const char *name) {
   TORCH_CHECK(i.scalar_type() == at::kLong || i.scalar_type() == at::kInt, op, ": ", name,
               " must be int32 or int64, got ", i.scalar_type());
   TORCH_CHECK(i.dim() == 1, op, ": ", name, " must be 1-D, got ", i.sizes());
+}
+
+// cos and sin of pos * f_i (float64, rounded to float32) for one (theta, head dim), kept on this
+// thread for positions below kPositions: a forward ropes q and k of every layer at the same
+// positions, and the case after it mostly at the same ones again. The values are those of the
+// formula, computed once per position instead of once per call.
+struct RopeAngles {
+  static constexpr int64_t kPositions = 1 << 16;
+  double theta = 0;
+  int64_t head_dim = 0;
+  std::vector<double> inv_freq;
+  std::vector<float> cos, sin;  // [position, head_dim / 2], valid where known[position]
+  std::vector<bool> known;
+
+  void compute(int64_t pos, float *c, float *s) const {
+    for (size_t i = 0; i < inv_freq.size(); ++i) {
+      const double a = static_cast<double>(pos) * inv_freq[i];
+      c[i] = static_cast<float>(std::cos(a));
+      s[i] = static_cast<float>(std::sin(a));
+    }
+  }
+  void fill(int64_t pos) {
+    if (pos >= static_cast<int64_t>(known.size())) {
+      const size_t n = static_cast<size_t>(std::min(kPositions, std::max<int64_t>(2 * pos, 1024)));
+      known.resize(n, false);
+      cos.resize(n * inv_freq.size());
+      sin.resize(n * inv_freq.size());
+    }
+    if (known[pos]) return;
+    compute(pos, cos.data() + pos * inv_freq.size(), sin.data() + pos * inv_freq.size());
+    known[pos] = true;
+  }
+};
+
+RopeAngles &rope_angles(double theta, int64_t head_dim) {
+  thread_local RopeAngles angles;
+  if (angles.theta != theta || angles.head_dim != head_dim) {
+    angles = RopeAngles{};
+    angles.theta = theta;
+    angles.head_dim = head_dim;
+    for (int64_t i = 0; i < head_dim / 2; ++i) angles.inv_freq.push_back(rope_inv_freq(theta, i, head_dim));
+  }
+  return angles;
 }
 
 }  // namespace
@@ -72,14 +116,11 @@ at::Tensor silu_and_mul(const at::Tensor &x) {
   float *yp = y.data_ptr<float>();
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t e = 0; e < i; ++e) {
+      // The two formulas above as selects, not a branch: g's sign is a coin flip per element.
       const float g = xp[r * 2 * i + e], u = xp[r * 2 * i + i + e];
-      float sig;
-      if (g >= 0.0f) {
-        sig = 1.0f / (1.0f + std::exp(-g));
-      } else {
-        const float ex = std::exp(g);
-        sig = ex / (1.0f + ex);
-      }
+      const bool non_negative = g >= 0.0f;
+      const float ex = std::exp(non_negative ? -g : g);
+      const float sig = (non_negative ? 1.0f : ex) / (1.0f + ex);
       yp[r * i + e] = (g * sig) * u;
     }
   return to_output(y, x.scalar_type());
@@ -98,14 +139,16 @@ at::Tensor rope(const at::Tensor &x, const at::Tensor &positions, double theta) 
   const float *xp = xf.const_data_ptr<float>();
   const int64_t *pp = pos.const_data_ptr<int64_t>();
   float *yp = y.data_ptr<float>();
-  std::vector<float> c(half), s(half);
-  std::vector<double> inv_freq(half);
-  for (int64_t i = 0; i < half; ++i) inv_freq[i] = rope_inv_freq(theta, i, d);
+  RopeAngles &angles = rope_angles(theta, d);
+  std::vector<float> c_own(half), s_own(half);
   for (int64_t t = 0; t < t_len; ++t) {
-    for (int64_t i = 0; i < half; ++i) {
-      const double a = static_cast<double>(pp[t]) * inv_freq[i];
-      c[i] = static_cast<float>(std::cos(a));
-      s[i] = static_cast<float>(std::sin(a));
+    const float *c = c_own.data(), *s = s_own.data();
+    if (pp[t] >= 0 && pp[t] < RopeAngles::kPositions) {
+      angles.fill(pp[t]);
+      c = angles.cos.data() + pp[t] * half;
+      s = angles.sin.data() + pp[t] * half;
+    } else {
+      angles.compute(pp[t], c_own.data(), s_own.data());
     }
     for (int64_t h = 0; h < heads; ++h) {
       const float *in = xp + (t * heads + h) * d;
