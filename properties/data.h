@@ -30,6 +30,11 @@ at::Tensor make_values(uint64_t seed, uint64_t tensor, at::IntArrayRef sizes, at
 // made on `device` (on a CUDA device by a kernel, with the host's bits).
 at::Tensor keyed_rows(const std::vector<uint64_t> &keys, const std::vector<uint64_t> &first, int64_t width, const at::Device &device);
 
+// One row of them on the host: out[e] = irwin_hall_value(key, first + e) for e < width, eight at
+// a time with AVX-512 where the CPU has it (irwin_hall_rows_vectorised), with the same bits.
+void irwin_hall_row(uint64_t key, uint64_t first, int64_t width, float *out);
+bool irwin_hall_rows_vectorised();
+
 // The same values seen through a layout: 'c' contiguous, 't' transposed storage (last two dims),
 // 'p' padded rows plus a storage offset, 'g' every other element of a twice-as-wide buffer.
 // The result lives on `device`. Throws std::invalid_argument for an unknown code.

@@ -135,5 +135,31 @@ TEST(CounterData, KeyedRowsAreRunsOfKeyedValues) {
   EXPECT_THROW(keyed_rows(keys, {0}, 4, at::kCPU), std::invalid_argument);
 }
 
+// The AVX-512 row has the scalar function's bits: every width around the eight lanes, indices
+// that wrap past 2^64, and enough elements that sums of zero (made 0.5) occur.
+TEST(CounterData, VectorisedKeyedRowMatchesTheScalarValues) {
+  if (!irwin_hall_rows_vectorised()) GTEST_SKIP() << "this CPU has no AVX-512: only the scalar loop runs";
+  std::vector<float> row;
+  for (uint64_t first : {uint64_t{0}, uint64_t{3}, ~uint64_t{0} - 5})
+    for (int64_t width = 0; width <= 40; ++width) {
+      row.assign(width, -1.f);
+      irwin_hall_row(counter_data::tensor_key(7, first), first, width, row.data());
+      for (int64_t e = 0; e < width; ++e) {
+        const float expected = counter_data::irwin_hall_value(counter_data::tensor_key(7, first), first + e);
+        ASSERT_EQ(0, std::memcmp(&expected, &row[e], sizeof(float))) << "first " << first << " width " << width << " e " << e;
+      }
+    }
+  const int64_t n = 1 << 21;
+  row.assign(n, -1.f);
+  irwin_hall_row(12345, 0, n, row.data());
+  int64_t halves = 0;
+  for (int64_t e = 0; e < n; ++e) {
+    const float expected = counter_data::irwin_hall_value(12345, e);
+    ASSERT_EQ(0, std::memcmp(&expected, &row[e], sizeof(float))) << "e " << e;
+    halves += expected == 0.5f;
+  }
+  EXPECT_GT(halves, 0);
+}
+
 }  // namespace
 }  // namespace detfuzz
