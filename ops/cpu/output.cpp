@@ -55,12 +55,46 @@ __attribute__((target("avx2,f16c"))) void convert_half_f16c(const float *src, ui
 }
 #endif
 
-void convert_half_fastest(const float *src, uint16_t *dst, int64_t n) {
+void widen_half(const uint16_t *src, float *dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = c10::detail::fp16_ieee_to_fp32_value(src[i]);
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,f16c"))) void widen_half_f16c(const uint16_t *src, float *dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(src + i))));
+  widen_half(src + i, dst + i, n - i);
+}
+#endif
+
+bool has_f16c() {
 #if defined(__x86_64__)
   static const bool f16c = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-  if (f16c) return convert_half_f16c(src, dst, n);
+  return f16c;
+#else
+  return false;
+#endif
+}
+
+void convert_half_fastest(const float *src, uint16_t *dst, int64_t n) {
+#if defined(__x86_64__)
+  if (has_f16c()) return convert_half_f16c(src, dst, n);
 #endif
   convert_half(src, dst, n);
+}
+
+// Writes n float32 values to `out` (contiguous, of `dtype`), NaN canonicalised.
+void store_output(const float *src, int64_t n, const at::Tensor &out) {
+  const at::ScalarType dtype = out.scalar_type();
+  if (dtype == at::kFloat) {
+    float *dst = out.data_ptr<float>();
+    for (int64_t i = 0; i < n; ++i) dst[i] = nan_bits(bits_of(src + i)) ? std::numeric_limits<float>::quiet_NaN() : src[i];
+  } else if (dtype == at::kBFloat16) {
+    convert_bf16(src, reinterpret_cast<uint16_t *>(out.data_ptr<c10::BFloat16>()), n);
+  } else {
+    convert_half_fastest(src, reinterpret_cast<uint16_t *>(out.data_ptr<c10::Half>()), n);
+  }
 }
 
 }  // namespace
@@ -84,11 +118,46 @@ at::Tensor to_output(at::Tensor f32, at::ScalarType dtype) {
     return f32;
   }
   at::Tensor out = at::empty_strided(f32.sizes(), f32.strides(), f32.options().dtype(dtype));
-  if (dtype == at::kBFloat16)
-    convert_bf16(src, reinterpret_cast<uint16_t *>(out.data_ptr<c10::BFloat16>()), n);
-  else
-    convert_half_fastest(src, reinterpret_cast<uint16_t *>(out.data_ptr<c10::Half>()), n);
+  store_output(src, n, out);
   return out;
+}
+
+at::Tensor to_output(const float *src, at::IntArrayRef sizes, at::ScalarType dtype) {
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf,
+              "to_output: a float32 buffer goes to float32, bfloat16 or float16, not ", dtype);
+  at::Tensor out = at::empty(sizes, at::TensorOptions().dtype(dtype));
+  store_output(src, out.numel(), out);
+  return out;
+}
+
+const float *float_values(const at::Tensor &t, std::vector<float> &buffer) {
+  TORCH_CHECK(t.device().is_cpu(), "float_values: expected a CPU tensor, got ", t.device());
+  const at::ScalarType dtype = t.scalar_type();
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf,
+              "float_values: expected float32, bfloat16 or float16, got ", dtype);
+  if (dtype == at::kFloat && t.is_contiguous()) return t.const_data_ptr<float>();
+  const at::Tensor dense = t.contiguous();
+  const int64_t n = dense.numel();
+  buffer.resize(static_cast<size_t>(n));
+  if (dtype == at::kFloat) {
+    std::memcpy(buffer.data(), dense.const_data_ptr<float>(), static_cast<size_t>(n) * sizeof(float));
+  } else if (dtype == at::kBFloat16) {
+    const auto *src = reinterpret_cast<const uint16_t *>(dense.const_data_ptr<c10::BFloat16>());
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t u = static_cast<uint32_t>(src[i]) << 16;
+      std::memcpy(&buffer[i], &u, 4);
+    }
+  } else {
+    const auto *src = reinterpret_cast<const uint16_t *>(dense.const_data_ptr<c10::Half>());
+#if defined(__x86_64__)
+    if (has_f16c()) {
+      widen_half_f16c(src, buffer.data(), n);
+      return buffer.data();
+    }
+#endif
+    widen_half(src, buffer.data(), n);
+  }
+  return buffer.data();
 }
 
 }  // namespace detfuzz::cpu_ops

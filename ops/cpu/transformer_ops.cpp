@@ -87,10 +87,10 @@ at::Tensor rms_norm(const at::Tensor &x, const at::Tensor &weight, double eps) {
               " differs from x's ", x.scalar_type());
   TORCH_CHECK(eps >= 0 && std::isfinite(eps), "rms_norm: eps must be finite and >= 0, got ", eps);
   const int64_t rows = x.size(0), h = x.size(1);
-  const at::Tensor xf = x.to(at::kFloat).contiguous(), wf = weight.to(at::kFloat).contiguous();
-  at::Tensor y = at::empty({rows, h}, xf.options());
-  const float *xp = xf.const_data_ptr<float>(), *wp = wf.const_data_ptr<float>();
-  float *yp = y.data_ptr<float>();
+  thread_local std::vector<float> x_buf, w_buf, y_buf;
+  const float *xp = float_values(x, x_buf), *wp = float_values(weight, w_buf);
+  y_buf.resize(static_cast<size_t>(rows * h));
+  float *yp = y_buf.data();
   const float eps_f = static_cast<float>(eps), h_f = static_cast<float>(h);
   for (int64_t r = 0; r < rows; ++r) {
     const float *row = xp + r * h;
@@ -103,17 +103,17 @@ at::Tensor rms_norm(const at::Tensor &x, const at::Tensor &weight, double eps) {
     const float inv = 1.0f / std::sqrt(ss / h_f + eps_f);
     for (int64_t e = 0; e < h; ++e) yp[r * h + e] = (row[e] * inv) * wp[e];
   }
-  return to_output(y, x.scalar_type());
+  return to_output(yp, {rows, h}, x.scalar_type());
 }
 
 at::Tensor silu_and_mul(const at::Tensor &x) {
   check_float(x, "silu_and_mul", "x");
   TORCH_CHECK(x.dim() == 2 && x.size(1) % 2 == 0, "silu_and_mul: x must be [rows, 2*I], got ", x.sizes());
   const int64_t rows = x.size(0), i = x.size(1) / 2;
-  const at::Tensor xf = x.to(at::kFloat).contiguous();
-  at::Tensor y = at::empty({rows, i}, xf.options());
-  const float *xp = xf.const_data_ptr<float>();
-  float *yp = y.data_ptr<float>();
+  thread_local std::vector<float> x_buf, y_buf;
+  const float *xp = float_values(x, x_buf);
+  y_buf.resize(static_cast<size_t>(rows * i));
+  float *yp = y_buf.data();
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t e = 0; e < i; ++e) {
       // The two formulas above as selects, not a branch: g's sign is a coin flip per element.
@@ -123,7 +123,7 @@ at::Tensor silu_and_mul(const at::Tensor &x) {
       const float sig = (non_negative ? 1.0f : ex) / (1.0f + ex);
       yp[r * i + e] = (g * sig) * u;
     }
-  return to_output(y, x.scalar_type());
+  return to_output(yp, {rows, i}, x.scalar_type());
 }
 
 at::Tensor rope(const at::Tensor &x, const at::Tensor &positions, double theta) {
@@ -133,12 +133,12 @@ at::Tensor rope(const at::Tensor &x, const at::Tensor &positions, double theta) 
   TORCH_CHECK(positions.size(0) == x.size(0), "rope: positions must be [", x.size(0), "], got ", positions.sizes());
   TORCH_CHECK(theta > 1 && std::isfinite(theta), "rope: theta must be finite and > 1, got ", theta);
   const int64_t t_len = x.size(0), heads = x.size(1), d = x.size(2), half = d / 2;
-  const at::Tensor xf = x.to(at::kFloat).contiguous();
+  thread_local std::vector<float> x_buf, y_buf;
+  const float *xp = float_values(x, x_buf);
   const at::Tensor pos = positions.to(at::kCPU, at::kLong).contiguous();
-  at::Tensor y = at::empty_like(xf);
-  const float *xp = xf.const_data_ptr<float>();
   const int64_t *pp = pos.const_data_ptr<int64_t>();
-  float *yp = y.data_ptr<float>();
+  y_buf.resize(static_cast<size_t>(t_len * heads * d));
+  float *yp = y_buf.data();
   RopeAngles &angles = rope_angles(theta, d);
   std::vector<float> c_own(half), s_own(half);
   for (int64_t t = 0; t < t_len; ++t) {
@@ -159,7 +159,7 @@ at::Tensor rope(const at::Tensor &x, const at::Tensor &positions, double theta) 
       }
     }
   }
-  return to_output(y, x.scalar_type()).to(x.device());
+  return to_output(yp, {t_len, heads, d}, x.scalar_type()).to(x.device());
 }
 
 at::Tensor embedding(const at::Tensor &weight, const at::Tensor &ids) {

@@ -8,6 +8,7 @@
 #include <c10/util/Half.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -91,6 +92,39 @@ TEST(CpuOutput, PermutedAndGappedResults) {
       EXPECT_TRUE(at::all(bits.masked_select(nan) == pattern).item<bool>()) << dtype << (dense ? " dense" : " with gaps");
     }
   }
+}
+
+// to_output from a buffer gives to_output's bits from a tensor, for every output dtype.
+TEST(CpuOutput, FromABufferAsFromATensor) {
+  std::vector<float> v = edge_values();
+  for (int i = 0; i < 41; ++i) v.push_back(0.37f * static_cast<float>(i) - 5.f);
+  const int64_t n = static_cast<int64_t>(v.size());
+  for (auto dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    const at::Tensor from_tensor = cpu_ops::to_output(at::from_blob(v.data(), {n}).clone(), dtype);
+    const at::Tensor from_buffer = cpu_ops::to_output(v.data(), {n}, dtype);
+    ASSERT_EQ(from_buffer.scalar_type(), dtype);
+    ASSERT_TRUE(from_buffer.is_contiguous());
+    EXPECT_EQ(0, std::memcmp(from_tensor.data_ptr(), from_buffer.data_ptr(), from_tensor.nbytes())) << dtype;
+  }
+}
+
+// float_values: every value of every input dtype and layout as ATen widens it (NaNs: a NaN).
+TEST(CpuOutput, FloatValuesWidenExactly) {
+  std::vector<float> v = edge_values();
+  for (int i = 0; i < 77; ++i) v.push_back(1.37f * static_cast<float>(i) - 50.f);
+  const int64_t n = static_cast<int64_t>(v.size());
+  const at::Tensor base = at::from_blob(v.data(), {n}).clone();
+  for (auto dtype : {at::kFloat, at::kBFloat16, at::kHalf})
+    for (bool gapped : {false, true}) {
+      const at::Tensor t = gapped ? base.to(dtype).view({n / 3, 3}).slice(1, 0, 2) : base.to(dtype);
+      std::vector<float> buffer;
+      const float *got = cpu_ops::float_values(t, buffer);
+      const at::Tensor expected = t.to(at::kFloat).contiguous();
+      const float *want = expected.data_ptr<float>();
+      for (int64_t i = 0; i < expected.numel(); ++i)
+        EXPECT_TRUE(bits_of(want[i]) == bits_of(got[i]) || (std::isnan(want[i]) && std::isnan(got[i])))
+            << dtype << (gapped ? " gapped" : "") << " element " << i;
+    }
 }
 
 }  // namespace
