@@ -75,9 +75,9 @@ __device__ __forceinline__ void turn_wait(int id) { asm volatile("bar.sync %0, 2
 __device__ __forceinline__ void turn_pass(int id) { asm volatile("bar.arrive %0, 256;" ::"r"(id) : "memory"); }
 #endif
 
-// How the producer loads a tile's K and V: kTma where tma_box_rows() allows it, else kCopies.
-// kv_maps: the K and V pools as 3-D TMA maps (head dim, KV head, slot), boxes of 64 elements x
-// 1 x box_rows, 128-byte swizzled; unused (zeroed) when box_rows is 0.
+// The K and V pools as 3-D TMA maps (head dim, KV head, slot), boxes of 64 elements x 1 x
+// box_rows, 128-byte swizzled (tma_box_rows decides box_rows); zeroed and unused when box_rows
+// is 0, where every tile goes through cp.async.
 struct KvMaps {
   CUtensorMap k, v;
   int box_rows;  // 0: every tile by cp.async
