@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <set>
 #include <string>
 
@@ -99,6 +100,44 @@ TEST(KVCache, SetKvWritesWhereTheBlockTableSays) {
   // An un-viewed index would have treated the slot ids as block ids: the view matters.
   EXPECT_THROW(cache.set_kv(0, at::tensor(std::vector<int64_t>{21}, at::kLong), k.slice(0, 0, 1), v.slice(0, 0, 1)),
                c10::Error);
+}
+
+// The host path of set_kv against index_copy_ on the flat view, bit for bit: int32 and int64
+// slot ids, gapped K/V views, bfloat16 pools, K/V of another dtype (converted), a slot named
+// twice (the later token's row stays), and the range check's message.
+TEST(KVCache, SetKvOnTheHostAsIndexCopy) {
+  KVCacheConfig cfg;
+  cfg.num_blocks = 5;
+  cfg.block_size = 4;
+  cfg.num_kv_heads = 2;
+  cfg.head_dim = 8;
+  cfg.dtype = at::kBFloat16;
+  cfg.num_layers = 2;
+  const std::vector<int64_t> slots = {7, 0, 19, 3, 7, 12};
+  const at::Tensor wide = values({6, 2, 16}, 21);
+  for (auto id_type : {at::kInt, at::kLong})
+    for (bool gapped : {false, true})
+      for (auto in_type : {at::kBFloat16, at::kFloat}) {
+        const at::Tensor k = (gapped ? wide.slice(2, 0, 8) : values({6, 2, 8}, 22)).to(in_type);
+        const at::Tensor v = (gapped ? wide.slice(2, 8, 16) : values({6, 2, 8}, 23)).to(in_type);
+        KVCache cache(cfg);
+        cache.set_kv(1, at::tensor(slots, id_type), k, v);
+        at::Tensor k_ref = KVCache(cfg).k(1).view({20, 2, 8}), v_ref = KVCache(cfg).v(1).view({20, 2, 8});
+        k_ref.index_copy_(0, at::tensor(slots, at::kLong), k.to(at::kBFloat16));
+        v_ref.index_copy_(0, at::tensor(slots, at::kLong), v.to(at::kBFloat16));
+        const at::Tensor k_got = cache.k(1).view({20, 2, 8}), v_got = cache.v(1).view({20, 2, 8});
+        EXPECT_EQ(0, std::memcmp(k_got.data_ptr(), k_ref.data_ptr(), k_ref.nbytes())) << id_type << gapped << in_type;
+        EXPECT_EQ(0, std::memcmp(v_got.data_ptr(), v_ref.data_ptr(), v_ref.nbytes())) << id_type << gapped << in_type;
+        EXPECT_TRUE(at::equal(k_got[7], k[4].to(at::kBFloat16)));  // slot 7 twice: token 4's row
+      }
+  KVCache cache(cfg);
+  const at::Tensor k = values({2, 2, 8}, 24).to(at::kBFloat16);
+  try {
+    cache.set_kv(0, at::tensor(std::vector<int64_t>{3, -2}, at::kLong), k, k);
+    ADD_FAILURE() << "a negative slot was accepted";
+  } catch (const c10::Error &e) {
+    EXPECT_NE(std::string(e.what()).find("slot_mapping holds -2, outside [0, 20)"), std::string::npos) << e.what();
+  }
 }
 
 TEST(PagedMetadata, ValidInputsPass) { EXPECT_EQ(error_of(valid_inputs()), ""); }
