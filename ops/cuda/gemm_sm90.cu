@@ -66,7 +66,7 @@ enum Sched { kPersistent, kCluster };
 // produces. Two for M > 64; one for M <= 64, where a second would multiply rows past M.
 template <int CONSUMERS>
 constexpr int kThreads = 128 * (CONSUMERS + 1);
-// Shared memory of a CTA: `stages` pipeline stages of A's box then B's 64 x 128, then the full and
+// Shared memory of a CTA: `stages` pipeline stages of A's box then B's 64 x BN, then the full and
 // empty barriers. A 64-row tile's smaller stages buy it more of them (decode streams B, and what
 // bounds it is the bytes in flight per SM).
 // Tiles are 128 columns wide, or 64 (BN) for the 64 x 64 tiles of sm90_persistent_64x64.
