@@ -84,7 +84,8 @@ void convert_half_fastest(const float *src, uint16_t *dst, int64_t n) {
   convert_half(src, dst, n);
 }
 
-// Writes n float32 values to `out` (contiguous, of `dtype`), NaN canonicalised.
+// Writes n float32 values to `out` (contiguous, float32, bfloat16 or float16), NaN canonicalised;
+// `src` may be a float32 `out`'s own data.
 void store_output(const float *src, int64_t n, const at::Tensor &out) {
   const at::ScalarType dtype = out.scalar_type();
   if (dtype == at::kFloat) {
@@ -111,10 +112,8 @@ at::Tensor to_output(at::Tensor f32, at::ScalarType dtype) {
   if (!f32.is_non_overlapping_and_dense()) f32 = f32.contiguous();
   const float *src = f32.data_ptr<float>();
   const int64_t n = f32.numel();
-  if (dtype == at::kFloat) {
-    float *dst = f32.data_ptr<float>();
-    for (int64_t i = 0; i < n; ++i)
-      if (nan_bits(bits_of(src + i))) dst[i] = std::numeric_limits<float>::quiet_NaN();
+  if (dtype == at::kFloat) {  // canonicalised in place
+    store_output(src, n, f32);
     return f32;
   }
   at::Tensor out = at::empty_strided(f32.sizes(), f32.strides(), f32.options().dtype(dtype));
