@@ -89,11 +89,15 @@ bool split_forced_path(const std::string &impl, std::string *base, std::string *
 // `invariant@tma`, `invariant@cp-async`, `invariant@pingpong` and `invariant@no-pingpong`: paged
 // attention's Hopper prefill kernel with its K/V loads or its consumers' turns forced; nullopt
 // for any other name.
-std::optional<std::string> attention_variant_by_name(const std::string &impl) {
+enum class AttnVariant { tma, cp_async, pingpong, no_pingpong };
+std::optional<AttnVariant> attention_variant_by_name(const std::string &impl) {
   std::string base, path;
   if (!split_forced_path(impl, &base, &path) || base != "invariant") return std::nullopt;
-  if (path != "tma" && path != "cp-async" && path != "pingpong" && path != "no-pingpong") return std::nullopt;
-  return path;
+  if (path == "tma") return AttnVariant::tma;
+  if (path == "cp-async") return AttnVariant::cp_async;
+  if (path == "pingpong") return AttnVariant::pingpong;
+  if (path == "no-pingpong") return AttnVariant::no_pingpong;
+  return std::nullopt;
 }
 
 bool known_matmul_path(const std::string &path) {
@@ -327,22 +331,26 @@ at::Tensor run_paged(const OpArgs &a, const attention::CudaAttentionOptions &opt
 // row each.
 void attention_bench(const BenchConfig &cfg, std::ostream &csv, std::ostream &log, at::Generator &gen, cudaEvent_t start,
                      cudaEvent_t stop, cudaStream_t stream) {
-  using Kernel = attention::CudaAttentionOptions::Kernel;
-  using KvLoads = attention::CudaAttentionOptions::KvLoads;
+  using Options = attention::CudaAttentionOptions;
   struct Timed {
     std::string impl;
-    attention::CudaAttentionOptions options;
+    Options options;
+    bool prefill_only = false;  // a forced variant of the Hopper prefill kernel
   };
   std::vector<Timed> impls = {{"invariant", {}}};
   impls.push_back({"invariant-mma-sync", {}});
-  impls.back().options.kernel = Kernel::mma_sync;
+  impls.back().options.kernel = Options::Kernel::mma_sync;
   for (const auto &name : cfg.impls) {
     const auto variant = attention_variant_by_name(name);
     if (!variant) continue;
-    impls.push_back({name, {}});
-    using Turns = attention::CudaAttentionOptions::ConsumerTurns;
-    if (*variant == "pingpong" || *variant == "no-pingpong") impls.back().options.turns = *variant == "pingpong" ? Turns::pingpong : Turns::free;
-    else impls.back().options.kv_loads = *variant == "tma" ? KvLoads::tma : KvLoads::cp_async;
+    Options o;
+    switch (*variant) {
+      case AttnVariant::tma: o.kv_loads = Options::KvLoads::tma; break;
+      case AttnVariant::cp_async: o.kv_loads = Options::KvLoads::cp_async; break;
+      case AttnVariant::pingpong: o.turns = Options::ConsumerTurns::pingpong; break;
+      case AttnVariant::no_pingpong: o.turns = Options::ConsumerTurns::free; break;
+    }
+    impls.push_back({name, o, true});
   }
   // The shapes: a --shapes file's paged_attention_decode (M = batch, N = context, K = head dim)
   // and paged_attention_prefill (N = tokens) rows, or by default batches 1-256 at contexts
@@ -379,7 +387,7 @@ void attention_bench(const BenchConfig &cfg, std::ostream &csv, std::ostream &lo
       one.tensors[2] = args.tensors[2];
       one.tensors[5] = args.tensors[5].narrow(0, 0, 1);
       for (const Timed &impl : impls) {
-        if (impl.impl.find('@') != std::string::npos) continue;  // the forced variants are the prefill kernel's
+        if (impl.prefill_only) continue;
         const double us = time_planned_attention(args, impl.options, reps, start, stop, stream);
         const bool verified = same_bits(run_paged(one, impl.options), run_paged(args, impl.options).narrow(0, 0, 1));
         csv << "paged_attention_decode," << impl.impl << ',' << dtype_name(dtype) << ',' << batch << ',' << ctx << ',' << d << ','
