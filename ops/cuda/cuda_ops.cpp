@@ -190,7 +190,7 @@ constexpr ck::GemmPath kHopperPaths[] = {ck::GemmPath::sm90_persistent, ck::Gemm
                                          ck::GemmPath::sm90_persistent_64x64};
 constexpr ck::F32Path kF32Paths[] = {ck::F32Path::persistent_tall, ck::F32Path::persistent_large,
                                      ck::F32Path::persistent_small, ck::F32Path::cluster_large,
-                                     ck::F32Path::cluster_small};
+                                     ck::F32Path::cluster_small,   ck::F32Path::column_stream};
 }  // namespace
 
 std::vector<MatmulPathChoice> equivalent_matmul_paths(int device, at::ScalarType dtype) {

@@ -45,10 +45,11 @@ bool gemm_path_available(GemmPath p, int device);
 
 // The float32 kernel's schedules and tile shapes (gemm_f32.cu). `automatic` picks one by shape;
 // every one computes the same bits, so the pick never changes a result. Tests and variant_agree
-// force each.
-enum class F32Path { automatic, persistent_tall, persistent_large, persistent_small, cluster_large, cluster_small };
+// force each. column_stream (gemm_f32_stream.cu) is the TMA-fed streaming kernel for small M.
+enum class F32Path { automatic, persistent_tall, persistent_large, persistent_small, cluster_large, cluster_small, column_stream };
 const char *gemm_f32_path_name(F32Path path);
-bool gemm_f32_path_available(F32Path path, int device);  // cluster_*: sm_90 code and GPU; tall: 202 KB of shared memory
+// cluster_* and column_stream: sm_90 code and GPU; tall: 202 KB of shared memory.
+bool gemm_f32_path_available(F32Path path, int device);
 
 struct GemmParams {
   DType dtype = DType::f32;  // A, B, C and bias all have this dtype
@@ -85,6 +86,10 @@ void launch_gemm_sm90(const GemmParams &p, GemmPath path, cudaStream_t stream);
 
 F32Path gemm_f32_auto_path(const GemmParams &p, int device);
 void launch_gemm_f32_path(const GemmParams &p, F32Path path, cudaStream_t stream);  // f32 (gemm_f32.cu)
+// The column-stream path (gemm_f32_stream.cu), launched through launch_gemm_f32_path: whether its
+// grid and TMA coordinates can hold the problem, and the launch.
+bool gemm_f32_stream_fits(const GemmParams &p);
+void launch_gemm_f32_stream(const GemmParams &p, int device, cudaStream_t stream);
 // k_chunks(K) of gemm_common.cuh for host code that cannot include it: {chunk size, chunk count}.
 std::pair<int64_t, int> gemm_k_chunks(int64_t K);
 

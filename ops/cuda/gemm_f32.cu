@@ -46,6 +46,8 @@
 //     thread-block cluster; each stores its p_c in its shared memory, then after cluster.sync()
 //     CTA r reduces the r-th slice of the tile over ranks 0..count-1 in order through distributed
 //     shared memory, applies the epilogue and stores. Used when the tiles alone cannot fill the GPU.
+// A sixth path, the column stream for small M (TMA-fed, no register tiles of A), lives in
+// gemm_f32_stream.cu; gemm_f32_auto_path below picks among all six.
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/gemm.cuh"
 #include "ops/cuda/gemm_common.cuh"
@@ -619,7 +621,8 @@ void launch_tile(const F32Args &args, const GemmParams &p, int dev, cudaStream_t
 }  // namespace
 
 bool gemm_f32_path_available(F32Path path, int device) {
-  if (path == F32Path::cluster_large || path == F32Path::cluster_small) return cluster_capable(device);
+  if (path == F32Path::cluster_large || path == F32Path::cluster_small || path == F32Path::column_stream)
+    return cluster_capable(device);
   if (path == F32Path::persistent_tall) return tall_fits(device);
   return true;
 }
@@ -632,6 +635,7 @@ const char *gemm_f32_path_name(F32Path path) {
     case F32Path::persistent_small: return "persistent-32x128";
     case F32Path::cluster_large: return "cluster-128x128";
     case F32Path::cluster_small: return "cluster-32x128";
+    case F32Path::column_stream: return "column-stream";
   }
   return "?";
 }
@@ -639,6 +643,13 @@ const char *gemm_f32_path_name(F32Path path) {
 F32Path gemm_f32_auto_path(const GemmParams &p, int device) {
   const bool small_m = p.M <= SmallTile::BM;
   const int64_t slots = p.num_ctas, chunks = k_chunks(p.K).count;
+  // The column stream for decode (M <= 8: B read once at nearly a device copy's speed) and for
+  // 17-32 rows (4 columns x 8 rows per thread). Forced-path bench, H100, speed against cuBLAS, this
+  // path against the best other: M = 1, N = K = 4096 1.03 / 0.80; M = 8, K = 14336 1.48 / 1.31;
+  // M = 32, N = 1024, K = 8192 1.04 / 0.88; M = 32, K = 14336 0.70 / 0.62. At 9-16 rows (two warps
+  // of 4 columns per CTA) the 32 x 128 tiles win: M = 16, N = K = 4096 1.39 / 1.71.
+  if ((p.M <= 8 || (p.M > 16 && p.M <= 32)) && cluster_capable(device) && gemm_f32_stream_fits(p))
+    return F32Path::column_stream;
   // 256 x 128 tiles (the shape cuBLAS picks for float32 on Hopper: more FMAs per shared-memory
   // read) where they are full and give every SM at least one: H100, N = K = 4096, M = 2048 1710
   // against 1790 us (128 x 128), M = 8192 6755 against 7074 us; at M = 512 they lose (half-empty
@@ -698,6 +709,10 @@ void launch_gemm_f32_path(const GemmParams &p, F32Path path, cudaStream_t stream
     case F32Path::persistent_small: launch_tile<SmallTile, false>(args, p, dev, stream); break;
     case F32Path::cluster_large: launch_tile<LargeTile, true>(args, p, dev, stream); break;
     case F32Path::cluster_small: launch_tile<SmallTile, true>(args, p, dev, stream); break;
+    case F32Path::column_stream:
+      if (!gemm_f32_stream_fits(p)) throw std::runtime_error("launch_gemm_f32: too large for path column-stream");
+      launch_gemm_f32_stream(p, dev, stream);
+      break;
     case F32Path::automatic: break;
   }
 }

@@ -324,63 +324,13 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
 #endif
 }
 
-// A 128-byte-swizzled tiled map over a 16-bit [batch][rows][cols] tensor (rank 2 when the batch
-// stride is 0), boxes of box_cols x box_rows.
-CUtensorMap encode_map(const void *base, int64_t cols, int64_t rows, int64_t ld, int64_t batch, int64_t batch_stride,
-                       int box_cols, int box_rows, int *rank3) {
-  CUtensorMap map;
-  const bool r3 = batch > 1 && batch_stride != 0;
-  *rank3 = r3 ? 1 : 0;
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(batch)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(ld) * 2, static_cast<cuuint64_t>(batch_stride) * 2};
-  const cuuint32_t box[3] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows), 1};
-  const cuuint32_t elem[3] = {1, 1, 1};
-  const CUresult r = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, r3 ? 3 : 2, const_cast<void *>(base), dims,
-                                    strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    throw std::runtime_error("gemm_sm90: cuTensorMapEncodeTiled failed (CUresult " + std::to_string(static_cast<int>(r)) +
-                             ") for a " + std::to_string(rows) + " x " + std::to_string(cols) + " operand, ld " +
-                             std::to_string(ld));
-  return map;
-}
-
-// The maps of recent calls, per host thread. Encoding a map is a driver call on the host, paid on
-// every launch, and at decode sizes the host time of a call shows in its latency; a model's
-// weights and the allocator's reused activation buffers give the same pointers and shapes call
-// after call. A map holds only these parameters (no data), so a hit is exact.
+// A 128-byte-swizzled map over a 16-bit operand (tensor_map.h keeps recent ones).
 CUtensorMap make_map(const void *base, int64_t cols, int64_t rows, int64_t ld, int64_t batch, int64_t batch_stride,
                      int box_cols, int box_rows, int *rank3) {
-  struct Key {
-    const void *base;
-    int64_t cols, rows, ld, batch, batch_stride;
-    int box_cols, box_rows;
-    bool operator==(const Key &o) const {
-      return base == o.base && cols == o.cols && rows == o.rows && ld == o.ld && batch == o.batch &&
-             batch_stride == o.batch_stride && box_cols == o.box_cols && box_rows == o.box_rows;
-    }
-  };
-  struct Entry {
-    Key key;
-    CUtensorMap map;
-    int rank3;
-    bool used;
-  };
-  constexpr int kEntries = 64;
-  thread_local Entry cache[kEntries] = {};
-  thread_local int next = 0;
-  const Key key{base, cols, rows, ld, batch, batch_stride, box_cols, box_rows};
-  for (const Entry &e : cache)
-    if (e.used && e.key == key) {
-      *rank3 = e.rank3;
-      return e.map;
-    }
-  int r3 = 0;
-  const CUtensorMap map = encode_map(base, cols, rows, ld, batch, batch_stride, box_cols, box_rows, &r3);
-  cache[next] = Entry{key, map, r3, true};
-  next = (next + 1) % kEntries;
-  *rank3 = r3;
-  return map;
+  const MatrixMap m = matrix_map("gemm_sm90", CU_TENSOR_MAP_DATA_TYPE_UINT16, base, cols, rows, ld, batch, batch_stride,
+                                 box_cols, box_rows, CU_TENSOR_MAP_SWIZZLE_128B);
+  *rank3 = m.rank3;
+  return m.map;
 }
 
 // The kernel for a schedule, opted into its shared memory once per device.
