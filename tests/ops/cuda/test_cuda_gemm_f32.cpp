@@ -136,15 +136,17 @@ void expect_bitwise(const at::Tensor &expected, const at::Tensor &actual, const 
 }
 
 // Every available path, on the same inputs: the same bits, within the bound, every element
-// written. Shapes cover partial tiles in M and N, K below one chunk, K = 4, K not a multiple of the
-// K step (16 or 32; 4, 8 or 12 k in the last step), K with a short last chunk, one to eight chunks,
+// written. Shapes cover partial tiles in M and N, each kernel of the column stream (1, 2, 3-4,
+// 5-8, 9-16, 17-32 rows and row tiles of 32), K below one chunk, K = 4, K not a multiple of the K
+// step (16 or 32; 4, 8 or 12 k in the last step), K with a short last chunk, one to eight chunks,
 // batches and the bias.
 TEST(GemmF32Paths, EveryPathGivesTheSameBits) {
   REQUIRE_GPU();
   const int n_sms = sms();
   std::vector<Problem> problems;
   for (int64_t K : {4, 20, 28, 64, 100, 512, 516, 1000, 1036, 1540, 2048, 4100})
-    for (const auto &mn : std::vector<std::pair<int64_t, int64_t>>{{1, 4}, {3, 36}, {17, 128}, {32, 260}, {33, 132}, {130, 200}, {257, 136}})
+    for (const auto &mn : std::vector<std::pair<int64_t, int64_t>>{
+             {1, 4}, {2, 36}, {3, 36}, {12, 200}, {17, 128}, {32, 260}, {33, 132}, {130, 200}, {257, 136}})
       problems.push_back({1, mn.first, mn.second, K, (K + mn.first) % 2 == 0, false, 1.f, 1.f});
   problems.push_back({3, 40, 136, 1200, true, true, 0.5f, 2.f});
   problems.push_back({3, 5, 136, 1200, false, true, -1.25f, 0.75f});
