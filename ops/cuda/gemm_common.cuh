@@ -8,6 +8,7 @@
 #include "ops/cuda/gemm.cuh"
 #include "ops/cuda/mma_sm80.cuh"
 
+#include <atomic>
 #include <cstdint>
 
 namespace detfuzz::cuda_kernels {
@@ -69,6 +70,28 @@ __host__ __device__ inline KChunks k_chunks(int64_t K) {
   if (count > kMaxKChunks) count = kMaxKChunks;
   const int64_t size = ((K + count - 1) / count + 63) / 64 * 64;
   return {size, static_cast<int>((K + size - 1) / size)};
+}
+
+// Host: runs `configure` (a kernel's cudaFuncSetAttribute calls) once per device for devices
+// 0..63 and on every call for others; `done` is that kernel instantiation's own record.
+template <class Configure>
+void configure_once_per_device(std::atomic<uint64_t> &done, int dev, Configure configure) {
+  const uint64_t bit = dev >= 0 && dev < 64 ? uint64_t(1) << dev : 0;
+  if (bit && (done.load() & bit)) return;
+  configure();
+  done.fetch_or(bit);
+}
+
+// The float32 paths' epilogue (gemm_f32.cu, gemm_f32_stream.cu), which fixes an element's last
+// roundings: alpha * total, then + beta * bias when the element has one (bias: it, or nullptr).
+__device__ __forceinline__ float f32_epilogue(const GemmArgs<float> &g, float total, const float *bias) {
+  float v = __fmul_rn(g.alpha, total);
+  if (bias) v = __fadd_rn(v, __fmul_rn(g.beta, *bias));
+  return v;
+}
+// Four float32 adds, t + p, as the chunk reduction orders them.
+__device__ __forceinline__ float4 add4(float4 t, float4 p) {
+  return make_float4(__fadd_rn(t.x, p.x), __fadd_rn(t.y, p.y), __fadd_rn(t.z, p.z), __fadd_rn(t.w, p.w));
 }
 
 struct TileCoord {

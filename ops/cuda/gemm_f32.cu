@@ -295,20 +295,13 @@ __device__ __forceinline__ void set_acc4(float (&acc)[TM][TN], int q, float4 v) 
   float *a = &acc[q / (TN / 4)][q % (TN / 4) * 4];
   a[0] = v.x; a[1] = v.y; a[2] = v.z; a[3] = v.w;
 }
-__device__ __forceinline__ float4 add4(float4 t, float4 p) {
-  return make_float4(__fadd_rn(t.x, p.x), __fadd_rn(t.y, p.y), __fadd_rn(t.z, p.z), __fadd_rn(t.w, p.w));
-}
-
 // v = alpha * total (+ beta * bias) of 4 consecutive columns, stored to dst (only the first n_left
 // when n_left < 4: the columns within N). bias: that of the first column, or nullptr.
 __device__ __forceinline__ void store4(const F32Args &p, float *dst, const float *bias, int64_t n_left, float4 t,
                                        bool vec_ok) {
   float v[4] = {t.x, t.y, t.z, t.w};
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    v[e] = __fmul_rn(p.alpha, v[e]);
-    if (bias && e < n_left) v[e] = __fadd_rn(v[e], __fmul_rn(p.beta, bias[e * p.bsn]));
-  }
+  for (int e = 0; e < 4; ++e) v[e] = f32_epilogue(p, v[e], bias && e < n_left ? bias + e * p.bsn : nullptr);
   if (vec_ok && n_left >= 4) {
     *reinterpret_cast<float4 *>(dst) = make_float4(v[0], v[1], v[2], v[3]);
   } else {
@@ -528,14 +521,13 @@ constexpr int smem_bytes(bool cluster) {
 template <class T, bool B_KN, bool CLUSTER>
 void opt_in(int dev) {
   static std::atomic<uint64_t> opted_in{0};
-  const uint64_t bit = dev < 64 ? (uint64_t(1) << dev) : 0;
-  if (bit && (opted_in.load() & bit)) return;
-  DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(gemm_f32_kernel<T, B_KN, CLUSTER>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          smem_bytes<T>(CLUSTER)));
-  // All of the SM's unified memory as shared memory, so that CTAS_PER_SM CTAs fit.
-  DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(gemm_f32_kernel<T, B_KN, CLUSTER>,
-                                          cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
-  opted_in.fetch_or(bit);
+  configure_once_per_device(opted_in, dev, [] {
+    DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(gemm_f32_kernel<T, B_KN, CLUSTER>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            smem_bytes<T>(CLUSTER)));
+    // All of the SM's unified memory as shared memory, so that CTAS_PER_SM CTAs fit.
+    DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(gemm_f32_kernel<T, B_KN, CLUSTER>,
+                                            cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+  });
 }
 
 template <class T>

@@ -72,16 +72,6 @@ struct StreamArgs {
   int a_rank3, b_rank3;
 };
 
-#if DETFUZZ_SM90A
-__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap *map, int rank3, uint32_t bar, int c0, int c1,
-                                         int batch) {
-  if (rank3)
-    sm90::tma_load_3d(dst, map, bar, c0, c1, batch);
-  else
-    sm90::tma_load_2d(dst, map, bar, c0, c1);
-}
-#endif
-
 // One k group (4 k) of a thread's R x C chains: b[kk][c] is B[k + kk, column c of the thread];
 // a_rows points at A's row of the group's first k in the stage (rows kBK floats apart). Each
 // chain takes its 4 k in increasing order.
@@ -101,11 +91,9 @@ __device__ __forceinline__ void fma_group(float (&acc)[R][C], const float (&b)[4
     }
 }
 
-// alpha * total (+ beta * bias) of element (m, n), as every float32 path's epilogue.
+// The float32 epilogue of element (m, n).
 __device__ __forceinline__ float finish(const GemmArgs<float> &g, const float *bias, int64_t m, int64_t n, float total) {
-  float v = __fmul_rn(g.alpha, total);
-  if (bias) v = __fadd_rn(v, __fmul_rn(g.beta, bias[m * g.bsm + n * g.bsn]));
-  return v;
+  return f32_epilogue(g, total, bias ? bias + m * g.bsm + n * g.bsn : nullptr);
 }
 
 template <int G, int R, int C, bool B_KN>
@@ -152,10 +140,10 @@ __global__ void __launch_bounds__(StreamShape<G, R, C>::THREADS, 2)
         const int k0 = static_cast<int>(kbeg + static_cast<int64_t>(s) * kBK);
         sm90::mbar_expect_tx(bar, S::TX_BYTES);
         if (B_KN)
-          tma_load(stage, &map_b, p.b_rank3, bar, static_cast<int>(n0), k0, static_cast<int>(batch));
+          sm90::tma_load_matrix(stage, &map_b, p.b_rank3, bar, static_cast<int>(n0), k0, static_cast<int>(batch));
         else
-          tma_load(stage, &map_b, p.b_rank3, bar, k0, static_cast<int>(n0), static_cast<int>(batch));
-        tma_load(stage + S::B_BYTES, &map_a, p.a_rank3, bar, k0, static_cast<int>(m0), static_cast<int>(batch));
+          sm90::tma_load_matrix(stage, &map_b, p.b_rank3, bar, k0, static_cast<int>(n0), static_cast<int>(batch));
+        sm90::tma_load_matrix(stage + S::B_BYTES, &map_a, p.a_rank3, bar, k0, static_cast<int>(m0), static_cast<int>(batch));
       }
     }
   } else {
@@ -257,7 +245,7 @@ __global__ void __launch_bounds__(StreamShape<G, R, C>::THREADS, 2)
     float4 t = sm90::ld_dsmem4(sm90::map_dsmem(at, 0));
     for (int src = 1; src < p.chunks; ++src) {
       const float4 v = sm90::ld_dsmem4(sm90::map_dsmem(at, src));
-      t = make_float4(__fadd_rn(t.x, v.x), __fadd_rn(t.y, v.y), __fadd_rn(t.z, v.z), __fadd_rn(t.w, v.w));
+      t = add4(t, v);
     }
     const float tv[4] = {t.x, t.y, t.z, t.w};
 #pragma unroll
@@ -290,11 +278,9 @@ void launch(const GemmParams &p, int dev, cudaStream_t stream) {
   using S = StreamShape<G, R, C>;
   auto kernel = gemm_f32_stream_kernel<G, R, C, B_KN>;
   static std::atomic<uint64_t> opted_in{0};
-  const uint64_t bit = dev < 64 ? (uint64_t(1) << dev) : 0;
-  if (!bit || !(opted_in.load() & bit)) {
+  configure_once_per_device(opted_in, dev, [&] {
     DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM_BYTES));
-    opted_in.fetch_or(bit);
-  }
+  });
   StreamArgs args{};
   args.g = gemm_args<float>(p);
   const KChunks ch = k_chunks(p.K);

@@ -192,17 +192,12 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
           const uint32_t fb = full_bar + 8 * s;
           mbar_expect_tx(fb, p.stage_tx_bytes);
           const int k0 = kb * BK;
-          if (p.a_rank3) tma_load_3d(stage_a(s), &tmap_a, fb, k0, m0, b);
-          else tma_load_2d(stage_a(s), &tmap_a, fb, k0, m0);
+          tma_load_matrix(stage_a(s), &tmap_a, p.a_rank3, fb, k0, m0, b);
           if (B_KN) {
-            for (int half = 0; half < BN / 64; ++half) {  // boxes of 64 N columns
-              const uint32_t dst = stage_b(s) + half * (64 * BK * 2);
-              if (p.b_rank3) tma_load_3d(dst, &tmap_b, fb, n0 + 64 * half, k0, b);
-              else tma_load_2d(dst, &tmap_b, fb, n0 + 64 * half, k0);
-            }
+            for (int half = 0; half < BN / 64; ++half)  // boxes of 64 N columns
+              tma_load_matrix(stage_b(s) + half * (64 * BK * 2), &tmap_b, p.b_rank3, fb, n0 + 64 * half, k0, b);
           } else {
-            if (p.b_rank3) tma_load_3d(stage_b(s), &tmap_b, fb, k0, n0, b);
-            else tma_load_2d(stage_b(s), &tmap_b, fb, k0, n0);
+            tma_load_matrix(stage_b(s), &tmap_b, p.b_rank3, fb, k0, n0, b);
           }
         }
       }
@@ -306,11 +301,7 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
       const uint32_t at = stages + static_cast<uint32_t>(r * PART_LD + c) * 4;
       float4 sum = ld_dsmem4(map_dsmem(at, 0));
       for (int q = 1; q < p.chunks; ++q) {
-        const float4 v = ld_dsmem4(map_dsmem(at, q));
-        sum.x = __fadd_rn(sum.x, v.x);
-        sum.y = __fadd_rn(sum.y, v.y);
-        sum.z = __fadd_rn(sum.z, v.z);
-        sum.w = __fadd_rn(sum.w, v.w);
+        sum = add4(sum, ld_dsmem4(map_dsmem(at, q)));
       }
       const float out[4] = {sum.x, sum.y, sum.z, sum.w};
       const int64_t gm = m0 + r;
@@ -338,12 +329,10 @@ template <typename T, bool B_KN, int SCHED, int CONSUMERS, int BN>
 auto prepared_kernel(int dev) {
   auto kernel = gemm_sm90_kernel<T, B_KN, SCHED, CONSUMERS, BN>;
   static std::atomic<uint64_t> opted_in{0};
-  const uint64_t bit = dev >= 0 && dev < 64 ? (uint64_t(1) << dev) : 0;
-  if (!bit || !(opted_in.load() & bit)) {
+  configure_once_per_device(opted_in, dev, [&] {
     DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             Geometry<CONSUMERS, BN>::smem_bytes));
-    opted_in.fetch_or(bit);
-  }
+  });
   return kernel;
 }
 

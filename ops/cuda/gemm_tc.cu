@@ -226,13 +226,11 @@ void launch_one(const TcArgs &args, int ctas, cudaStream_t stream) {
   static std::atomic<uint64_t> opted_in{0};
   int dev = 0;
   DETFUZZ_CUDA_CHECK(cudaGetDevice(&dev));
-  const uint64_t bit = dev < 64 ? (uint64_t(1) << dev) : 0;
-  if (!bit || !(opted_in.load() & bit)) {
+  configure_once_per_device(opted_in, dev, [&] {
     DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
     DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                             static_cast<int>(cudaSharedmemCarveoutMaxShared)));
-    opted_in.fetch_or(bit);
-  }
+  });
   kernel<<<ctas * CTAS_PER_SM, THREADS, SMEM_BYTES, stream>>>(args);
   DETFUZZ_LAUNCH_CHECK();
 }

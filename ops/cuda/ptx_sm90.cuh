@@ -53,6 +53,14 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const void *map, uint3
       "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
       : "memory");
 }
+// A box of a matrix map (tensor_map.h's matrix_map): rank 3 with the batch coordinate, else rank 2.
+__device__ __forceinline__ void tma_load_matrix(uint32_t dst, const void *map, int rank3, uint32_t bar, int c0, int c1,
+                                                int batch) {
+  if (rank3)
+    tma_load_3d(dst, map, bar, c0, c1, batch);
+  else
+    tma_load_2d(dst, map, bar, c0, c1);
+}
 __device__ __forceinline__ void prefetch_tensor_map(const void *map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
 }
