@@ -145,6 +145,12 @@ at::Tensor gemm(const at::Tensor &a3, const at::Tensor &b3, const c10::optional<
   p.num_ctas = sm_count(a3.device());
   p.path = p.dtype == ck::DType::f32 ? ck::GemmPath::automatic : forced_path;
   p.f32_path = p.dtype == ck::DType::f32 ? forced_f32_path : ck::F32Path::automatic;
+  at::Tensor workspace;  // the caching allocator's, ordered on the current stream like the launch
+  if (const int64_t bytes = ck::gemm_workspace_bytes(p, a3.device().index())) {
+    workspace = at::empty({bytes}, a3.options().dtype(at::kByte));
+    p.workspace = workspace.data_ptr();
+    p.workspace_bytes = bytes;
+  }
   ck::launch_gemm(p, at::cuda::getCurrentCUDAStream(a3.device().index()).stream());
   return c;
 }
@@ -190,7 +196,9 @@ constexpr ck::GemmPath kHopperPaths[] = {ck::GemmPath::sm90_persistent, ck::Gemm
                                          ck::GemmPath::sm90_persistent_64x64};
 constexpr ck::F32Path kF32Paths[] = {ck::F32Path::persistent_tall, ck::F32Path::persistent_large,
                                      ck::F32Path::persistent_small, ck::F32Path::cluster_large,
-                                     ck::F32Path::cluster_small,   ck::F32Path::column_stream};
+                                     ck::F32Path::cluster_small,   ck::F32Path::column_stream,
+                                     ck::F32Path::split_large,     ck::F32Path::split_small,
+                                     ck::F32Path::column_stream_split};
 }  // namespace
 
 std::vector<MatmulPathChoice> equivalent_matmul_paths(int device, at::ScalarType dtype) {

@@ -80,6 +80,11 @@ std::string gemm_check(const GemmParams &p) {
   return "";
 }
 
+int64_t gemm_workspace_bytes(const GemmParams &p, int device) {
+  if (p.dtype != DType::f32 || p.M == 0 || p.N == 0 || p.batch == 0) return 0;
+  return gemm_f32_workspace_bytes(p, p.f32_path != F32Path::automatic ? p.f32_path : gemm_f32_auto_path(p, device, true));
+}
+
 void launch_gemm(const GemmParams &p, cudaStream_t stream) {
   const std::string why = gemm_check(p);
   if (!why.empty()) throw std::invalid_argument("launch_gemm: " + why);

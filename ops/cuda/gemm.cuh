@@ -46,9 +46,25 @@ bool gemm_path_available(GemmPath p, int device);
 // The float32 kernel's schedules and tile shapes (gemm_f32.cu). `automatic` picks one by shape;
 // every one computes the same bits, so the pick never changes a result. Tests and variant_agree
 // force each. column_stream (gemm_f32_stream.cu) is the TMA-fed streaming kernel for small M.
-enum class F32Path { automatic, persistent_tall, persistent_large, persistent_small, cluster_large, cluster_small, column_stream };
+// split_* run a CTA per (tile, K chunk) like cluster_*, and column_stream_split the column stream,
+// but leave each chunk's partials in the caller's workspace (GemmParams::workspace) for a second
+// kernel to add in chunk order: no cluster, so no co-residency limit on how the CTAs spread over
+// the SMs.
+enum class F32Path {
+  automatic,
+  persistent_tall,
+  persistent_large,
+  persistent_small,
+  cluster_large,
+  cluster_small,
+  column_stream,
+  split_large,
+  split_small,
+  column_stream_split
+};
 const char *gemm_f32_path_name(F32Path path);
-// cluster_* and column_stream: sm_90 code and GPU; tall: 202 KB of shared memory.
+// cluster_* and column_stream: sm_90 code and GPU; tall: 202 KB of shared memory; split_*: any GPU
+// (they need a workspace: gemm_workspace_bytes).
 bool gemm_f32_path_available(F32Path path, int device);
 
 struct GemmParams {
@@ -68,7 +84,15 @@ struct GemmParams {
                      // kernel runs 2 co-resident CTAs per slot). Must be >= 1; never changes bits.
   GemmPath path = GemmPath::automatic;    // 16-bit dtypes only
   F32Path f32_path = F32Path::automatic;  // float32 only
+  // Device scratch for the paths that need it (gemm_workspace_bytes; 16-byte aligned, used only by
+  // the launch's own kernels on `stream`). Without it the automatic choice takes another path.
+  void *workspace = nullptr;
+  int64_t workspace_bytes = 0;
 };
+
+// The workspace bytes launch_gemm wants for p on `device`: those of the forced float32 path, or of
+// the path the automatic choice takes when it is given a workspace; 0 when none is needed.
+int64_t gemm_workspace_bytes(const GemmParams &p, int device);
 
 // Empty string when the kernels can run these params as given, else why not.
 std::string gemm_check(const GemmParams &p);
@@ -84,12 +108,19 @@ void launch_gemm_tc(const GemmParams &p, cudaStream_t stream);   // f16, bf16 (g
 // f16, bf16 on sm_90 (gemm_sm90.cu); path is automatic or one of the sm90 ones.
 void launch_gemm_sm90(const GemmParams &p, GemmPath path, cudaStream_t stream);
 
-F32Path gemm_f32_auto_path(const GemmParams &p, int device);
+// The automatic float32 path; with_workspace: as if p carried a large enough workspace.
+F32Path gemm_f32_auto_path(const GemmParams &p, int device, bool with_workspace);
+int64_t gemm_f32_workspace_bytes(const GemmParams &p, F32Path path);  // 0 unless path is split_*
 void launch_gemm_f32_path(const GemmParams &p, F32Path path, cudaStream_t stream);  // f32 (gemm_f32.cu)
 // The column-stream path (gemm_f32_stream.cu), launched through launch_gemm_f32_path: whether its
 // grid and TMA coordinates can hold the problem, and the launch.
+// split: the chunks' partials go to p.workspace, added by launch_gemm_f32_split_reduce.
 bool gemm_f32_stream_fits(const GemmParams &p);
-void launch_gemm_f32_stream(const GemmParams &p, int device, cudaStream_t stream);
+void launch_gemm_f32_stream(const GemmParams &p, bool split, int device, cudaStream_t stream);
+// Whether the split form is expected to beat the clusters for p on `device` (gemm_f32_stream.cu).
+bool gemm_f32_stream_split_pays(const GemmParams &p, int device);
+// The split paths' second kernel: C from the partials in p.workspace, added in chunk order.
+void launch_gemm_f32_split_reduce(const GemmParams &p, cudaStream_t stream);
 // k_chunks(K) of gemm_common.cuh for host code that cannot include it: {chunk size, chunk count}.
 std::pair<int64_t, int> gemm_k_chunks(int64_t K);
 

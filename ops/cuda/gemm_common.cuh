@@ -72,6 +72,10 @@ __host__ __device__ inline KChunks k_chunks(int64_t K) {
   return {size, static_cast<int>((K + size - 1) / size)};
 }
 
+// The float32 split schedules' workspace (gemm_f32.cu, gemm_f32_stream.cu): p_c of element
+// (b, m, n) at workspace[((c * batch + b) * M + m) * f32_split_pitch(N) + n], rows 16-byte aligned.
+__host__ __device__ inline int64_t f32_split_pitch(int64_t N) { return (N + 3) / 4 * 4; }
+
 // Host: runs `configure` (a kernel's cudaFuncSetAttribute calls) once per device for devices
 // 0..63 and on every call for others; `done` is that kernel instantiation's own record.
 template <class Configure>

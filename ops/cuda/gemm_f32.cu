@@ -36,7 +36,7 @@
 //   small: 32 x 128, warp tile 8 x 64, 4 x 4 per thread, BK 32, 4 stages (for M <= 32: deep B
 //          streaming; warps whose rows are all past M skip their FMAs, so M <= 8 runs 2 warps of
 //          FMAs).
-// Two schedules:
+// Three schedules:
 //   persistent (any GPU): a grid of CTAs walks the tiles (persistent_tile order); a CTA computes
 //     every chunk of its tile in turn, a fresh accumulator per chunk, the running total kept in
 //     shared memory between chunks (each thread its own float4 slots, conflict-free; read and
@@ -45,9 +45,17 @@
 //   cluster (sm_90): one CTA per (tile, chunk), the k_chunks(K).count CTAs of a tile forming one
 //     thread-block cluster; each stores its p_c in its shared memory, then after cluster.sync()
 //     CTA r reduces the r-th slice of the tile over ranks 0..count-1 in order through distributed
-//     shared memory, applies the epilogue and stores. Used when the tiles alone cannot fill the GPU.
-// A sixth path, the column stream for small M (TMA-fed, no register tiles of A), lives in
-// gemm_f32_stream.cu; gemm_f32_auto_path below picks among all six.
+//     shared memory, applies the epilogue and stores. Used when the tiles alone cannot fill the GPU
+//     and the caller gives no workspace. A cluster must be resident whole: an H100 holds 62
+//     clusters of 4 of these CTAs at once (30 of 8), so one more cluster waits for a second wave,
+//     and it packs clusters two CTAs deep on some SMs while others idle (Nsight Compute, M = 128,
+//     N = K = 4096: 128 CTAs, at most 2 and at least 0 per SM, SMs active 52% of the time).
+//   split (any GPU): one CTA per (tile, chunk) as in the cluster schedule, but no cluster: each
+//     stores its p_c to the caller's workspace ([chunk][batch][M][N rounded up to 4] floats), and
+//     split_reduce_kernel adds them in chunk order and applies the epilogue. The CTAs spread over
+//     every SM, at the price of the partials' round trip through L2 and a second launch.
+// The column stream for small M (TMA-fed, no register tiles of A; with clusters or split the same
+// way) lives in gemm_f32_stream.cu; gemm_f32_auto_path below picks among all eight paths.
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/gemm.cuh"
 #include "ops/cuda/gemm_common.cuh"
@@ -67,6 +75,8 @@ namespace {
 namespace cg = cooperative_groups;
 using F32Args = GemmArgs<float>;
 constexpr int GROUP_M = 8;
+
+enum class Schedule { persistent, cluster, split };
 
 // Pitch (floats) of a shared-memory row of R floats: >= R and 4 (mod 32).
 constexpr int pitch_of(int rows) { return (rows + 27) / 32 * 32 + 4; }
@@ -311,10 +321,11 @@ __device__ __forceinline__ void store4(const F32Args &p, float *dst, const float
   }
 }
 
-template <class T, bool B_KN, bool CLUSTER>
-__global__ void __launch_bounds__(T::THREADS, T::CTAS_PER_SM) gemm_f32_kernel(const F32Args p) {
+template <class T, bool B_KN, Schedule SCHED>
+__global__ void __launch_bounds__(T::THREADS, T::CTAS_PER_SM) gemm_f32_kernel(const F32Args p, float *workspace) {
+  constexpr bool ONE_TILE = SCHED != Schedule::persistent;  // a CTA per (tile, chunk)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-  if constexpr (CLUSTER) {
+  if constexpr (SCHED == Schedule::cluster) {
     __trap();  // the host launches the cluster schedule only on sm_90 code
     return;
   }
@@ -332,7 +343,7 @@ __global__ void __launch_bounds__(T::THREADS, T::CTAS_PER_SM) gemm_f32_kernel(co
   const KChunks ch = k_chunks(p.K);
   const int64_t tiles_m = (p.M + T::BM - 1) / T::BM, tiles_n = (p.N + T::BN - 1) / T::BN;
   Walk w;
-  if constexpr (CLUSTER) {
+  if constexpr (ONE_TILE) {
     const int tile = static_cast<int>(blockIdx.x) / ch.count;
     const int c = static_cast<int>(blockIdx.x % ch.count);
     w = {tile, 1, tile + 1, c * ch.size, min(p.K, (c + 1) * ch.size), c, c + 1};
@@ -343,7 +354,7 @@ __global__ void __launch_bounds__(T::THREADS, T::CTAS_PER_SM) gemm_f32_kernel(co
 
   // The pipeline: the consumer reads stage `rs` (step s) while the copies of step s + STAGES - 1
   // go into stage `ws` (the one step s - 1 read), spread over the step's k.
-  Loader<T, B_KN, CLUSTER> loader;
+  Loader<T, B_KN, ONE_TILE> loader;
   loader.start(p, w, tiles_m, tiles_n, tid);
 #pragma unroll 1
   for (int s = 0; s + 1 < T::STAGES; ++s) loader.load(p, w, smem_addr + s * T::STAGE * 4, tiles_m, tiles_n, tid);
@@ -430,7 +441,7 @@ __global__ void __launch_bounds__(T::THREADS, T::CTAS_PER_SM) gemm_f32_kernel(co
           full_step(std::false_type{});
       }
       if (const int tail = static_cast<int>(klen % T::BK)) tail_step(tail, warp_has_rows);
-      if constexpr (!CLUSTER) {
+      if constexpr (SCHED == Schedule::persistent) {
         // total = p_c_begin, then total = total + p_c in chunk order: between chunks in shared
         // memory (slot q of thread t at float4 q * THREADS + t: conflict-free, each thread its
         // own); the last chunk's sum goes into acc for the epilogue.
@@ -453,7 +464,7 @@ __global__ void __launch_bounds__(T::THREADS, T::CTAS_PER_SM) gemm_f32_kernel(co
     float *C = p.c + tc.batch * p.sc;
     const float *bias = p.bias ? p.bias + tc.batch * p.sbias : nullptr;
     const bool vec_ok = (p.ldc & 3) == 0 && (reinterpret_cast<uintptr_t>(C) & 15) == 0;
-    if constexpr (!CLUSTER) {
+    if constexpr (SCHED == Schedule::persistent) {
       const int64_t n_left = p.N - n0 - col0;  // columns of this thread's first group within N
 #pragma unroll
       for (int gi = 0; gi < T::TM / 4; ++gi)
@@ -471,6 +482,25 @@ __global__ void __launch_bounds__(T::THREADS, T::CTAS_PER_SM) gemm_f32_kernel(co
                    acc4(acc, (gi * 4 + i) * (T::TN / 4) + gj), vec_ok);
           }
         }
+    } else if constexpr (SCHED == Schedule::split) {
+      // p_c of the rows < M and columns < N to the workspace (16-byte stores: the pitch is a
+      // multiple of 4 floats and so are the thread's column groups).
+      const int64_t pitch = f32_split_pitch(p.N);
+      float *plane = workspace + ((static_cast<int64_t>(w.c_begin) * p.batch + tc.batch) * p.M + m0) * pitch + n0;
+#pragma unroll
+      for (int gi = 0; gi < T::TM / 4; ++gi)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int r = row0 + gi * T::LM * 4 + i;
+          if (r >= valid_m) continue;
+#pragma unroll
+          for (int gj = 0; gj < T::TN / 4; ++gj) {
+            const int col = col0 + gj * T::LN * 4;
+            if (n0 + col < p.N)
+              *reinterpret_cast<float4 *>(plane + r * pitch + col) = acc4(acc, (gi * 4 + i) * (T::TN / 4) + gj);
+          }
+        }
+      break;  // the walk's one tile
     } else {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
       // p_c into this CTA's shared memory as [BM][BN], then the ordered reduction over the cluster.
@@ -512,20 +542,42 @@ __global__ void __launch_bounds__(T::THREADS, T::CTAS_PER_SM) gemm_f32_kernel(co
   cp_async_wait<0>();
 }
 
-// Persistent: the pipeline, then the running totals; cluster: the pipeline, later reused for p_c.
-template <class T>
-constexpr int smem_bytes(bool cluster) {
-  return !cluster ? T::PIPE_BYTES + T::TOTAL_BYTES : T::PARTIAL_BYTES > T::PIPE_BYTES ? T::PARTIAL_BYTES : T::PIPE_BYTES;
+// The split schedule's second kernel: element (batch, m, n4 .. n4 + 3) of C from the chunks'
+// partials, added in chunk order (as the other schedules add them), then the epilogue.
+__global__ void split_reduce_kernel(const F32Args p, const float *workspace, int chunks) {
+  const int64_t pitch = f32_split_pitch(p.N), quads = pitch / 4, rows = p.batch * p.M;
+  const int64_t plane = rows * pitch;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < rows * quads;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = i / quads, n = (i - row * quads) * 4;
+    const int64_t b = row / p.M, m = row - b * p.M;
+    const float *src = workspace + row * pitch + n;
+    float4 t = *reinterpret_cast<const float4 *>(src);
+    for (int c = 1; c < chunks; ++c) t = add4(t, *reinterpret_cast<const float4 *>(src + c * plane));
+    float *dst = p.c + b * p.sc + m * p.ldc + n;
+    const float *bias = p.bias ? p.bias + b * p.sbias + m * p.bsm + n * p.bsn : nullptr;
+    const bool vec_ok = (reinterpret_cast<uintptr_t>(dst) & 15) == 0;
+    store4(p, dst, bias, p.N - n, t, vec_ok);
+  }
 }
 
-template <class T, bool B_KN, bool CLUSTER>
+// Persistent: the pipeline, then the running totals; cluster: the pipeline, later reused for p_c;
+// split: the pipeline.
+template <class T>
+constexpr int smem_bytes(Schedule s) {
+  return s == Schedule::persistent ? T::PIPE_BYTES + T::TOTAL_BYTES
+         : s == Schedule::split    ? T::PIPE_BYTES
+                                   : (T::PARTIAL_BYTES > T::PIPE_BYTES ? T::PARTIAL_BYTES : T::PIPE_BYTES);
+}
+
+template <class T, bool B_KN, Schedule SCHED>
 void opt_in(int dev) {
   static std::atomic<uint64_t> opted_in{0};
   configure_once_per_device(opted_in, dev, [] {
-    DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(gemm_f32_kernel<T, B_KN, CLUSTER>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            smem_bytes<T>(CLUSTER)));
+    DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(gemm_f32_kernel<T, B_KN, SCHED>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            smem_bytes<T>(SCHED)));
     // All of the SM's unified memory as shared memory, so that CTAS_PER_SM CTAs fit.
-    DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(gemm_f32_kernel<T, B_KN, CLUSTER>,
+    DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(gemm_f32_kernel<T, B_KN, SCHED>,
                                             cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
   });
 }
@@ -537,22 +589,37 @@ int64_t tile_count(const GemmParams &p) {
 
 template <class T, bool B_KN>
 void launch_persistent(const F32Args &args, const GemmParams &p, int dev, cudaStream_t stream) {
-  opt_in<T, B_KN, false>(dev);
+  opt_in<T, B_KN, Schedule::persistent>(dev);
   const int64_t tiles = tile_count<T>(p);
   const int64_t slots = static_cast<int64_t>(p.num_ctas) * T::CTAS_PER_SM;
   const int ctas = static_cast<int>(tiles < slots ? tiles : slots);
-  gemm_f32_kernel<T, B_KN, false><<<ctas, T::THREADS, smem_bytes<T>(false), stream>>>(args);
+  gemm_f32_kernel<T, B_KN, Schedule::persistent><<<ctas, T::THREADS, smem_bytes<T>(Schedule::persistent), stream>>>(args, nullptr);
   DETFUZZ_LAUNCH_CHECK();
+}
+
+int64_t split_workspace_bytes(const GemmParams &p) {
+  return static_cast<int64_t>(k_chunks(p.K).count) * p.batch * p.M * f32_split_pitch(p.N) * 4;
+}
+
+template <class T, bool B_KN>
+void launch_split(const F32Args &args, const GemmParams &p, int dev, cudaStream_t stream) {
+  opt_in<T, B_KN, Schedule::split>(dev);
+  const int count = k_chunks(p.K).count;
+  float *const workspace = static_cast<float *>(p.workspace);
+  gemm_f32_kernel<T, B_KN, Schedule::split>
+      <<<static_cast<unsigned>(tile_count<T>(p) * count), T::THREADS, smem_bytes<T>(Schedule::split), stream>>>(args, workspace);
+  DETFUZZ_LAUNCH_CHECK();
+  launch_gemm_f32_split_reduce(p, stream);
 }
 
 template <class T, bool B_KN>
 void launch_cluster(const F32Args &args, const GemmParams &p, int dev, cudaStream_t stream) {
-  opt_in<T, B_KN, true>(dev);
+  opt_in<T, B_KN, Schedule::cluster>(dev);
   const int count = k_chunks(p.K).count;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(tile_count<T>(p) * count));
   cfg.blockDim = dim3(T::THREADS);
-  cfg.dynamicSmemBytes = smem_bytes<T>(true);
+  cfg.dynamicSmemBytes = smem_bytes<T>(Schedule::cluster);
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -561,7 +628,7 @@ void launch_cluster(const F32Args &args, const GemmParams &p, int dev, cudaStrea
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  DETFUZZ_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemm_f32_kernel<T, B_KN, true>, args));
+  DETFUZZ_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemm_f32_kernel<T, B_KN, Schedule::cluster>, args, static_cast<float *>(nullptr)));
 }
 
 // ask(dev), asked once per device (devices 0..63; others are asked every time): the launcher's
@@ -582,7 +649,7 @@ bool cluster_capable(int dev) {
     DETFUZZ_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d));
     if (major < 9) return false;
     cudaFuncAttributes fa{};
-    DETFUZZ_CUDA_CHECK(cudaFuncGetAttributes(&fa, gemm_f32_kernel<SmallTile, true, true>));
+    DETFUZZ_CUDA_CHECK(cudaFuncGetAttributes(&fa, gemm_f32_kernel<SmallTile, true, Schedule::cluster>));
     return fa.binaryVersion >= 90;
   });
 }
@@ -593,27 +660,48 @@ bool tall_fits(int dev) {
   return once_per_device(known, dev, [](int d) {
     int optin = 0;
     DETFUZZ_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, d));
-    return optin >= smem_bytes<TallTile>(false);
+    return optin >= smem_bytes<TallTile>(Schedule::persistent);
   });
 }
 
+// The cluster and split schedules' grids: a CTA per (tile, chunk).
 template <class T>
-bool cluster_fits(const GemmParams &p) {
+bool per_chunk_fits(const GemmParams &p) {
   return tile_count<T>(p) * k_chunks(p.K).count <= INT_MAX;
 }
 
-template <class T, bool CLUSTER>
+template <class T, Schedule SCHED>
 void launch_tile(const F32Args &args, const GemmParams &p, int dev, cudaStream_t stream) {
-  if constexpr (CLUSTER)
+  if constexpr (SCHED == Schedule::cluster)
     p.b_kn ? launch_cluster<T, true>(args, p, dev, stream) : launch_cluster<T, false>(args, p, dev, stream);
+  else if constexpr (SCHED == Schedule::split)
+    p.b_kn ? launch_split<T, true>(args, p, dev, stream) : launch_split<T, false>(args, p, dev, stream);
   else
     p.b_kn ? launch_persistent<T, true>(args, p, dev, stream) : launch_persistent<T, false>(args, p, dev, stream);
 }
 
+// The most workspace the automatic choice asks for (chunks x M x N floats, from the caller's
+// allocator for the call's duration): beyond it, a path without one (M = 512, N = 128256 would
+// take 1 GiB).
+constexpr int64_t kSplitWorkspaceCap = int64_t{256} << 20;
+
+bool is_split(F32Path path) {
+  return path == F32Path::split_large || path == F32Path::split_small || path == F32Path::column_stream_split;
+}
+
 }  // namespace
 
+void launch_gemm_f32_split_reduce(const GemmParams &p, cudaStream_t stream) {
+  const int64_t quads = p.batch * p.M * (f32_split_pitch(p.N) / 4);
+  const int64_t blocks = std::min<int64_t>((quads + 255) / 256, static_cast<int64_t>(p.num_ctas) * 8);
+  split_reduce_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(gemm_args<float>(p), static_cast<const float *>(p.workspace),
+                                                                          k_chunks(p.K).count);
+  DETFUZZ_LAUNCH_CHECK();
+}
+
 bool gemm_f32_path_available(F32Path path, int device) {
-  if (path == F32Path::cluster_large || path == F32Path::cluster_small || path == F32Path::column_stream)
+  if (path == F32Path::cluster_large || path == F32Path::cluster_small || path == F32Path::column_stream ||
+      path == F32Path::column_stream_split)
     return cluster_capable(device);
   if (path == F32Path::persistent_tall) return tall_fits(device);
   return true;
@@ -628,25 +716,47 @@ const char *gemm_f32_path_name(F32Path path) {
     case F32Path::cluster_large: return "cluster-128x128";
     case F32Path::cluster_small: return "cluster-32x128";
     case F32Path::column_stream: return "column-stream";
+    case F32Path::split_large: return "split-128x128";
+    case F32Path::split_small: return "split-32x128";
+    case F32Path::column_stream_split: return "column-stream-split";
   }
   return "?";
 }
 
-F32Path gemm_f32_auto_path(const GemmParams &p, int device) {
+F32Path gemm_f32_auto_path(const GemmParams &p, int device, bool with_workspace) {
   const bool small_m = p.M <= SmallTile::BM;
   const int64_t slots = p.num_ctas, chunks = k_chunks(p.K).count;
+  const bool split = with_workspace && split_workspace_bytes(p) <= kSplitWorkspaceCap;
   // The column stream for decode (M <= 8: B read once at nearly a device copy's speed) and for
-  // 17-32 rows (4 columns x 8 rows per thread). Forced-path bench, H100, speed against cuBLAS, this
-  // path against the best other: M = 1, N = K = 4096 1.03 / 0.80; M = 8, K = 14336 1.48 / 1.31;
-  // M = 32, N = 1024, K = 8192 1.04 / 0.88; M = 32, K = 14336 0.70 / 0.62. At 9-16 rows (two warps
-  // of 4 columns per CTA) the 32 x 128 tiles win: M = 16, N = K = 4096 1.39 / 1.71.
+  // 17-32 rows (4 columns x 8 rows per thread); its split form where the clusters would not fit
+  // one wave or would be packed two CTAs deep (gemm_f32_stream_split_pays). Forced-path bench, H100,
+  // 2026-11-25, speed against cuBLAS, clusters / split: M = 32, N = K = 4096 0.89 / 1.26; M = 32,
+  // N = 4096, K = 14336 0.80 / 1.14; M = 8, N = 4096, K = 14336 1.48 / 1.85; M = 1, N = 6144
+  // 1.04 / 0.94 (the clusters spread: the split's second launch is pure cost). At 9-16 rows the
+  // 32 x 128 tiles win (M = 16, N = K = 4096: split tiles 2.12, column stream 1.37 / 1.91).
   if ((p.M <= 8 || (p.M > 16 && p.M <= 32)) && cluster_capable(device) && gemm_f32_stream_fits(p))
-    return F32Path::column_stream;
+    return split && gemm_f32_stream_split_pays(p, device) ? F32Path::column_stream_split : F32Path::column_stream;
   // 256 x 128 tiles (the shape cuBLAS picks for float32 on Hopper: more FMAs per shared-memory
   // read) where they are full and give every SM at least one: H100, N = K = 4096, M = 2048 1710
   // against 1790 us (128 x 128), M = 8192 6755 against 7074 us; at M = 512 they lose (half-empty
-  // waves), and below 256 rows they compute padding.
+  // waves), and below 256 rows they compute padding. At M = 2048 they also beat the split 128 x 128
+  // tiles (0.83-0.87x against 0.80-0.86x over the six N, K of the bench).
   if (p.M >= 1024 && tile_count<TallTile>(p) >= slots && tall_fits(device)) return F32Path::persistent_tall;
+  // A CTA per (tile, chunk), the partials through the workspace: the CTAs spread over every SM
+  // and a late one starts wherever an SM frees up, where clusters must wait for room for a whole
+  // cluster (a second wave for the last few) and persistent CTAs split the tiles in fixed shares.
+  // Forced-path bench, H100, 2026-11-25, speed against cuBLAS, split 128 x 128 against the best
+  // of the persistent and cluster schedules: M = 128, N = K = 4096 0.88 / 0.68; M = 128,
+  // N = 4096, K = 14336 0.88 / 0.62; M = 512, N = 1024, K = 8192 0.88 / 0.63; M = 512, N = K =
+  // 4096 0.96 / 0.78; M = 512, N = 128256 0.86 / 0.81; nowhere behind by more than noise. The
+  // 32 x 128 tiles where the large ones come to under half a CTA per SM (M = 128, N = 1024,
+  // K = 8192: 0.77 / 0.56) and for M <= 32 (M = 16, N = 4096, K = 14336: 1.36, clusters 0.95).
+  if (split) {
+    const int64_t large_units = tile_count<LargeTile>(p) * chunks;
+    if ((small_m || 2 * large_units < slots) && per_chunk_fits<SmallTile>(p)) return F32Path::split_small;
+    if (per_chunk_fits<LargeTile>(p)) return F32Path::split_large;
+  }
+  // Without a workspace (or where it would pass kSplitWorkspaceCap):
   // 32 x 128 tiles, persistent, where they come to between 3/4 of a wave and a wave (M > 32), or
   // to 3/4 of a wave or more (M <= 32): every SM then streams B for whole tiles, with no cluster
   // exchange. Forced-path bench on an H100 (2026-11-25), speed against cuBLAS, this path against
@@ -656,7 +766,7 @@ F32Path gemm_f32_auto_path(const GemmParams &p, int device) {
   const int64_t small_tiles = tile_count<SmallTile>(p);
   if (4 * small_tiles >= 3 * slots && (small_m || small_tiles <= slots)) return F32Path::persistent_small;
   if (cluster_capable(device)) {
-    if (small_m && cluster_fits<SmallTile>(p)) return F32Path::cluster_small;
+    if (small_m && per_chunk_fits<SmallTile>(p)) return F32Path::cluster_small;
     // Persistent unless spreading each tile's chunks over a cluster (a CTA per chunk: finer waves)
     // is cheaper. In chunk times per SM: persistent runs ceil(tiles / SMs) waves of `chunks`
     // chunks, the cluster ceil(tiles * chunks / SMs) waves of one chunk; a tie goes to
@@ -670,9 +780,9 @@ F32Path gemm_f32_auto_path(const GemmParams &p, int device) {
     const int64_t persistent_cost = (tiles + slots - 1) / slots * chunks;
     const int64_t cluster_cost = (tiles * chunks + slots - 1) / slots;
     const bool tie_to_cluster = persistent_cost == cluster_cost && 8 * tiles < 7 * slots;
-    if ((persistent_cost <= cluster_cost && !tie_to_cluster) || !cluster_fits<LargeTile>(p)) return F32Path::persistent_large;
+    if ((persistent_cost <= cluster_cost && !tie_to_cluster) || !per_chunk_fits<LargeTile>(p)) return F32Path::persistent_large;
     // Fewer (tile, chunk) CTAs than SMs even so: the small tiles give 4 times as many.
-    if (tiles * chunks < slots && cluster_fits<SmallTile>(p)) return F32Path::cluster_small;
+    if (tiles * chunks < slots && per_chunk_fits<SmallTile>(p)) return F32Path::cluster_small;
     return F32Path::cluster_large;
   }
   return small_m ? F32Path::persistent_small : F32Path::persistent_large;
@@ -685,29 +795,39 @@ void launch_gemm_f32_path(const GemmParams &p, F32Path path, cudaStream_t stream
   if (p.M == 0 || p.N == 0 || p.batch == 0) return;
   int dev = 0;
   DETFUZZ_CUDA_CHECK(cudaGetDevice(&dev));
-  if (path == F32Path::automatic) path = gemm_f32_auto_path(p, dev);
+  if (path == F32Path::automatic) path = gemm_f32_auto_path(p, dev, p.workspace_bytes >= split_workspace_bytes(p));
   if (!gemm_f32_path_available(path, dev))
     throw std::runtime_error(std::string("launch_gemm_f32: path ") + gemm_f32_path_name(path) +
                              " needs an sm_90 GPU and sm_90 code");
   if (tile_count<SmallTile>(p) > INT_MAX / GROUP_M)  // tile_coord's 32-bit arithmetic
     throw std::runtime_error("launch_gemm_f32: too many tiles (" + std::to_string(tile_count<SmallTile>(p)) + ")");
-  if ((path == F32Path::cluster_large && !cluster_fits<LargeTile>(p)) ||
-      (path == F32Path::cluster_small && !cluster_fits<SmallTile>(p)))
+  if (((path == F32Path::cluster_large || path == F32Path::split_large) && !per_chunk_fits<LargeTile>(p)) ||
+      ((path == F32Path::cluster_small || path == F32Path::split_small) && !per_chunk_fits<SmallTile>(p)))
     throw std::runtime_error(std::string("launch_gemm_f32: too many tiles for path ") + gemm_f32_path_name(path));
+  if (is_split(path) && (p.workspace == nullptr || p.workspace_bytes < split_workspace_bytes(p) ||
+                         (reinterpret_cast<uintptr_t>(p.workspace) & 15) != 0))
+    throw std::runtime_error(std::string("launch_gemm_f32: path ") + gemm_f32_path_name(path) + " needs a 16-byte aligned workspace of " +
+                             std::to_string(split_workspace_bytes(p)) + " bytes (gemm_workspace_bytes), got " +
+                             std::to_string(p.workspace_bytes));
   const F32Args args = gemm_args<float>(p);
   switch (path) {
-    case F32Path::persistent_tall: launch_tile<TallTile, false>(args, p, dev, stream); break;
-    case F32Path::persistent_large: launch_tile<LargeTile, false>(args, p, dev, stream); break;
-    case F32Path::persistent_small: launch_tile<SmallTile, false>(args, p, dev, stream); break;
-    case F32Path::cluster_large: launch_tile<LargeTile, true>(args, p, dev, stream); break;
-    case F32Path::cluster_small: launch_tile<SmallTile, true>(args, p, dev, stream); break;
+    case F32Path::persistent_tall: launch_tile<TallTile, Schedule::persistent>(args, p, dev, stream); break;
+    case F32Path::persistent_large: launch_tile<LargeTile, Schedule::persistent>(args, p, dev, stream); break;
+    case F32Path::persistent_small: launch_tile<SmallTile, Schedule::persistent>(args, p, dev, stream); break;
+    case F32Path::cluster_large: launch_tile<LargeTile, Schedule::cluster>(args, p, dev, stream); break;
+    case F32Path::cluster_small: launch_tile<SmallTile, Schedule::cluster>(args, p, dev, stream); break;
+    case F32Path::split_large: launch_tile<LargeTile, Schedule::split>(args, p, dev, stream); break;
+    case F32Path::split_small: launch_tile<SmallTile, Schedule::split>(args, p, dev, stream); break;
     case F32Path::column_stream:
+    case F32Path::column_stream_split:
       if (!gemm_f32_stream_fits(p)) throw std::runtime_error("launch_gemm_f32: too large for path column-stream");
-      launch_gemm_f32_stream(p, dev, stream);
+      launch_gemm_f32_stream(p, path == F32Path::column_stream_split, dev, stream);
       break;
     case F32Path::automatic: break;
   }
 }
+
+int64_t gemm_f32_workspace_bytes(const GemmParams &p, F32Path path) { return is_split(path) ? split_workspace_bytes(p) : 0; }
 
 std::pair<int64_t, int> gemm_k_chunks(int64_t K) {
   const KChunks ch = k_chunks(K);

@@ -21,6 +21,10 @@
 // its p_c tile in shared memory and, after a cluster barrier, rank r adds the r-th slice over
 // ranks 0..count-1 in order through distributed shared memory (as gemm_f32.cu's cluster
 // schedule does), applies the epilogue and stores. With one chunk a thread stores its own columns.
+// Split (column_stream_split): no cluster; each CTA stores its p_c to the caller's workspace and
+// gemm_f32.cu's reduce kernel adds them in chunk order. A cluster must be resident whole, and the
+// hardware then packs two CTAs on some SMs while others stay idle (H100, 128 CTAs in clusters of 4:
+// 64 SMs busy); without clusters the CTAs spread one per SM.
 // Block order: chunk fastest, then row tile, then column tile, so the row tiles of a column tile
 // (M > 8 G) run together and share B through L2.
 #include "ops/cuda/cuda_check.h"
@@ -54,7 +58,7 @@ struct StreamShape {
   static constexpr int GROUP = kCols / C;                           // threads of a row group
   static constexpr int CONSUMERS = GROUP * G;                       // consumer threads
   static constexpr int THREADS = CONSUMERS + 32;                    // + the producer warp
-  static constexpr int STAGES = 6;                                  // two CTAs per SM
+  static constexpr int STAGES = G == 4 ? 5 : 6;                     // two CTAs per SM (6 of 4 groups' 20 KiB would not)
   static constexpr int B_BYTES = kCols * kBK * 4;                   // 16 KiB
   static constexpr int A_BOX_BYTES = BM * kBK * 4;                 // what a stage's TMA boxes bring:
   static constexpr int TX_BYTES = B_BYTES + A_BOX_BYTES;            // the full mbarrier's byte count
@@ -62,6 +66,7 @@ struct StreamShape {
   static constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 2 * STAGES * 8 + 1024;  // + mbarriers, alignment
   static_assert(STAGE_BYTES % 1024 == 0, "stages stay 1 KiB aligned (the 128-byte swizzle)");
   static_assert(BM * kCols * 4 <= STAGES * STAGE_BYTES, "the p_c tile fits in the stages");
+  static_assert(2 * (SMEM_BYTES + 1024) <= 228 * 1024, "two CTAs per SM");
 };
 
 struct StreamArgs {
@@ -70,6 +75,7 @@ struct StreamArgs {
   int chunks;
   int64_t chunk_size;
   int a_rank3, b_rank3;
+  float *workspace;  // split: the chunks' partials go here (f32_split_pitch layout); else nullptr
 };
 
 // One k group (4 k) of a thread's R x C chains: b[kk][c] is B[k + kk, column c of the thread];
@@ -215,6 +221,13 @@ __global__ void __launch_bounds__(StreamShape<G, R, C>::THREADS, 2)
           if (n < p.g.N) out[gm * p.g.ldc + n] = finish(p.g, bias, gm, n, acc[m][c]);
         }
       }
+    } else if (p.workspace) {
+      const int64_t pitch = f32_split_pitch(p.g.N);
+      float *plane = p.workspace + ((chunk * p.g.batch + batch) * p.g.M + m0 + group * R) * pitch + n0;
+      for (int m = 0; m < rows; ++m)
+#pragma unroll
+        for (int c = 0; c < C; ++c)
+          if (n0 + column(c) < p.g.N) plane[m * pitch + column(c)] = acc[m][c];
     } else {
       // Every stage is consumed, so no TMA write is pending: the stages take the p_c tile once
       // every consumer is past its last one.
@@ -226,7 +239,7 @@ __global__ void __launch_bounds__(StreamShape<G, R, C>::THREADS, 2)
         for (int c = 0; c < C; ++c) partial[(group * R + m) * kCols + column(c)] = acc[m][c];
     }
   }
-  if (p.chunks == 1) return;
+  if (p.chunks == 1 || p.workspace) return;
   __syncwarp();  // the producer's lanes and the consumers' stores reconverge for the cluster barrier
 
   // The ordered reduction of the cluster's p_c tiles: rank r adds its slice of float4s over
@@ -273,14 +286,61 @@ CUtensorMap f32_map(const void *base, int64_t cols, int64_t rows, int64_t ld, in
   return m.map;
 }
 
-template <int G, int R, int C, bool B_KN>
-void launch(const GemmParams &p, int dev, cudaStream_t stream) {
+// The launch configuration of one kernel instance (Shape: StreamShape's G, R, C and B_KN), its
+// shared-memory opt-in done once per device.
+template <int G_, int R_, int C_, bool B_KN_>
+struct Instance {
+  static constexpr int G = G_, R = R_, C = C_;
+  static constexpr bool B_KN = B_KN_;
   using S = StreamShape<G, R, C>;
-  auto kernel = gemm_f32_stream_kernel<G, R, C, B_KN>;
-  static std::atomic<uint64_t> opted_in{0};
-  configure_once_per_device(opted_in, dev, [&] {
-    DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM_BYTES));
-  });
+  static auto kernel() { return gemm_f32_stream_kernel<G, R, C, B_KN>; }
+
+  static void configure(int dev) {
+    static std::atomic<uint64_t> opted_in{0};
+    configure_once_per_device(opted_in, dev, [] {
+      DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM_BYTES));
+    });
+  }
+  // How many clusters of `size` CTAs the device holds at once (two CTAs per SM), asked once per
+  // device (0..63) and size.
+  static int max_active_clusters(int dev, int size) {
+    static std::atomic<int> known[64][kMaxKChunks + 1] = {};
+    if (dev >= 0 && dev < 64 && known[dev][size].load() > 0) return known[dev][size].load();
+    configure(dev);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(size));
+    cfg.blockDim = dim3(S::THREADS);
+    cfg.dynamicSmemBytes = S::SMEM_BYTES;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim = {static_cast<unsigned>(size), 1, 1};
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    DETFUZZ_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel(), &cfg));
+    if (dev >= 0 && dev < 64) known[dev][size].store(clusters);
+    return clusters;
+  }
+};
+
+// f(Instance<...>{}) for the kernel instance that runs M rows with this B layout.
+template <class F>
+void with_instance(const GemmParams &p, F f) {
+  const bool kn = p.b_kn;
+  switch (stream_groups(p.M) * 8 + stream_rows(p.M)) {
+    case 8 + 1: kn ? f(Instance<1, 1, 1, true>{}) : f(Instance<1, 1, 1, false>{}); break;
+    case 8 + 2: kn ? f(Instance<1, 2, 1, true>{}) : f(Instance<1, 2, 1, false>{}); break;
+    case 8 + 4: kn ? f(Instance<1, 4, 1, true>{}) : f(Instance<1, 4, 1, false>{}); break;
+    case 8 + 8: kn ? f(Instance<1, 8, 1, true>{}) : f(Instance<1, 8, 1, false>{}); break;
+    case 16 + 8: kn ? f(Instance<2, 8, 4, true>{}) : f(Instance<2, 8, 4, false>{}); break;
+    default: kn ? f(Instance<4, 8, 4, true>{}) : f(Instance<4, 8, 4, false>{}); break;
+  }
+}
+
+template <class I>
+void launch(const GemmParams &p, bool split, int dev, cudaStream_t stream) {
+  using S = typename I::S;
+  I::configure(dev);
   StreamArgs args{};
   args.g = gemm_args<float>(p);
   const KChunks ch = k_chunks(p.K);
@@ -288,9 +348,11 @@ void launch(const GemmParams &p, int dev, cudaStream_t stream) {
   args.chunk_size = ch.size;
   args.tiles_m = (p.M + S::BM - 1) / S::BM;
   args.tiles_n = (p.N + kCols - 1) / kCols;
+  args.workspace = split && ch.count > 1 ? static_cast<float *>(p.workspace) : nullptr;
   const CUtensorMap map_a = f32_map(p.a, p.K, p.M, p.lda, p.batch, p.batch_stride_a, kBK, S::BM, false, &args.a_rank3);
-  const CUtensorMap map_b = B_KN ? f32_map(p.b, p.N, p.K, p.ldb, p.batch, p.batch_stride_b, kCols, kBK, false, &args.b_rank3)
-                                 : f32_map(p.b, p.K, p.N, p.ldb, p.batch, p.batch_stride_b, kBK, kCols, true, &args.b_rank3);
+  const CUtensorMap map_b = I::B_KN
+                                ? f32_map(p.b, p.N, p.K, p.ldb, p.batch, p.batch_stride_b, kCols, kBK, false, &args.b_rank3)
+                                : f32_map(p.b, p.K, p.N, p.ldb, p.batch, p.batch_stride_b, kBK, kCols, true, &args.b_rank3);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(args.tiles_m * args.tiles_n * p.batch * ch.count));
   cfg.blockDim = dim3(S::THREADS);
@@ -298,29 +360,16 @@ void launch(const GemmParams &p, int dev, cudaStream_t stream) {
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(ch.count);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
+  attr[0].val.clusterDim = {static_cast<unsigned>(ch.count), 1, 1};
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  DETFUZZ_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, map_a, map_b, args));
+  cfg.numAttrs = args.workspace ? 0 : 1;
+  DETFUZZ_CUDA_CHECK(cudaLaunchKernelEx(&cfg, I::kernel(), map_a, map_b, args));
+  if (args.workspace) launch_gemm_f32_split_reduce(p, stream);
 }
 
 int64_t stream_ctas(const GemmParams &p) {
   const int64_t rows = stream_rows(p.M) * stream_groups(p.M);
   return (p.M + rows - 1) / rows * ((p.N + kCols - 1) / kCols) * p.batch * k_chunks(p.K).count;
-}
-
-template <bool B_KN>
-void launch_for_rows(const GemmParams &p, int dev, cudaStream_t stream) {
-  switch (stream_groups(p.M) * 8 + stream_rows(p.M)) {
-    case 8 + 1: launch<1, 1, 1, B_KN>(p, dev, stream); break;
-    case 8 + 2: launch<1, 2, 1, B_KN>(p, dev, stream); break;
-    case 8 + 4: launch<1, 4, 1, B_KN>(p, dev, stream); break;
-    case 8 + 8: launch<1, 8, 1, B_KN>(p, dev, stream); break;
-    case 16 + 8: launch<2, 8, 4, B_KN>(p, dev, stream); break;
-    default: launch<4, 8, 4, B_KN>(p, dev, stream); break;
-  }
 }
 
 }  // namespace
@@ -331,8 +380,23 @@ bool gemm_f32_stream_fits(const GemmParams &p) {
   return ctas <= INT_MAX && p.K < INT_MAX - kBK && p.N < INT_MAX && p.M < INT_MAX && p.batch < INT_MAX;
 }
 
-void launch_gemm_f32_stream(const GemmParams &p, int dev, cudaStream_t stream) {
-  p.b_kn ? launch_for_rows<true>(p, dev, stream) : launch_for_rows<false>(p, dev, stream);
+bool gemm_f32_stream_split_pays(const GemmParams &p, int dev) {
+  const int size = k_chunks(p.K).count;
+  if (size == 1) return false;
+  const int64_t ctas = stream_ctas(p), clusters = ctas / size, sms = p.num_ctas;
+  if (ctas > 2 * sms) return false;  // waves enough that the clusters' tail and packing matter little
+  int active = 0;
+  with_instance(p, [&](auto instance) { active = decltype(instance)::max_active_clusters(dev, size); });
+  // More clusters than fit at once: a second wave for the last few.
+  if (clusters > active) return true;
+  // One wave, but with two CTAs per SM allowed the hardware packs clusters two CTAs deep on some
+  // SMs while others idle; one CTA per SM holds about half as many clusters. That costs the FMA-bound
+  // shapes (8 rows per thread) more than the reduction's second launch.
+  return stream_rows(p.M) == 8 && ctas <= sms && clusters > active / 2;
+}
+
+void launch_gemm_f32_stream(const GemmParams &p, bool split, int dev, cudaStream_t stream) {
+  with_instance(p, [&](auto instance) { launch<decltype(instance)>(p, split, dev, stream); });
 }
 
 }  // namespace detfuzz::cuda_kernels

@@ -28,7 +28,8 @@ namespace ck = cuda_kernels;
 const std::vector<ck::F32Path> kPaths = {ck::F32Path::persistent_tall, ck::F32Path::persistent_large,
                                          ck::F32Path::persistent_small, ck::F32Path::cluster_large,
                                          ck::F32Path::cluster_small,   ck::F32Path::column_stream,
-                                         ck::F32Path::automatic};
+                                         ck::F32Path::split_large,     ck::F32Path::split_small,
+                                         ck::F32Path::column_stream_split, ck::F32Path::automatic};
 
 at::Tensor rnd(at::IntArrayRef shape, uint64_t seed) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
@@ -97,6 +98,15 @@ at::Tensor run_path(const Problem &q, const Operands &o, ck::F32Path path, int n
   p.batch = q.batch;
   p.num_ctas = num_ctas;
   EXPECT_EQ(ck::gemm_check(p), "") << describe(q);
+  // The split paths' workspace, poisoned like C: every partial they read must have been written.
+  p.f32_path = path;
+  at::Tensor workspace;
+  if (const int64_t bytes = ck::gemm_workspace_bytes(p, 0)) {
+    workspace = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA));
+    DETFUZZ_CUDA_CHECK(cudaMemset(workspace.data_ptr(), 0xFF, bytes));
+    p.workspace = workspace.data_ptr();
+    p.workspace_bytes = bytes;
+  }
   ck::launch_gemm_f32_path(p, path, at::cuda::getCurrentCUDAStream().stream());
   DETFUZZ_CUDA_CHECK(cudaDeviceSynchronize());
   // Columns past N must still hold the poison: the kernel writes nothing outside M x N.
@@ -196,7 +206,7 @@ TEST(GemmF32Paths, AutomaticPathChangesKeepBatchSliceInvariance) {
   p.num_ctas = sms();
   auto path_at = [&](int64_t m) {
     p.M = m;
-    return ck::gemm_f32_auto_path(p, 0);
+    return ck::gemm_f32_auto_path(p, 0, true);
   };
   std::vector<int64_t> ms = {1, 2, 31, 32, 33, 100, 128, 129, 511, 512, 513, 700, 1024, 1025};
   for (int64_t m = 2; m <= Mmax; ++m)  // and both sides of every change of the automatic path
@@ -218,6 +228,52 @@ TEST(GemmF32Paths, AutomaticPathChangesKeepBatchSliceInvariance) {
     std::sort(seen.begin(), seen.end());
     EXPECT_GE(std::unique(seen.begin(), seen.end()) - seen.begin(), 3);
   }
+}
+
+// The split paths leave partials in the caller's workspace: without one (or with too small a one)
+// the launcher says so instead of writing through a null or short pointer, and the automatic
+// choice, given none, takes a path that needs none.
+TEST(GemmF32Paths, SplitPathsNeedTheirWorkspace) {
+  REQUIRE_GPU();
+  const Problem q{1, 128, 4096, 4096, true, false, 1.f, 1.f};
+  const Operands o = operands(q, 5);
+  at::Tensor c = at::empty({q.M, q.N}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA));
+  ck::GemmParams p;
+  p.dtype = ck::DType::f32;
+  p.a = o.a.data_ptr();
+  p.lda = q.K;
+  p.b = o.b.data_ptr();
+  p.ldb = q.N;
+  p.c = c.data_ptr();
+  p.ldc = q.N;
+  p.M = q.M;
+  p.N = q.N;
+  p.K = q.K;
+  p.num_ctas = sms();
+  const auto stream = at::cuda::getCurrentCUDAStream().stream();
+  for (ck::F32Path path : {ck::F32Path::split_large, ck::F32Path::split_small, ck::F32Path::column_stream_split}) {
+    if (!ck::gemm_f32_path_available(path, 0)) continue;
+    p.f32_path = path;
+    const int64_t bytes = ck::gemm_workspace_bytes(p, 0);
+    EXPECT_EQ(bytes, ck::gemm_k_chunks(q.K).second * q.M * q.N * 4) << ck::gemm_f32_path_name(path);
+    p.workspace = nullptr;
+    p.workspace_bytes = 0;
+    EXPECT_THROW(ck::launch_gemm_f32_path(p, path, stream), std::runtime_error) << ck::gemm_f32_path_name(path);
+    at::Tensor short_ws = at::empty({bytes - 16}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA));
+    p.workspace = short_ws.data_ptr();
+    p.workspace_bytes = bytes - 16;
+    EXPECT_THROW(ck::launch_gemm_f32_path(p, path, stream), std::runtime_error) << ck::gemm_f32_path_name(path);
+  }
+  p.f32_path = ck::F32Path::automatic;
+  p.workspace = nullptr;
+  p.workspace_bytes = 0;
+  const ck::F32Path without = ck::gemm_f32_auto_path(p, 0, false);
+  EXPECT_NE(without, ck::F32Path::split_large);
+  EXPECT_NE(without, ck::F32Path::split_small);
+  EXPECT_NE(without, ck::F32Path::column_stream_split);
+  ck::launch_gemm_f32_path(p, ck::F32Path::automatic, stream);
+  DETFUZZ_CUDA_CHECK(cudaDeviceSynchronize());
+  expect_bitwise(c, cuda_ops::mm(o.a[0], o.b[0]), "automatic without a workspace vs through cuda_ops");
 }
 
 // A chunk partial that is -0 (a product below half the smallest subnormal) stays -0 on every
