@@ -305,6 +305,21 @@ __device__ __forceinline__ void set_acc4(float (&acc)[TM][TN], int q, float4 v) 
   float *a = &acc[q / (TN / 4)][q % (TN / 4) * 4];
   a[0] = v.x; a[1] = v.y; a[2] = v.z; a[3] = v.w;
 }
+// f(r, col, q) for each group of 4 columns of the thread's accumulators whose row lies below
+// valid_m: tile row r, tile columns col .. col + 3, acc4(acc, q).
+template <class T, class F>
+__device__ __forceinline__ void for_each_quad(int row0, int col0, int valid_m, F f) {
+#pragma unroll
+  for (int gi = 0; gi < T::TM / 4; ++gi)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = row0 + gi * T::LM * 4 + i;
+      if (r >= valid_m) continue;
+#pragma unroll
+      for (int gj = 0; gj < T::TN / 4; ++gj) f(r, col0 + gj * T::LN * 4, (gi * 4 + i) * (T::TN / 4) + gj);
+    }
+}
+
 // v = alpha * total (+ beta * bias) of 4 consecutive columns, stored to dst (only the first n_left
 // when n_left < 4: the columns within N). bias: that of the first column, or nullptr.
 __device__ __forceinline__ void store4(const F32Args &p, float *dst, const float *bias, int64_t n_left, float4 t,
@@ -465,41 +480,19 @@ __global__ void __launch_bounds__(T::THREADS, T::CTAS_PER_SM) gemm_f32_kernel(co
     const float *bias = p.bias ? p.bias + tc.batch * p.sbias : nullptr;
     const bool vec_ok = (p.ldc & 3) == 0 && (reinterpret_cast<uintptr_t>(C) & 15) == 0;
     if constexpr (SCHED == Schedule::persistent) {
-      const int64_t n_left = p.N - n0 - col0;  // columns of this thread's first group within N
-#pragma unroll
-      for (int gi = 0; gi < T::TM / 4; ++gi)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r = row0 + gi * T::LM * 4 + i;
-          if (r >= valid_m) continue;
-          float *crow = C + (m0 + r) * p.ldc + n0 + col0;
-          const float *brow = bias ? bias + (m0 + r) * p.bsm + (n0 + col0) * p.bsn : nullptr;
-#pragma unroll
-          for (int gj = 0; gj < T::TN / 4; ++gj) {
-            constexpr int dn = T::LN * 4;
-            if (n_left <= gj * dn) continue;
-            store4(p, crow + gj * dn, brow ? brow + gj * dn * p.bsn : nullptr, n_left - gj * dn,
-                   acc4(acc, (gi * 4 + i) * (T::TN / 4) + gj), vec_ok);
-          }
-        }
+      for_each_quad<T>(row0, col0, valid_m, [&](int r, int col, int q) {
+        if (n0 + col >= p.N) return;
+        store4(p, C + (m0 + r) * p.ldc + n0 + col, bias ? bias + (m0 + r) * p.bsm + (n0 + col) * p.bsn : nullptr,
+               p.N - n0 - col, acc4(acc, q), vec_ok);
+      });
     } else if constexpr (SCHED == Schedule::split) {
       // p_c of the rows < M and columns < N to the workspace (16-byte stores: the pitch is a
       // multiple of 4 floats and so are the thread's column groups).
       const int64_t pitch = f32_split_pitch(p.N);
       float *plane = workspace + ((static_cast<int64_t>(w.c_begin) * p.batch + tc.batch) * p.M + m0) * pitch + n0;
-#pragma unroll
-      for (int gi = 0; gi < T::TM / 4; ++gi)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r = row0 + gi * T::LM * 4 + i;
-          if (r >= valid_m) continue;
-#pragma unroll
-          for (int gj = 0; gj < T::TN / 4; ++gj) {
-            const int col = col0 + gj * T::LN * 4;
-            if (n0 + col < p.N)
-              *reinterpret_cast<float4 *>(plane + r * pitch + col) = acc4(acc, (gi * 4 + i) * (T::TN / 4) + gj);
-          }
-        }
+      for_each_quad<T>(row0, col0, valid_m, [&](int r, int col, int q) {
+        if (n0 + col < p.N) *reinterpret_cast<float4 *>(plane + r * pitch + col) = acc4(acc, q);
+      });
       break;  // the walk's one tile
     } else {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
