@@ -475,7 +475,7 @@ std::string run_bench(const BenchConfig &cfg, std::ostream &log, std::string *st
   auto mode_off = [&] {
     if (cfg.set_batch_invariant_mode) cfg.set_batch_invariant_mode(false);
   };
-  std::map<std::string, std::vector<double>> speedups;  // "op/impl/dtype" -> speedups
+  std::map<std::string, std::vector<SpeedupSample>> speedups;  // "op/impl/dtype" -> (M, speedup) per shape
   try {
     size_t done = 0, total = 0;
     for (const auto &s : shapes)
@@ -557,7 +557,7 @@ std::string run_bench(const BenchConfig &cfg, std::ostream &log, std::string *st
               << baseline << ',' << fmt(base_us) << ',' << fmt(speedup, "%.4f") << ',' << (verified[name] ? "yes" : "no") << ','
               << (std::isnan(d2d_gbps) ? "" : fmt(d2d_gbps, "%.1f")) << ','
               << (std::isnan(d2d_gbps) ? "" : fmt(gbps / d2d_gbps, "%.4f")) << ",\n";
-          if (name != baseline) speedups[s.op + "/" + name + "/" + dtype_name(dtype)].push_back(speedup);
+          if (name != baseline) speedups[s.op + "/" + name + "/" + dtype_name(dtype)].push_back({s.m, speedup});
           log << "[" << done << "/" << total << "] " << s.op << " " << name << " " << dtype_name(dtype) << " M=" << s.m << " N=" << s.n
               << " K=" << s.k << ": " << fmt(us, "%.1f") << " us, "
               << (s.op == "mm" ? fmt(flops / us * 1e-6, "%.0f") + " TFLOP/s, " : std::string())
@@ -576,13 +576,44 @@ std::string run_bench(const BenchConfig &cfg, std::ostream &log, std::string *st
   }
   DETFUZZ_CUDA_CHECK(cudaEventDestroy(start));
   DETFUZZ_CUDA_CHECK(cudaEventDestroy(stop));
-  log << "\ngeomean speedup vs baseline (cublas for mm, torch for reductions):\n";
-  for (const auto &[key, v] : speedups) {
-    double logsum = 0;
-    for (double x : v) logsum += std::log(x);
-    log << "  " << key << ": " << fmt(std::exp(logsum / v.size()), "%.3f") << "x over " << v.size() << " shapes\n";
-  }
+  log << "\ngeomean speedup vs baseline (cublas for mm, torch for reductions):\n" << speedup_summary(speedups);
   return csv.str();
+}
+
+std::string speedup_summary(const std::map<std::string, std::vector<SpeedupSample>> &speedups) {
+  // Geomean, lowest and count below 1.0x of the samples whose M passes `keep`.
+  struct Stats {
+    size_t n = 0, below_one = 0;
+    double geomean = NAN, lowest = NAN;
+  };
+  auto stats = [](const std::vector<SpeedupSample> &v, auto keep) {
+    Stats st;
+    double logsum = 0;
+    for (const SpeedupSample &x : v) {
+      if (!keep(x.m)) continue;
+      ++st.n;
+      logsum += std::log(x.speedup);
+      st.below_one += x.speedup < 1.0;
+      st.lowest = st.n == 1 ? x.speedup : std::min(st.lowest, x.speedup);
+    }
+    if (st.n) st.geomean = std::exp(logsum / st.n);
+    return st;
+  };
+  std::ostringstream out;
+  for (const auto &[key, v] : speedups) {
+    const Stats all = stats(v, [](int64_t) { return true; });
+    out << "  " << key << ": " << fmt(all.geomean, "%.3f") << "x over " << all.n << " shapes";
+    if (key.rfind("mm/", 0) == 0) {
+      const Stats small = stats(v, [](int64_t m) { return m <= 32; });
+      const Stats large = stats(v, [](int64_t m) { return m >= 128; });
+      if (small.n)
+        out << "; M <= 32: " << fmt(small.geomean, "%.3f") << "x (lowest " << fmt(small.lowest, "%.3f") << "x, "
+            << small.below_one << " of " << small.n << " below 1.0x)";
+      if (large.n) out << "; M >= 128: " << fmt(large.geomean, "%.3f") << "x (lowest " << fmt(large.lowest, "%.3f") << "x)";
+    }
+    out << "\n";
+  }
+  return out.str();
 }
 
 std::string run_scan(const ScanConfig &cfg, std::ostream &log) {

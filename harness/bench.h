@@ -17,8 +17,10 @@
 // kernel choice changes the bits.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <iosfwd>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -65,6 +67,15 @@ struct BenchPlan {
   bool times(const std::string &op, const std::string &impl) const;
 };
 BenchPlan plan_bench(const BenchConfig &cfg);
+
+// The end-of-run summary, one line per "op/impl/dtype" key: the geomean speedup over its shapes;
+// for mm also over M <= 32 (decode: the lowest, and how many shapes fall below 1.0x) and over
+// M >= 128 (the lowest), the classes the matmul targets are stated in.
+struct SpeedupSample {
+  int64_t m;
+  double speedup;
+};
+std::string speedup_summary(const std::map<std::string, std::vector<SpeedupSample>> &speedups);
 
 // Runs the benchmark; returns bench.csv's content and prints progress and the geomeans to `log`.
 // When a benchmark throws part way, `stopped` receives the error and the rows finished so far are

@@ -104,6 +104,21 @@ TEST(BenchPlan, ForcedAttentionLoadImpls) {
 
 // A shape file may name attention shapes (K is the head dim; a prefill row is one sequence);
 // anything else is a one-line error naming the file and line.
+// The end-of-run summary states the matmul targets' classes: all shapes, M <= 32 (with the lowest
+// and the count below 1.0x) and M >= 128; other ops get the overall geomean only.
+TEST(BenchSummary, GeomeansByClassOfM) {
+  std::map<std::string, std::vector<SpeedupSample>> s;
+  s["mm/invariant/bfloat16"] = {{1, 2.0}, {32, 0.5}, {64, 1.0}, {128, 0.25}, {8192, 1.0}};
+  s["log_softmax/invariant/float32"] = {{1024, 0.8}, {4096, 0.8}};
+  const std::string text = speedup_summary(s);
+  EXPECT_NE(text.find("  mm/invariant/bfloat16: 0.758x over 5 shapes; M <= 32: 1.000x (lowest 0.500x, 1 of 2 below 1.0x); "
+                      "M >= 128: 0.500x (lowest 0.250x)\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  log_softmax/invariant/float32: 0.800x over 2 shapes\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("log_softmax/invariant/float32: 0.800x over 2 shapes;"), std::string::npos) << text;
+}
+
 TEST(BenchShapes, ReadsAttentionRows) {
   const auto path = (std::filesystem::temp_directory_path() / "detfuzz-bench-shapes.csv").string();
   auto write = [&](const std::string &body) { std::ofstream(path) << "op,M,N,K\n" << body; };
