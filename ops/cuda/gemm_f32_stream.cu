@@ -23,8 +23,9 @@
 // schedule does), applies the epilogue and stores. With one chunk a thread stores its own columns.
 // Split (column_stream_split): no cluster; each CTA stores its p_c to the caller's workspace and
 // gemm_f32.cu's reduce kernel adds them in chunk order. A cluster must be resident whole, and the
-// hardware then packs two CTAs on some SMs while others stay idle (H100, 128 CTAs in clusters of 4:
-// 64 SMs busy); without clusters the CTAs spread one per SM.
+// hardware packs clusters two CTAs deep on some SMs while others stay idle (Nsight Compute of
+// gemm_f32.cu's 128x128 clusters: 128 CTAs in clusters of 4, 0 to 2 per SM); without clusters
+// the CTAs spread one per SM.
 // Block order: chunk fastest, then row tile, then column tile, so the row tiles of a column tile
 // (M > 8 G) run together and share B through L2.
 #include "ops/cuda/cuda_check.h"
@@ -301,8 +302,8 @@ struct Instance {
       DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM_BYTES));
     });
   }
-  // How many clusters of `size` CTAs the device holds at once (two CTAs per SM), asked once per
-  // device (0..63) and size.
+  // How many clusters of `size` CTAs the device holds at once (at this kernel's two CTAs per SM),
+  // asked once per device (0..63) and size.
   static int max_active_clusters(int dev, int size) {
     static std::atomic<int> known[64][kMaxKChunks + 1] = {};
     if (dev >= 0 && dev < 64 && known[dev][size].load() > 0) return known[dev][size].load();
