@@ -5,11 +5,15 @@
 // not depend on the grid either.
 #pragma once
 
+#include "ops/cuda/cuda_check.h"
 #include "ops/cuda/gemm.cuh"
 #include "ops/cuda/mma_sm80.cuh"
 
 #include <atomic>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <utility>
 
 namespace detfuzz::cuda_kernels {
 
@@ -85,6 +89,39 @@ void configure_once_per_device(std::atomic<uint64_t> &done, int dev, Configure c
   configure();
   done.fetch_or(bit);
 }
+
+// Host: how many clusters of `size` CTAs of one kernel a device runs at once
+// (cudaOccupancyMaxActiveClusters: a cluster must fit in one GPC, so fewer than SMs / size),
+// asked once per (device, size). One instance per kernel instantiation; the kernel's shared
+// memory must be opted into before the first ask.
+class ClusterCapacity {
+ public:
+  template <class Kernel>
+  int get(int dev, int size, Kernel kernel, unsigned threads, size_t smem_bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto key = std::make_pair(dev, size);
+    auto it = known_.find(key);
+    if (it == known_.end()) {
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = dim3(static_cast<unsigned>(size));
+      cfg.blockDim = dim3(threads);
+      cfg.dynamicSmemBytes = smem_bytes;
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim = {static_cast<unsigned>(size), 1, 1};
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+      int clusters = 0;
+      DETFUZZ_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
+      it = known_.emplace(key, clusters).first;
+    }
+    return it->second;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::pair<int, int>, int> known_;
+};
 
 // The float32 paths' epilogue (gemm_f32.cu, gemm_f32_stream.cu), which fixes an element's last
 // roundings: alpha * total, then + beta * bias when the element has one (bias: it, or nullptr).

@@ -302,25 +302,11 @@ struct Instance {
       DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM_BYTES));
     });
   }
-  // How many clusters of `size` CTAs the device holds at once (at this kernel's two CTAs per SM),
-  // asked once per device (0..63) and size.
+  // How many clusters of `size` CTAs the device holds at once (at this kernel's two CTAs per SM).
   static int max_active_clusters(int dev, int size) {
-    static std::atomic<int> known[64][kMaxKChunks + 1] = {};
-    if (dev >= 0 && dev < 64 && known[dev][size].load() > 0) return known[dev][size].load();
+    static ClusterCapacity capacity;
     configure(dev);
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(size));
-    cfg.blockDim = dim3(S::THREADS);
-    cfg.dynamicSmemBytes = S::SMEM_BYTES;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim = {static_cast<unsigned>(size), 1, 1};
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    int clusters = 0;
-    DETFUZZ_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel(), &cfg));
-    if (dev >= 0 && dev < 64) known[dev][size].store(clusters);
-    return clusters;
+    return capacity.get(dev, size, kernel(), S::THREADS, S::SMEM_BYTES);
   }
 };
 

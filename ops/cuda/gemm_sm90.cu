@@ -50,8 +50,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -358,20 +356,10 @@ cudaLaunchConfig_t launch_config(int grid, int cluster, cudaStream_t stream, cud
 // a cluster must fit in one GPC). Asked once per device, kernel and size.
 template <typename T, bool B_KN, int CONSUMERS>
 int max_active_clusters(int dev, int size) {
-  static std::mutex mu;
-  static std::map<std::pair<int, int>, int> known;
-  std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_pair(dev, size);
-  auto it = known.find(key);
-  if (it == known.end()) {
-    auto kernel = prepared_kernel<T, B_KN, kCluster, CONSUMERS, 128>(dev);
-    cudaLaunchAttribute attr[1];
-    const cudaLaunchConfig_t cfg = launch_config<CONSUMERS, 128>(size, size, nullptr, attr);
-    int clusters = 0;
-    DETFUZZ_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
-    it = known.emplace(key, std::max(clusters, 1)).first;
-  }
-  return it->second;
+  static ClusterCapacity capacity;
+  const int clusters = capacity.get(dev, size, prepared_kernel<T, B_KN, kCluster, CONSUMERS, 128>(dev), kThreads<CONSUMERS>,
+                                    Geometry<CONSUMERS, 128>::smem_bytes);
+  return std::max(clusters, 1);
 }
 
 // The kernel's arguments and TMA maps for tiles of tile_m x bn.
