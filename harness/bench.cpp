@@ -87,9 +87,10 @@ bool split_forced_path(const std::string &impl, std::string *base, std::string *
 }
 
 // `invariant@tma`, `invariant@cp-async`, `invariant@pingpong` and `invariant@no-pingpong`: paged
-// attention's Hopper prefill kernel with its K/V loads or its consumers' turns forced; nullopt
-// for any other name.
-enum class AttnVariant { tma, cp_async, pingpong, no_pingpong };
+// attention's Hopper prefill kernel with its K/V loads or its consumers' turns forced;
+// `invariant@split-per-cta` and `invariant@split-groups`: the decode schedule forced; nullopt for
+// any other name.
+enum class AttnVariant { tma, cp_async, pingpong, no_pingpong, split_per_cta, split_groups };
 std::optional<AttnVariant> attention_variant_by_name(const std::string &impl) {
   std::string base, path;
   if (!split_forced_path(impl, &base, &path) || base != "invariant") return std::nullopt;
@@ -97,6 +98,8 @@ std::optional<AttnVariant> attention_variant_by_name(const std::string &impl) {
   if (path == "cp-async") return AttnVariant::cp_async;
   if (path == "pingpong") return AttnVariant::pingpong;
   if (path == "no-pingpong") return AttnVariant::no_pingpong;
+  if (path == "split-per-cta") return AttnVariant::split_per_cta;
+  if (path == "split-groups") return AttnVariant::split_groups;
   return std::nullopt;
 }
 
@@ -326,16 +329,18 @@ at::Tensor run_paged(const OpArgs &a, const attention::CudaAttentionOptions &opt
 // Decode (one query row per sequence, GB/s against a device-to-device copy of the same bytes)
 // and prefill (one sequence, TFLOP/s against torch's SDPA on contiguous inputs, causal, GQA), for
 // each kernel of ours: `invariant` (wgmma on an sm_90 GPU) and `invariant-mma-sync`, and the
-// Hopper prefill kernel's K/V loads or consumer turns forced (`invariant@tma`, `invariant@cp-async`,
-// `invariant@pingpong`, `invariant@no-pingpong`) where --impl names them, on the same inputs; one
-// row each.
+// Hopper kernel's K/V loads forced (`invariant@tma`, `invariant@cp-async`; prefill rows), its
+// consumer turns (`invariant@pingpong`, `invariant@no-pingpong`; all rows) and the decode
+// schedule (`invariant@split-per-cta`, `invariant@split-groups`; decode rows) where --impl names
+// them, on the same inputs; one row each.
 void attention_bench(const BenchConfig &cfg, std::ostream &csv, std::ostream &log, at::Generator &gen, cudaEvent_t start,
                      cudaEvent_t stop, cudaStream_t stream) {
   using Options = attention::CudaAttentionOptions;
   struct Timed {
     std::string impl;
     Options options;
-    bool prefill_only = false;  // a forced variant of the Hopper prefill kernel
+    bool prefill_only = false;  // forced K/V loads of the Hopper prefill kernel
+    bool decode_only = false;   // a forced decode schedule
   };
   std::vector<Timed> impls = {{"invariant", {}}};
   impls.push_back({"invariant-mma-sync", {}});
@@ -349,8 +354,14 @@ void attention_bench(const BenchConfig &cfg, std::ostream &csv, std::ostream &lo
       case AttnVariant::cp_async: o.kv_loads = Options::KvLoads::cp_async; break;
       case AttnVariant::pingpong: o.turns = Options::ConsumerTurns::pingpong; break;
       case AttnVariant::no_pingpong: o.turns = Options::ConsumerTurns::free; break;
+      case AttnVariant::split_per_cta: o.schedule = Options::Schedule::split_per_cta; break;
+      case AttnVariant::split_groups: o.schedule = Options::Schedule::split_groups; break;
     }
-    impls.push_back({name, o, true});
+    // The loads matter to prefill rows (decode pages of 16 go by cp.async), the schedules to
+    // decode rows, the turns to both (decode runs split_groups on the same kernel).
+    const bool loads = *variant == AttnVariant::tma || *variant == AttnVariant::cp_async;
+    const bool schedule = *variant == AttnVariant::split_per_cta || *variant == AttnVariant::split_groups;
+    impls.push_back({name, o, loads, schedule});
   }
   // The shapes: a --shapes file's paged_attention_decode (M = batch, N = context, K = head dim)
   // and paged_attention_prefill (N = tokens) rows, or by default batches 1-256 at contexts
@@ -420,6 +431,7 @@ void attention_bench(const BenchConfig &cfg, std::ostream &csv, std::ostream &lo
       shifted.tensors[1] = at::cat({both.tensors[1].narrow(0, 0, first_block), args.tensors[1]});
       shifted.tensors[2] = at::cat({both.tensors[2].narrow(0, 0, first_block), args.tensors[2]});
       for (const Timed &impl : impls) {
+        if (impl.decode_only) continue;
         const double us = time_planned_attention(args, impl.options, std::max(3, cfg.repetitions), start, stop, stream);
         const bool verified = same_bits(run_paged(shifted, impl.options).narrow(0, 100, len), run_paged(args, impl.options));
         csv << "paged_attention_prefill," << impl.impl << ',' << dtype_name(dtype) << ",1," << len << ',' << d << ',' << fmt(us)
@@ -442,9 +454,13 @@ std::string run_bench(const BenchConfig &cfg, std::ostream &log, std::string *st
   for (const auto &note : plan.notes) log << note << std::endl;
   static bool initialised = false;
   if (!initialised) {
-    int argc = 1;
+    // Random interleaving: the repetitions of a shape's impls run in a shuffled order instead of
+    // one impl's after another's, so that a drift of the GPU's clocks over the shape's second
+    // reaches every impl alike rather than the ratio.
+    int argc = 2;
     char name[] = "detfuzz";
-    char *argv[] = {name, nullptr};
+    char interleave[] = "--benchmark_enable_random_interleaving=true";
+    char *argv[] = {name, interleave, nullptr};
     benchmark::Initialize(&argc, argv);
     initialised = true;
   }
@@ -465,8 +481,9 @@ std::string run_bench(const BenchConfig &cfg, std::ostream &log, std::string *st
     const ImplInfo &torch_mm = cuda_impl("mm", "torch");
     dispatch_impl = std::make_unique<ImplInfo>(torch_mm);
     dispatch_impl->impl = kDispatchImpl;
-    // Turning the mode on is a no-op once it is on: the row runs last of its shape, and the mode
-    // goes off again after it, so every other impl runs on libtorch's own kernels.
+    // Turning the mode on is a no-op once it is on; every other impl's repetition turns it off
+    // before its calls (the repetitions are interleaved), and it goes off after the shape, so
+    // they run on libtorch's own kernels.
     dispatch_impl->run = [run = torch_mm.run, set = cfg.set_batch_invariant_mode](const OpArgs &a) {
       set(true);
       return run(a);
@@ -508,7 +525,10 @@ std::string run_bench(const BenchConfig &cfg, std::ostream &log, std::string *st
           mode_off();
           const double once_us = time_one_call_us(impl, args[0], start, stop, stream);
           const int64_t iters = static_cast<int64_t>(std::clamp(cfg.seconds_per_repetition * 1e6 / std::max(once_us, 1.0), 3.0, 2000.0));
-          benchmark::RegisterBenchmark(name.c_str(), [&, impl_ptr = &impl](benchmark::State &st) {
+          benchmark::RegisterBenchmark(name.c_str(), [&, impl_ptr = &impl, dispatch = name == kDispatchImpl](benchmark::State &st) {
+            // Interleaved with the dispatcher row, whose calls turn the batch-invariant mode on:
+            // every other impl runs with it off.
+            if (!dispatch) mode_off();
             int k = 0;
             for (auto _ : st) st.SetIterationTime(time_one_call_us(*impl_ptr, args[k++ % sets], start, stop, stream) * 1e-6);
           })

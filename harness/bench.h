@@ -3,7 +3,8 @@
 //
 // bench: Google Benchmark drives each (op, impl, dtype, shape) with manual timing from CUDA events
 // around every call, after a warm-up, over input sets rotated so that the L2 cache does not
-// flatter small shapes; the figure kept is the median of the repetitions. The same run checks
+// flatter small shapes; the figure kept is the median of the repetitions, which Google
+// Benchmark runs in a random order interleaved across a shape's impls. The same run checks
 // batch_slice bitwise on the same shapes for every impl timed. Baselines: cublas for mm,
 // torch's CUDA kernels for log_softmax and mean. Paged attention (32 query heads, 8 KV heads,
 // head dim 128, pages of 16): decode over batch 1..256 and context 512..32k against a

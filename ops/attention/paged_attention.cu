@@ -181,39 +181,12 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
   // whole_rows: the merged state of the splits finished so far.
   MergedRows<D> merged_rows(reinterpret_cast<float *>(smem + L::kMergedOffset), warp, lane);
 
-  // split_per_cta: writes the finished split `j` of each row that sees a key of it: the output
-  // itself when it is the row's only split, else the split's state for the merge kernel.
-  const int t = lane & 3;
   const int first_block = spread ? warp * (D / 32) : 0;  // output column block of acc[0]
-  auto write_split = [&](int j) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int r = row_block * 16 + (lane >> 2) + 8 * i;
-      if (r >= live_rows || j * p.split_tokens >= visible[i]) continue;  // nothing of it here
-      const int64_t row_head = static_cast<int64_t>(q_start + q0 + r / group) * p.h_q + kvh * group + r % group;
-      if (visible[i] <= p.split_tokens) {
-        uint32_t *out = reinterpret_cast<uint32_t *>(static_cast<T *>(p.out) + row_head * D);
-#pragma unroll
-        for (int nb = 0; nb < D / 8; ++nb) {
-          if (spread && nb >= D / 32) break;
-          out[(first_block + nb) * 4 + t] = pack2(__fdiv_rn(st.acc[nb][2 * i], st.l[i]),
-                                                  __fdiv_rn(st.acc[nb][2 * i + 1], st.l[i]), kBf16);
-        }
-      } else {
-        const int64_t slot = row_head * p.max_splits + j;
-        float2 *part = reinterpret_cast<float2 *>(p.part_acc + slot * D);
-#pragma unroll
-        for (int nb = 0; nb < D / 8; ++nb) {
-          if (spread && nb >= D / 32) break;
-          part[(first_block + nb) * 4 + t] = make_float2(st.acc[nb][2 * i], st.acc[nb][2 * i + 1]);
-        }
-        if (t == 0 && warp == row_block) reinterpret_cast<float2 *>(p.part_ml)[slot] = make_float2(st.m[i], st.l[i]);
-      }
-    }
-  };
   auto finish_split = [&](int j) {
     if constexpr (kWhole) merged_rows.fold(st, visible, j, p.split_tokens);
-    else write_split(j);
+    else
+      write_split<kBf16, D>(p, st, j, visible, live_rows, q_start + q0, kvh, row_block, first_block,
+                            spread ? D / 32 : D / 8, warp == row_block, lane);
   };
 
   const int n_tiles = (key_end - key_begin + kKeys - 1) / kKeys;
@@ -272,7 +245,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
       const int r = row_block * 16 + (lane >> 2) + 8 * i;
       if (r >= live_rows) continue;
       const int64_t row_head = static_cast<int64_t>(q_start + q0 + r / group) * p.h_q + kvh * group + r % group;
-      merged_rows.write<kBf16>(static_cast<T *>(p.out) + row_head * D, i, first_block, spread ? D / 32 : D / 8, t);
+      merged_rows.write<kBf16>(static_cast<T *>(p.out) + row_head * D, i, first_block, spread ? D / 32 : D / 8, lane & 3);
     }
   }
 }
@@ -372,6 +345,23 @@ void launch_kernel(const PagedAttnLaunch &p, cudaStream_t stream) {
   DETFUZZ_LAUNCH_CHECK();
 }
 
+// The merge of split_per_cta and split_groups, when some row has more than one split: a
+// programmatic dependent of the attention kernel just launched on `stream`.
+template <typename T, int D>
+void launch_merge(const PagedAttnLaunch &p, cudaStream_t stream) {
+  if (p.max_splits <= 1) return;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(p.num_rows, p.h_q);
+  config.blockDim = dim3(D);
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  DETFUZZ_CUDA_CHECK(cudaLaunchKernelEx(&config, paged_attention_merge_kernel<T>, p));
+}
+
 template <typename T, int D, bool kWgmma>
 void launch_schedule(const PagedAttnLaunch &p, cudaStream_t stream) {
   if (p.schedule == KvSchedule::whole_rows) {  // on wgmma: the warp-specialised kernel (launch_typed)
@@ -379,22 +369,16 @@ void launch_schedule(const PagedAttnLaunch &p, cudaStream_t stream) {
     else throw std::runtime_error("paged_attention: whole_rows runs on D <= 128 (on wgmma: paged_attention_sm90.cu)");
   }
   launch_kernel<T, D, KvSchedule::split_per_cta, kWgmma>(p, stream);
-  if (p.max_splits > 1) {
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(p.num_rows, p.h_q);
-    config.blockDim = dim3(D);
-    config.stream = stream;
-    cudaLaunchAttribute attribute[1];
-    attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute[0].val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = attribute;
-    config.numAttrs = 1;
-    DETFUZZ_CUDA_CHECK(cudaLaunchKernelEx(&config, paged_attention_merge_kernel<T>, p));
-  }
+  launch_merge<T, D>(p, stream);
 }
 
 template <typename T, int D>
 void launch_typed(const PagedAttnLaunch &p, cudaStream_t stream) {
+  if (p.schedule == KvSchedule::split_groups) {
+    if (p.kernel != AttnKernel::wgmma) throw std::runtime_error("paged_attention: split_groups runs on the wgmma kernel only");
+    launch_split_groups_sm90(p, stream);
+    return launch_merge<T, D>(p, stream);
+  }
   if (p.kernel == AttnKernel::wgmma) {
     // whole_rows on wgmma: the warp-specialised kernel (paged_attention_sm90.cu), same bits.
     if (p.schedule == KvSchedule::whole_rows) return launch_whole_rows_sm90(p, stream);
@@ -457,7 +441,7 @@ void launch_paged_attention(const PagedAttnLaunch &p, cudaStream_t stream) {
   if (p.split_tokens <= 0 || p.split_tokens % kKeys != 0)
     throw std::runtime_error("paged_attention: split_tokens " + std::to_string(p.split_tokens) +
                              " is not a positive multiple of 64");
-  if (p.softmax_keys != 64 && (p.softmax_keys != 32 || p.schedule == KvSchedule::whole_rows))
+  if (p.softmax_keys != 64 && (p.softmax_keys != 32 || p.schedule != KvSchedule::split_per_cta))
     throw std::runtime_error("paged_attention: softmax_keys " + std::to_string(p.softmax_keys) +
                              " (64, or 32 with split_per_cta)");
   const int group = p.h_kv > 0 ? p.h_q / p.h_kv : 0;

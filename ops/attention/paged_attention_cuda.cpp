@@ -88,6 +88,13 @@ PagedAttentionCudaPlan::PagedAttentionCudaPlan(const at::Tensor &q, const at::Te
   TORCH_CHECK(options.kernel != Kernel::wgmma || wgmma_runs, "paged_attention (CUDA): the wgmma kernel needs an sm_90 GPU ",
               "and head dim 64 or 128 (head dim ", head_dim_, ")");
   wgmma_ = options.kernel == Kernel::wgmma || (options.kernel == Kernel::automatic && wgmma_runs);
+  // split_groups where the wgmma kernel runs and whole_rows is not taken (the 32-key softmax step
+  // of the planted qtile bug exists in split_per_cta only). H200, decode, 32 query and 8 KV heads,
+  // D = 128: see README (split_per_cta's single warpgroup had stopped at 60-64% of a device copy).
+  TORCH_CHECK(options.schedule != Schedule::split_groups || (wgmma_ && options.softmax_keys == kKvTile),
+              "paged_attention (CUDA): the split_groups schedule needs the wgmma kernel and 64-key softmax steps");
+  split_groups_ = !whole_rows_ && (options.schedule == Schedule::split_groups ||
+                                   (options.schedule == Schedule::automatic && wgmma_ && options.softmax_keys == kKvTile));
   // split_per_cta: 1, 2, 4 or 8 consecutive splits per CTA. In split-times per CTA slot a choice
   // costs ceil(CTAs / slots) * splits per CTA (slots = SMs x the kernel's co-resident CTAs); the
   // most splits per CTA whose cost is within a tenth of the cheapest is taken (each CTA pays a
@@ -99,9 +106,12 @@ PagedAttentionCudaPlan::PagedAttentionCudaPlan(const at::Tensor &q, const at::Te
   TORCH_CHECK(options.splits_per_cta >= 0, "paged_attention (CUDA): splits_per_cta ", options.splits_per_cta, " < 0");
   splits_per_cta_ = options.splits_per_cta;
   if (splits_per_cta_ == 0 && !whole_rows_) {
+    // split_groups: one CTA of two consumers per SM, a consumer being a slot.
     const int64_t slots =
-        sms * paged_attention_split_ctas_per_sm(static_cast<int>(head_dim_), q.scalar_type() == at::kBFloat16,
-                                                wgmma_ ? AttnKernel::wgmma : AttnKernel::mma_sync, q.device().index());
+        split_groups_ ? 2 * sms
+                      : sms * paged_attention_split_ctas_per_sm(static_cast<int>(head_dim_), q.scalar_type() == at::kBFloat16,
+                                                                wgmma_ ? AttnKernel::wgmma : AttnKernel::mma_sync,
+                                                                q.device().index());
     int64_t cost[4], cheapest = 0;
     for (int i = 0; i < 4; ++i) {
       const int64_t spc = int64_t{1} << i;
@@ -158,7 +168,7 @@ at::Tensor PagedAttentionCudaPlan::run(const at::Tensor &q, const at::Tensor &k_
   p.q_tiles = static_cast<int>(q_tiles_);
   p.max_splits = static_cast<int>(max_splits_);
   p.splits_per_cta = static_cast<int>(splits_per_cta_);
-  p.schedule = whole_rows_ ? KvSchedule::whole_rows : KvSchedule::split_per_cta;
+  p.schedule = whole_rows_ ? KvSchedule::whole_rows : split_groups_ ? KvSchedule::split_groups : KvSchedule::split_per_cta;
   p.kernel = wgmma_ ? AttnKernel::wgmma : AttnKernel::mma_sync;
   p.kv_loads = options_.kv_loads == CudaAttentionOptions::KvLoads::tma        ? KvLoads::tma
                : options_.kv_loads == CudaAttentionOptions::KvLoads::cp_async ? KvLoads::cp_async

@@ -15,6 +15,9 @@ enum class KvSchedule {
   split_per_cta,  // one CTA per (query tile, KV head, splits_per_cta splits), writing each split's
                   // state; a second kernel merges the splits
   whole_rows,     // one CTA per (query tile, KV head) walks every split and merges in registers
+  split_groups,   // AttnKernel::wgmma only: the warp-specialised kernel, each consumer warpgroup on
+                  // its own splits_per_cta splits of a query tile, writing each split's state; the
+                  // merge kernel as for split_per_cta
 };
 
 // Which kernel computes the tiles. They differ in bits (tensor cores order a dot product their own
@@ -32,8 +35,8 @@ struct PagedAttnLaunch {
   const void *q = nullptr, *k_pool = nullptr, *v_pool = nullptr;  // [T_q,H_q,D], [NB,BS,H_kv,D] x2
   const int *cu_seqlens_q = nullptr, *seq_lens_kv = nullptr, *block_table = nullptr;
   void *out = nullptr;            // [T_q, H_q, D], q's dtype
-  float *part_acc = nullptr;      // split_per_cta: [T_q, H_q, max_splits, D] unnormalised split accumulators
-  float *part_ml = nullptr;       // split_per_cta: [T_q, H_q, max_splits, 2] split (max, sum), log2 domain
+  float *part_acc = nullptr;      // split_per_cta, split_groups: [T_q, H_q, max_splits, D] unnormalised split accumulators
+  float *part_ml = nullptr;       // split_per_cta, split_groups: [T_q, H_q, max_splits, 2] split (max, sum), log2 domain
   int num_rows = 0, num_seqs = 0, max_blocks = 0, block_size = 0;
   int64_t pool_blocks = 0;  // NB: pages in each pool (the extent of the Hopper kernel's TMA maps)
   int h_q = 0, h_kv = 0, head_dim = 0;
@@ -41,7 +44,7 @@ struct PagedAttnLaunch {
   int softmax_keys = 64;   // keys per online-softmax step: 64, or 32 (the planted qtile bug)
   int q_tiles = 0;         // grid x: ceil(longest q_len / query rows per tile)
   int max_splits = 0;      // ceil(longest kv_len / split_tokens): workspace stride
-  int splits_per_cta = 1;  // split_per_cta: consecutive splits one CTA walks (fewer CTA prologues)
+  int splits_per_cta = 1;  // split_per_cta: consecutive splits one CTA walks (fewer CTA prologues); split_groups: one consumer
   KvSchedule schedule = KvSchedule::split_per_cta;
   AttnKernel kernel = AttnKernel::mma_sync;
   KvLoads kv_loads = KvLoads::automatic;
@@ -63,6 +66,11 @@ void launch_paged_attention(const PagedAttnLaunch &p, cudaStream_t stream);
 // and two consumer warpgroups per CTA, two query tiles sharing the K/V stream. Called by
 // launch_paged_attention.
 void launch_whole_rows_sm90(const PagedAttnLaunch &p, cudaStream_t stream);
+
+// The split_groups schedule (paged_attention_sm90.cu): the same producer and consumers, a CTA per
+// (query tile, KV head, two groups of splits_per_cta splits), a consumer per group. The caller
+// launches the merge after it. Called by launch_paged_attention.
+void launch_split_groups_sm90(const PagedAttnLaunch &p, cudaStream_t stream);
 
 // Whether `device` can run AttnKernel::wgmma (an sm_90 GPU, and sm_90a code in this binary).
 bool paged_attention_wgmma_available(int device);

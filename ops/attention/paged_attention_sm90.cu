@@ -46,20 +46,22 @@ namespace {
 
 using namespace tile_math;
 
-constexpr int kConsumers = 2;  // consumer warpgroups, one 64-row query tile each
+constexpr int kConsumers = 2;  // consumer warpgroups
 constexpr int kWsThreads = 128 * (1 + kConsumers);
-constexpr int kWsStages = 4;
 
-// Shared memory: the consumers' Q tiles, kWsStages K and V tiles, the consumers' merged output
-// states (float32, per-thread order), then the full and empty mbarriers of each stage.
-template <int D>
+// Shared memory: the consumers' Q tiles, the K and V tiles of kStages stages, the consumers'
+// merged output states (whole_rows only; float32, per-thread order), then the full and empty
+// mbarriers of each stage. split_groups keeps no merged state and so has room for 6 stages
+// (224 KiB at D = 128), whole_rows 4.
+template <int D, bool kSplitGroups>
 struct WsSmem {
+  static constexpr int kStages = kSplitGroups ? 6 : 4;
   static constexpr int kQ = 0;
   static constexpr int kK = kQ + kConsumers * Layout<D>::kQBytes;
-  static constexpr int kV = kK + kWsStages * Layout<D>::kTileBytes;
-  static constexpr int kMerged = kV + kWsStages * Layout<D>::kTileBytes;
-  static constexpr int kBars = kMerged + kConsumers * kRows * D * 4;
-  static constexpr int kBytes = kBars + 2 * kWsStages * 8;
+  static constexpr int kV = kK + kStages * Layout<D>::kTileBytes;
+  static constexpr int kMerged = kV + kStages * Layout<D>::kTileBytes;
+  static constexpr int kBars = kMerged + (kSplitGroups ? 0 : kConsumers * kRows * D * 4);
+  static constexpr int kBytes = kBars + 2 * kStages * 8;
   static_assert(kBytes <= 227 * 1024, "fits an SM");
 };
 
@@ -83,36 +85,73 @@ struct KvMaps {
   int box_rows;  // 0: every tile by cp.async
 };
 
-template <typename T, int D>
+template <typename T, int D, bool kSplitGroups>
 __global__ void __launch_bounds__(kWsThreads, 1)
     paged_attention_ws_kernel(const PagedAttnLaunch p, const __grid_constant__ KvMaps kv_maps) {
 #if DETFUZZ_SM90A
-  using S = WsSmem<D>;
+  using S = WsSmem<D, kSplitGroups>;
   using L = Layout<D>;
+  constexpr int kStages = S::kStages;
   constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   if ((base & 1023) != 0) __trap();  // the swizzled blocks must be 1024-byte aligned (see paged_attention.cu)
   const uint32_t k_s = base + S::kK, v_s = base + S::kV;
-  const uint32_t full = base + S::kBars, empty = full + kWsStages * 8;
+  const uint32_t full = base + S::kBars, empty = full + kStages * 8;
 
-  // blockIdx.x = kvh + h_kv * (reversed tile pair): the longest query tiles start first.
+  // whole_rows: blockIdx.x = kvh + h_kv * (reversed tile pair), consumer c on query tile
+  // first_tile + c, one stream of keys for both. split_groups: blockIdx.x = kvh + h_kv * (group
+  // pair + pairs * reversed tile), consumer c on split group 2 * pair + c of one query tile, a
+  // stream of keys each. The longest query tiles start first.
   const int kvh = blockIdx.x % p.h_kv, seq = blockIdx.y;
-  const int pairs = (p.q_tiles + kConsumers - 1) / kConsumers;
-  const int first_tile = (pairs - 1 - static_cast<int>(blockIdx.x / p.h_kv)) * kConsumers;
   const int group = p.h_q / p.h_kv, rows_per_tile = attention_rows_per_tile(group);
   const int q_start = p.cu_seqlens_q[seq], q_len = p.cu_seqlens_q[seq + 1] - q_start;
   const int kv_len = p.seq_lens_kv[seq];
+  const int group_tokens = p.splits_per_cta * p.split_tokens;  // split_groups: keys per consumer
+  int first_tile, pair = 0;
+  if constexpr (kSplitGroups) {
+    const int pairs = ((p.max_splits + p.splits_per_cta - 1) / p.splits_per_cta + 1) / 2;
+    pair = (blockIdx.x / p.h_kv) % pairs;
+    first_tile = p.q_tiles - 1 - static_cast<int>(blockIdx.x / (p.h_kv * pairs));
+  } else {
+    first_tile = ((p.q_tiles + kConsumers - 1) / kConsumers - 1 - static_cast<int>(blockIdx.x / p.h_kv)) * kConsumers;
+  }
   if (first_tile * rows_per_tile >= q_len) return;  // uniform over the CTA
-  // The keys the CTA streams: those of its last live query row.
-  const int key_end = kv_len - q_len + min((first_tile + kConsumers) * rows_per_tile, q_len);
-  if (key_end <= 0) return;
-  const int n_tiles = (key_end + kKeys - 1) / kKeys;
+  // Query rows of consumer c's tile, the keys its first row sees, the first key it computes and
+  // its tiles.
+  auto tile_of = [&](int c) { return kSplitGroups ? first_tile : first_tile + c; };
+  auto live_rows_of = [&](int c) {
+    const int q0 = tile_of(c) * rows_per_tile;
+    return q0 < q_len ? min(rows_per_tile, q_len - q0) * group : 0;
+  };
+  auto first_visible_of = [&](int c) { return kv_len - q_len + tile_of(c) * rows_per_tile + 1; };
+  auto key_begin_of = [&](int c) { return kSplitGroups ? (2 * pair + c) * group_tokens : 0; };
+  auto tiles_of = [&](int c) {
+    const int live = live_rows_of(c);
+    const int key_end = first_visible_of(c) + live / group - 1;  // past the last visible key
+    const int end = kSplitGroups ? min(key_end, key_begin_of(c) + group_tokens) : key_end;
+    return live > 0 && end > key_begin_of(c) ? (end - key_begin_of(c) + kKeys - 1) / kKeys : 0;
+  };
+  // The loads, in the order the producer issues them: whole_rows the union of both consumers'
+  // tiles; split_groups tile i of consumer 0 then of consumer 1 while both have one (consumer 1's
+  // group lies after consumer 0's, so it has no more tiles), then consumer 0's. load_of(c, i) is
+  // the index of consumer c's tile i in that order; stage load % kStages.
+  const int n1 = kSplitGroups ? tiles_of(1) : 0;
+  int n_loads;
+  if constexpr (kSplitGroups) {
+    n_loads = tiles_of(0) + n1;
+  } else {
+    const int key_end = kv_len - q_len + min((first_tile + kConsumers) * rows_per_tile, q_len);  // of the last live row
+    n_loads = key_end > 0 ? (key_end + kKeys - 1) / kKeys : 0;
+  }
+  if (n_loads == 0) return;
+  auto stream_of = [&](int load) { return kSplitGroups && load < 2 * n1 ? (load & 1) : 0; };
 
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kWsStages; ++s) {
-      sm90::mbar_init(full + 8 * s, 128);             // one (asynchronous) arrival per producer thread
-      sm90::mbar_init(empty + 8 * s, kConsumers * 4);  // one arrival per consumer warp
+    for (int s = 0; s < kStages; ++s) {
+      sm90::mbar_init(full + 8 * s, 128);  // one (asynchronous) arrival per producer thread
+      // One arrival per consumer warp that reads the stage: both consumers' (whole_rows), or one's.
+      sm90::mbar_init(empty + 8 * s, kSplitGroups ? 4 : kConsumers * 4);
     }
     sm90::fence_mbar_init();
   }
@@ -132,7 +171,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     const int *table = p.block_table + static_cast<int64_t>(seq) * p.max_blocks;
     const int64_t slot_stride = static_cast<int64_t>(p.h_kv) * D;  // elements between a page's slots
     // A key's page index and slot, (q, r) with key = q * block_size + r, advance by additions:
-    // no division per key.
+    // no division per key. Each stream keeps its own: (q, r) of key kk of its next tile.
     const int bs = p.block_size;
     const int step_q = kRowsPerStep / bs, step_r = kRowsPerStep % bs, tile_q = kKeys / bs, tile_r = kKeys % bs;
     auto advance = [bs](int &q, int &r, int by_q, int by_r) {
@@ -140,8 +179,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       q += by_q;
       if (r >= bs) r -= bs, ++q;
     };
-    int q = kk / bs, r = kk % bs;  // key kk of the current tile
-    // The page ids of a tile's keys are read a tile ahead, so their latency hides behind the wait.
+    // (Two named streams rather than arrays indexed by the stream: those would live in local memory.)
+    int t0_a = key_begin_of(0), q_a = (t0_a + kk) / bs, r_a = (t0_a + kk) % bs;  // consumer 0's (whole_rows: both)
+    int t0_b = key_begin_of(1), q_b = (t0_b + kk) / bs, r_b = (t0_b + kk) % bs;  // split_groups: consumer 1's
+    // The page ids of a tile's keys are read a load ahead, so their latency hides behind the wait.
     int page[kSteps];
     auto read_pages = [&](int t0, int q, int r) {
 #pragma unroll
@@ -150,7 +191,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         advance(q, r, step_q, step_r);
       }
     };
-    read_pages(0, q, r);
+    read_pages(t0_a, q_a, r_a);
     // A tile whose 64 keys all lie below kv_len is loaded by TMA where the page size allows it
     // (box_rows > 0): thread 0 issues one box per page run and column block, the copy engine
     // writes the same swizzled layout, and the stage's `full` barrier counts its bytes; the other
@@ -161,10 +202,12 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       sm90::prefetch_tensor_map(&kv_maps.k);
       sm90::prefetch_tensor_map(&kv_maps.v);
     }
-    for (int it = 0; it < n_tiles; ++it) {
-      const int s = it % kWsStages;
-      sm90::mbar_wait(empty + 8 * s, ((it / kWsStages) & 1) ^ 1);  // the consumers released the stage
-      if (box_rows > 0 && (it + 1) * kKeys <= kv_len) {  // uniform over the warpgroup
+    for (int load = 0; load < n_loads; ++load) {
+      const int s = load % kStages, c = stream_of(load);
+      const int t0 = c ? t0_b : t0_a;
+      int q = c ? q_b : q_a, r = c ? r_b : r_a;
+      sm90::mbar_wait(empty + 8 * s, ((load / kStages) & 1) ^ 1);  // the consumers released the stage
+      if (box_rows > 0 && t0 + kKeys <= kv_len) {  // uniform over the warpgroup
         if (tid == 0) {
           sm90::mbar_expect_tx(full + 8 * s, 2 * L::kTileBytes);
           // Thread 0's key j * kRowsPerStep starts a box when it is a multiple of box_rows (a power
@@ -188,7 +231,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         int slot = r;
 #pragma unroll
         for (int j = 0; j < kSteps; ++j) {
-          const bool ok = it * kKeys + j * kRowsPerStep + kk < kv_len;
+          const bool ok = t0 + j * kRowsPerStep + kk < kv_len;
           const int64_t row = ok ? (static_cast<int64_t>(page[j]) * bs + slot) * slot_stride : 0;
           const uint32_t dst = s * L::kTileBytes + L::offset(j * kRowsPerStep + kk, chunk);
           cp_async16(k_s + dst, k_pool + row, ok);
@@ -199,7 +242,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         cp_async_arrive(full + 8 * s);
       }
       advance(q, r, tile_q, tile_r);
-      read_pages((it + 1) * kKeys, q, r);
+      if (c) t0_b = t0 + kKeys, q_b = q, r_b = r;
+      else t0_a = t0 + kKeys, q_a = q, r_a = r;
+      if (stream_of(load + 1)) read_pages(t0_b, q_b, r_b);
+      else read_pages(t0_a, q_a, r_a);
     }
     cp_async_wait<0>();
     return;
@@ -207,21 +253,12 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 
   sm90::claim_registers<232>();  // 128 x 40 + 256 x 232 <= 64K registers
   const int w = wg - 1, warp = tid >> 5, lane = tid & 31;
-  // Query rows of consumer c's tile, the keys its first row sees, and the tiles it computes.
-  auto live_rows_of = [&](int c) {
-    const int q0 = (first_tile + c) * rows_per_tile;
-    return q0 < q_len ? min(rows_per_tile, q_len - q0) * group : 0;
-  };
-  auto first_visible_of = [&](int c) { return kv_len - q_len + (first_tile + c) * rows_per_tile + 1; };
-  auto tiles_of = [&](int c) {
-    const int live = live_rows_of(c);
-    return live > 0 ? (first_visible_of(c) + live / group - 1 + kKeys - 1) / kKeys : 0;
-  };
-  const int q0 = (first_tile + w) * rows_per_tile;
+  const int q0 = tile_of(w) * rows_per_tile;
   const int live_rows = live_rows_of(w);
   const int first_visible = first_visible_of(w);  // keys seen by the tile's first query row
-  const int last_visible = first_visible + live_rows / group - 1;
+  const int key_begin = key_begin_of(w);
   const int my_tiles = tiles_of(w);
+  auto load_of = [&](int i) { return kSplitGroups && w == 0 ? i + min(i, n1) : kSplitGroups ? 2 * i + 1 : i; };
   int visible[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -233,11 +270,11 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   // Ping-pong (p.pingpong): the consumers take turns issuing their MMAs (named barriers 3 and 4),
   // so that one's MMAs run while the other computes its softmax statistics. A consumer issues my_tiles + 1
   // times (the first S, then S with the previous P V, then the last P V); consumer 0 goes first,
-  // and consumer 1 (whose rows see as many keys or more) takes turns only while consumer 0 has
-  // issues left: every wait meets one pass. A CTA whose second tile has fewer tiles (no live rows)
-  // does not take turns. The turns change when MMAs are issued, never what they compute. Measured
-  // on an H100 against free issue in the same run (2026-11-25): 0.5-2% faster at 8k tokens, within
-  // 1% either way at 1k-4k.
+  // and consumer 1 takes turns only while consumer 0 has issues left, and only where it has as
+  // many issues or more (whole_rows: its rows see as many keys or more; split_groups: its group
+  // is as long): every wait meets one pass. The turns change when MMAs are issued, never what
+  // they compute. Measured on an H100 against free issue in the same run (2026-11-25, prefill):
+  // 0.5-2% faster at 8k tokens, within 1% either way at 1k-4k.
   const int issues_0 = tiles_of(0) > 0 ? tiles_of(0) + 1 : 0;
   const bool pingpong = p.pingpong && issues_0 > 0 && tiles_of(1) + 1 >= issues_0;
   const int my_turn = 3 + w, their_turn = 4 - w;
@@ -248,12 +285,13 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     if (pingpong && (w == 0 || issue + 1 < issues_0)) turn_pass(their_turn);
   };
   if (pingpong && w == 1) turn_pass(their_turn);  // consumer 0's first turn
+  if (kSplitGroups && my_tiles == 0) return;  // (no turns then: consumer 1 has fewer issues)
 
   const uint32_t q_s = base + S::kQ + w * L::kQBytes;
   // Releases a stage to the producer: one arrival per warp, once the warp's MMAs reading it are done.
-  auto release = [&](int stage) {
+  auto release = [&](int load) {
     __syncwarp();
-    if (lane == 0) sm90::mbar_arrive(empty + 8 * stage);
+    if (lane == 0) sm90::mbar_arrive(empty + 8 * (load % kStages));
   };
   const T *q = static_cast<const T *>(p.q);
   for (int c = tid; c < kRows * (D / 8); c += 128) {
@@ -269,17 +307,28 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 
   // The tiles are pipelined within the warpgroup: tile it's S = Q K^T is issued together with
   // tile it - 1's O += P V, and the softmax statistics of tile it run while that P V is still on
-  // the tensor cores; the accumulators are rescaled (and a finished split folded) once it is done.
-  // Each tile's arithmetic and its order are those of tile_step: only the issue order changes.
+  // the tensor cores; the accumulators are rescaled (and a finished split folded or written) once
+  // it is done. Each tile's arithmetic and its order are those of tile_step: only the issue order
+  // changes.
   RowState<D> st;
   st.reset();
   MergedRows<D> merged_rows(reinterpret_cast<float *>(smem + S::kMerged) + w * kRows * D, warp, lane);
+  // A finished split: folded into the merged state (whole_rows) or written for the merge kernel.
+  auto finish_split = [&](int j) {
+    if constexpr (kSplitGroups)
+      write_split<kBf16, D>(p, st, j, visible, live_rows, q_start + q0, kvh, warp, 0, D / 8, true, lane);
+    else
+      merged_rows.fold(st, visible, j, p.split_tokens);
+  };
   float s[8][4];
   float a[2];
   uint32_t pa[4][4];  // the previous tile's P, the A operand of its P V
-  auto tile_k = [&](int it) { return k_s + (it % kWsStages) * L::kTileBytes; };
-  auto tile_v = [&](int it) { return v_s + (it % kWsStages) * L::kTileBytes; };
-  auto wait_full = [&](int it) { sm90::mbar_wait(full + 8 * (it % kWsStages), (it / kWsStages) & 1); };
+  auto tile_k = [&](int it) { return k_s + (load_of(it) % kStages) * L::kTileBytes; };
+  auto tile_v = [&](int it) { return v_s + (load_of(it) % kStages) * L::kTileBytes; };
+  auto wait_full = [&](int it) {
+    const int load = load_of(it);
+    sm90::mbar_wait(full + 8 * (load % kStages), (load / kStages) & 1);
+  };
   int it = 0;
   if (my_tiles > 0) {
     // The first tile (S, its statistics from the fresh state) is peeled off the loop rather than
@@ -293,7 +342,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     pass_turn(0);
     sm90::wgmma_wait<0>();
     sm90::fence_registers(*reinterpret_cast<float(*)[32]>(&s[0][0]));
-    mask_scores<false>(s, 0, visible, min_visible, lane, warp);
+    mask_scores<false>(s, key_begin, visible, min_visible, lane, warp);
     softmax_stats<0, 8>(st.m, st.l, s, p.scale_log2, a);
     rescale_acc<D, false>(st, a);
     pack_p<kBf16, 0, 8>(s, pa);
@@ -312,7 +361,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       pass_turn(it);
       sm90::wgmma_wait<1>();  // S is done; the P V may still run
       sm90::fence_registers(*reinterpret_cast<float(*)[32]>(&s[0][0]));
-      const int t0 = it * kKeys;
+      const int t0 = key_begin + it * kKeys;
       mask_scores<false>(s, t0, visible, min_visible, lane, warp);
       // A tile that starts a split starts from a fresh state; the finished one is folded below.
       const bool starts_split = ++split_tile == tiles_per_split;
@@ -325,9 +374,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       if (it + 1 < my_tiles) wait_full(it + 1);
       sm90::wgmma_wait<0>();
       sm90::fence_registers(acc_registers(st));
-      release((it - 1) % kWsStages);
+      release(load_of(it - 1));
       if (starts_split) {
-        merged_rows.fold(st, visible, t0 / p.split_tokens - 1, p.split_tokens);
+        finish_split(t0 / p.split_tokens - 1);
         st.reset();
       }
       st.m[0] = m[0], st.m[1] = m[1], st.l[0] = l[0], st.l[1] = l[1];
@@ -342,21 +391,24 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     pass_turn(my_tiles);
     sm90::wgmma_wait<0>();
     sm90::fence_registers(acc_registers(st));
-    release((my_tiles - 1) % kWsStages);
+    release(load_of(my_tiles - 1));
   }
-  for (; it < n_tiles; ++it) {  // tiles past this warpgroup's rows: released unread
-    wait_full(it);
-    release(it % kWsStages);
-  }
+  if constexpr (!kSplitGroups)
+    for (; it < n_loads; ++it) {  // tiles past this warpgroup's rows: released unread
+      wait_full(it);
+      release(it);
+    }
   if (my_tiles == 0) return;
-  merged_rows.fold(st, visible, (last_visible - 1) / p.split_tokens, p.split_tokens);
-  const int t = lane & 3;
+  finish_split((key_begin + my_tiles * kKeys - 1) / p.split_tokens);
+  if constexpr (!kSplitGroups) {
+    const int t = lane & 3;
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int r = warp * 16 + (lane >> 2) + 8 * i;
-    if (r >= live_rows) continue;
-    const int64_t row_head = static_cast<int64_t>(q_start + q0 + r / group) * p.h_q + kvh * group + r % group;
-    merged_rows.write<kBf16>(static_cast<T *>(p.out) + row_head * D, i, 0, D / 8, t);
+    for (int i = 0; i < 2; ++i) {
+      const int r = warp * 16 + (lane >> 2) + 8 * i;
+      if (r >= live_rows) continue;
+      const int64_t row_head = static_cast<int64_t>(q_start + q0 + r / group) * p.h_q + kvh * group + r % group;
+      merged_rows.write<kBf16>(static_cast<T *>(p.out) + row_head * D, i, 0, D / 8, t);
+    }
   }
 #else
   __trap();  // the host launches this kernel only on sm_90a code
@@ -402,14 +454,15 @@ CUtensorMap kv_pool_map(const void *pool, const PagedAttnLaunch &p, int box_rows
   return map;
 }
 
-template <typename T, int D>
+template <typename T, int D, bool kSplitGroups>
 void launch_ws(const PagedAttnLaunch &p, cudaStream_t stream) {
-  auto kernel = paged_attention_ws_kernel<T, D>;
+  using S = WsSmem<D, kSplitGroups>;
+  auto kernel = paged_attention_ws_kernel<T, D, kSplitGroups>;
   static std::once_flag configured[64];
   int device = 0;
   DETFUZZ_CUDA_CHECK(cudaGetDevice(&device));
   std::call_once(configured[device % 64], [&] {
-    DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, WsSmem<D>::kBytes));
+    DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kBytes));
   });
   KvMaps maps{};
   maps.box_rows = tma_box_rows<D>(p);
@@ -417,22 +470,34 @@ void launch_ws(const PagedAttnLaunch &p, cudaStream_t stream) {
     maps.k = kv_pool_map(p.k_pool, p, maps.box_rows);
     maps.v = kv_pool_map(p.v_pool, p, maps.box_rows);
   }
-  const unsigned x = static_cast<unsigned>(p.h_kv) * ((p.q_tiles + kConsumers - 1) / kConsumers);
-  kernel<<<dim3(x, p.num_seqs), kWsThreads, WsSmem<D>::kBytes, stream>>>(p, maps);
+  const int64_t pairs = kSplitGroups ? ((p.max_splits + p.splits_per_cta - 1) / p.splits_per_cta + 1) / 2 : 1;
+  const int64_t x = kSplitGroups ? p.h_kv * pairs * p.q_tiles : int64_t{p.h_kv} * ((p.q_tiles + kConsumers - 1) / kConsumers);
+  if (x > 0x7fffffffLL) throw std::runtime_error("paged_attention: grid x " + std::to_string(x) + " >= 2^31");
+  kernel<<<dim3(static_cast<unsigned>(x), p.num_seqs), kWsThreads, S::kBytes, stream>>>(p, maps);
   DETFUZZ_LAUNCH_CHECK();
+}
+
+template <bool kSplitGroups>
+void launch_ws_dim(const PagedAttnLaunch &p, cudaStream_t stream, const char *what) {
+  const bool bf16 = p.bf16;
+  switch (p.head_dim) {
+    case 64:
+      return bf16 ? launch_ws<__nv_bfloat16, 64, kSplitGroups>(p, stream) : launch_ws<__half, 64, kSplitGroups>(p, stream);
+    case 128:
+      return bf16 ? launch_ws<__nv_bfloat16, 128, kSplitGroups>(p, stream) : launch_ws<__half, 128, kSplitGroups>(p, stream);
+    default:
+      throw std::runtime_error(std::string("paged_attention: the warp-specialised ") + what +
+                               " kernel takes head dims 64 and 128, not " + std::to_string(p.head_dim));
+  }
 }
 
 }  // namespace
 
-void launch_whole_rows_sm90(const PagedAttnLaunch &p, cudaStream_t stream) {
-  const bool bf16 = p.bf16;
-  switch (p.head_dim) {
-    case 64: return bf16 ? launch_ws<__nv_bfloat16, 64>(p, stream) : launch_ws<__half, 64>(p, stream);
-    case 128: return bf16 ? launch_ws<__nv_bfloat16, 128>(p, stream) : launch_ws<__half, 128>(p, stream);
-    default:
-      throw std::runtime_error("paged_attention: the warp-specialised prefill kernel takes head dims 64 and 128, not " +
-                               std::to_string(p.head_dim));
-  }
+void launch_whole_rows_sm90(const PagedAttnLaunch &p, cudaStream_t stream) { launch_ws_dim<false>(p, stream, "prefill"); }
+
+void launch_split_groups_sm90(const PagedAttnLaunch &p, cudaStream_t stream) {
+  if (p.softmax_keys != kKeys) throw std::runtime_error("paged_attention: split_groups has 64-key softmax steps only");
+  launch_ws_dim<true>(p, stream, "split");
 }
 
 }  // namespace detfuzz::attention

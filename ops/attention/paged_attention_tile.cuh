@@ -6,6 +6,7 @@
 // arithmetic itself is described at the top of paged_attention.cu. Device code only.
 #pragma once
 
+#include "ops/attention/paged_attention_kernel.h"
 #include "ops/cuda/mma_sm80.cuh"
 #include "ops/cuda/ptx_sm90.cuh"
 
@@ -134,6 +135,42 @@ struct MergedRows {
     }
   }
 };
+
+// split_per_cta and split_groups: writes the finished split j of the two rows a thread holds
+// (rows row_block * 16 + lane / 4 + 8 i of the tile, (query row, head) pairs of the query rows
+// from q_row0 on and the heads of KV head kvh), for the rows that see a key of it: the output itself
+// (acc / l) when it is the row's only split, else the split's state for the merge kernel. The
+// thread holds output column blocks first_block .. first_block + blocks - 1; writes_ml: this warp
+// writes the rows' (m, l) (in a spread tile only the warp that owns the rows does).
+template <bool kBf16, int D>
+__device__ __forceinline__ void write_split(const PagedAttnLaunch &p, const RowState<D> &st, int j,
+                                            const int (&visible)[2], int live_rows, int64_t q_row0, int kvh,
+                                            int row_block, int first_block, int blocks, bool writes_ml, int lane) {
+  const int group = p.h_q / p.h_kv, t = lane & 3;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = row_block * 16 + (lane >> 2) + 8 * i;
+    if (r >= live_rows || j * p.split_tokens >= visible[i]) continue;  // nothing of it here
+    const int64_t row_head = (q_row0 + r / group) * p.h_q + kvh * group + r % group;
+    if (visible[i] <= p.split_tokens) {
+      uint32_t *out = reinterpret_cast<uint32_t *>(static_cast<uint16_t *>(p.out) + row_head * D);
+#pragma unroll
+      for (int nb = 0; nb < D / 8; ++nb) {
+        if (nb >= blocks) break;
+        out[(first_block + nb) * 4 + t] = pack2(__fdiv_rn(st.acc[nb][2 * i], st.l[i]), __fdiv_rn(st.acc[nb][2 * i + 1], st.l[i]), kBf16);
+      }
+    } else {
+      const int64_t slot = row_head * p.max_splits + j;
+      float2 *part = reinterpret_cast<float2 *>(p.part_acc + slot * D);
+#pragma unroll
+      for (int nb = 0; nb < D / 8; ++nb) {
+        if (nb >= blocks) break;
+        part[(first_block + nb) * 4 + t] = make_float2(st.acc[nb][2 * i], st.acc[nb][2 * i + 1]);
+      }
+      if (t == 0 && writes_ml) reinterpret_cast<float2 *>(p.part_ml)[slot] = make_float2(st.m[i], st.l[i]);
+    }
+  }
+}
 
 // Output column blocks (8 columns each) whose accumulators a warp holds: all D / 8, or a quarter
 // when the tile is spread (warp w: blocks w * D / 32 ...; its accumulators acc[0 .. D/32)).

@@ -2,6 +2,9 @@
 // v_pool, cu_seqlens_q [S+1], seq_lens_kv [S], block_table [S, max_blocks]} (int32 metadata);
 // OpArgs::alpha = softmax scale, 0 = 1/sqrt(D). Output [T_q, H_q, D] in q's dtype.
 #include "ops/attention/paged_attention.h"
+#ifdef DETFUZZ_WITH_CUDA
+#include "ops/attention/paged_attention_kernel.h"
+#endif
 #include "ops/registry.h"
 
 #include <ATen/ATen.h>
@@ -179,7 +182,12 @@ std::vector<ImplInfo> attention_impls(Backend backend) {
       return [schedule](const OpArgs &a) {
         CudaAttentionOptions o;
         const at::Tensor &q = a.tensors[0];  // [T_q, H_q, D]; whole_rows exists for D <= 128
-        o.schedule = schedule == Schedule::whole_rows && q.dim() == 3 && q.size(2) > 128 ? Schedule::split_per_cta : schedule;
+        o.schedule = schedule;
+        if (schedule == Schedule::whole_rows && q.dim() == 3 && q.size(2) > 128) o.schedule = Schedule::split_per_cta;
+        // split_groups runs on the wgmma kernel only (an sm_90 GPU, D <= 128).
+        if (schedule == Schedule::split_groups &&
+            !(q.dim() == 3 && q.size(2) <= 128 && attention::paged_attention_wgmma_available(q.device().index())))
+          o.schedule = Schedule::split_per_cta;
         return o;
       };
     };
@@ -211,6 +219,10 @@ std::vector<ImplInfo> attention_impls(Backend backend) {
     out.push_back({"invariant-whole-rows", op, backend, dt, must,
                    "the fused kernel with the whole_rows schedule (a CTA walks all splits; D = 256: split_per_cta)",
                    fused(pinned(Schedule::whole_rows))});
+    out.push_back({"invariant-split-groups", op, backend, dt, must,
+                   "the fused kernel with the split_groups schedule (Hopper: two consumer warpgroups per CTA, each "
+                   "on its own splits; other GPUs and D = 256: split_per_cta)",
+                   fused(pinned(Schedule::split_groups))});
     // The CUDA mutants: the fused kernel with a size from the batch (the same bugs as the CPU ones).
     auto split_from = [](Mutant mu) {
       return [mu](const MetadataHost &m) {

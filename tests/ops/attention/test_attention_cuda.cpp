@@ -105,14 +105,16 @@ TEST(PagedAttentionCuda, PropertiesHoldOnGeneratedCases) {
 
 #ifdef DETFUZZ_WITH_CUDA
 // The schedules run the same arithmetic: on generated batches (mixed prefill, chunk and decode
-// sequences, every head dim, page size and GQA group) a CTA per split, three splits per CTA and
-// whole rows must give the same bits, on each kernel (mma.sync, and wgmma where it runs).
+// sequences, every head dim, page size and GQA group) a CTA per split, three splits per CTA,
+// whole rows and (wgmma) split groups must give the same bits, on each kernel (mma.sync, and
+// wgmma where it runs).
 TEST(PagedAttentionCuda, SchedulesGiveTheSameBits) {
   NEED_GPU();
   using Schedule = attention::CudaAttentionOptions::Schedule;
   using Kernel = attention::CudaAttentionOptions::Kernel;
   int compared = 0;
-  const auto result = rc::check("split_per_cta (1 and 3 splits per CTA) and whole_rows agree bit for bit", [&] {
+  int compared_groups = 0;
+  const auto result = rc::check("split_per_cta (1 and 3 splits per CTA), whole_rows and split_groups agree bit for bit", [&] {
     const Kernel kernel = *rc::gen::element(Kernel::automatic, Kernel::mma_sync);
     const CaseSpec c = *gen_attention_case("invariant", "repeat", Backend::cuda,
                                            *rc::gen::element(at::kBFloat16, at::kHalf));
@@ -132,10 +134,25 @@ TEST(PagedAttentionCuda, SchedulesGiveTheSameBits) {
       const auto y = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha, whole);
       RC_ASSERT(x.view(at::kShort).equal(y.view(at::kShort)));
     }
+    // split_groups (the wgmma kernel only): consumers on 1 or 3 splits each, ping-pong or not.
+    if (kernel == Kernel::automatic && attention::PagedAttentionCudaPlan(t[0], t[1], t[2], t[3], t[4], t[5]).wgmma()) {
+      using Turns = attention::CudaAttentionOptions::ConsumerTurns;
+      for (int64_t spc : {1, 3})
+        for (Turns turns : {Turns::pingpong, Turns::free}) {
+          attention::CudaAttentionOptions groups;
+          groups.schedule = Schedule::split_groups;
+          groups.splits_per_cta = spc;
+          groups.turns = turns;
+          const auto y = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha, groups);
+          RC_ASSERT(x.view(at::kShort).equal(y.view(at::kShort)));
+        }
+      ++compared_groups;
+    }
     ++compared;
   });
   EXPECT_TRUE(result);
   EXPECT_GT(compared, 50);
+  if (at::cuda::getCurrentDeviceProperties()->major == 9) EXPECT_GT(compared_groups, 20);
 }
 
 // The Hopper prefill kernel loads K/V tiles by TMA or by cp.async (KvLoads), and its consumers
