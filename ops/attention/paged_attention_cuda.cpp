@@ -73,8 +73,9 @@ PagedAttentionCudaPlan::PagedAttentionCudaPlan(const at::Tensor &q, const at::Te
   q_tiles_ = std::max<int64_t>(1, (max_q + rows_per_tile - 1) / rows_per_tile);
   max_splits_ = std::max<int64_t>(1, (max_kv + options.split_tokens - 1) / options.split_tokens);
   // whole_rows once the full query tiles (prefill work) alone give every SM two CTAs;
-  // split_per_cta otherwise (decode: the splits supply the parallelism, and on an H200 a CTA per
-  // split streams KV faster than a CTA walking all of them), and always for D = 256.
+  // splits otherwise (decode: the splits supply the parallelism, and on an H200 a CTA per split
+  // streams KV faster than a CTA walking all of them), and always for D = 256: split_groups on the
+  // wgmma kernel, split_per_cta on mma.sync (below).
   using Schedule = CudaAttentionOptions::Schedule;
   const int64_t sms = at::cuda::getDeviceProperties(q.device().index())->multiProcessorCount;
   whole_rows_ = options.schedule == Schedule::whole_rows ||

@@ -1,11 +1,18 @@
-// Paged attention prefill on Hopper (sm_90a): the whole_rows schedule of the wgmma kernel,
-// warp-specialised.
+// Paged attention on Hopper (sm_90a), warp-specialised: the whole_rows schedule of the wgmma
+// kernel (prefill) and the split_groups schedule (decode, and any batch whole_rows is not taken for).
 //
-// Design. A CTA is three warpgroups: warpgroup 0 produces, warpgroups 1 and 2 consume. Each
-// consumer owns one 64-row query tile (paged_attention.cu's tile: 64 (query row, head) pairs of
-// one sequence and one KV head), the two tiles adjacent, so they read the same keys (the first
-// one's keys are a prefix of the second's under the causal mask). The producer streams the union
-// of their keys, 64-key K and V tiles, through kWsStages shared-memory stages, into the
+// Design. A CTA is three warpgroups: warpgroup 0 produces, warpgroups 1 and 2 consume.
+// whole_rows: each consumer owns one 64-row query tile (paged_attention.cu's tile: 64 (query row,
+// head) pairs of one sequence and one KV head), the two tiles adjacent, so they read the same keys
+// (the first one's keys are a prefix of the second's under the causal mask), and the producer
+// streams the union of their keys. split_groups: both consumers own the same query tile, each a
+// group of splits_per_cta consecutive splits (consumer 1 the group after consumer 0's), and the
+// producer streams the two groups' tiles alternately, each consumer waiting only on its own; a
+// finished split is written for the merge kernel exactly as split_per_cta writes it. Measured on an
+// H200 (2026-11-25, decode, bf16, 32 query and 8 KV heads, D = 128): 80-85% of a device copy at
+// batch >= 16 and context >= 4k, where split_per_cta's one warpgroup per CTA (loading and
+// computing in turn, 8 warps per SM) stopped at 60-64%. The producer streams 64-key K and V
+// tiles through the stages (4 for whole_rows, 6 for split_groups), into the
 // 128-byte-swizzled layout the wgmma descriptors read. A tile whose keys all lie below kv_len is
 // loaded by TMA for pages of 64 slots or a multiple (KvLoads::tma also for pages of 8-32 dividing
 // 64, 16-32 for D = 64, measured slower): one thread issues a 3-D box per page run and 64-column
@@ -14,8 +21,9 @@
 // cp.async, 16 bytes at a time, whole 256-byte rows per warp instruction, keys past kv_len
 // zero-filled; each thread's completion arrives on `full`. A consumer waits on
 // `full`, computes the tile with the tile_math functions (wgmma S = Q K^T, the online-softmax step,
-// wgmma O += P V), folds a finished split into its merged state in shared memory, and releases the
-// stage on its `empty` mbarrier (one arrival per warp); a consumer whose rows see fewer keys keeps
+// wgmma O += P V), folds a finished split into its merged state in shared memory (whole_rows) or
+// writes it (split_groups), and releases the stage on its `empty` mbarrier (one arrival per warp
+// of each consumer that reads it); in whole_rows a consumer whose rows see fewer keys keeps
 // waiting and releasing without computing. Within a consumer the tiles are pipelined: tile i's
 // S = Q K^T is issued with tile i - 1's P V, and tile i's softmax statistics run while that P V is
 // on the tensor cores (the accumulators are rescaled once it is done, so each tile's arithmetic
@@ -26,8 +34,8 @@
 //
 // Arithmetic. Every tile of a row goes through the same tile_math functions, in the same key
 // order, split boundaries and merge order, as in paged_attention.cu's wgmma kernel with either
-// schedule: a row gets the same bits from this kernel as from split_per_cta on wgmma, whatever
-// the batch. Only where the data comes from and who loads it differ.
+// schedule: a row gets the same bits from this kernel, in either schedule, as from split_per_cta
+// on wgmma, whatever the batch. Only where the data comes from and who loads it differ.
 #include "ops/attention/paged_attention_kernel.h"
 #include "ops/attention/paged_attention_tile.cuh"
 #include "ops/cuda/cuda_check.h"
