@@ -246,6 +246,7 @@ nlohmann::json CampaignResult::to_json() const {
                         {"max_ulp", ulp_text(s.max_ulp)},
                         {"max_abs_diff", s.max_abs_diff},
                         {"shrink_steps", s.shrink_steps},
+                        {"shrink_seconds", s.shrink_seconds},
                         {"seconds", s.seconds},
                         {"cases_per_s", s.cases_per_s()}};
     if (s.has_minimal) t["minimal"] = record_row(s.minimal);
