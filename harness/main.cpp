@@ -23,6 +23,9 @@
 #include "harness/target_table.h"
 #include "harness/workers.h"
 #include "ops/torch/batch_invariant_mode.h"
+#ifdef DETFUZZ_WITH_CUDA
+#include "ops/cuda/cuda_ops.h"
+#endif
 #include "properties/properties.h"
 
 #include <ATen/Context.h>
@@ -76,6 +79,7 @@ struct FuzzOptions {
   std::string devices;                    // "all" or "0,1,...": fork mode with one worker per GPU
   double case_timeout = 0;                // seconds; fork mode's watchdog
   std::string worker, inflight;           // set by a fork-mode parent for its workers
+  int gpu_share = 0;                      // likewise: workers sharing this worker's GPU (0 or 1: none)
   std::vector<std::string> skip_targets;  // likewise: targets that crashed an earlier worker
 };
 
@@ -184,6 +188,11 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
   if (!o.worker.empty()) {  // a fork-mode worker: shard `worker` of this campaign's shard
     const Shard w = parse_shard(o.worker, "--worker");
     cfg.shard = {cfg.shard.index + cfg.shard.count * w.index, cfg.shard.count * w.count, cfg.shard.source};
+#ifdef DETFUZZ_WITH_CUDA
+    // Workers sharing a GPU each keep to an equal part of its memory (cuda_ops.h says why); 15%
+    // is left for their CUDA contexts and libraries' workspaces.
+    if (backend == Backend::cuda && o.gpu_share > 1) cuda_ops::cap_device_memory_share(0.85 / o.gpu_share);
+#endif
   }
   cfg.skip_targets.insert(o.skip_targets.begin(), o.skip_targets.end());
   if (!o.inflight.empty())
@@ -438,6 +447,7 @@ int main(int argc, char **argv) {
       ->check(CLI::Range(0.0, 1e6));
   fuzz->add_option("--worker", fo.worker, "(internal) i/n: this process is fork-mode worker i of n")->group("");
   fuzz->add_option("--inflight", fo.inflight, "(internal) file to write each case to before checking it")->group("");
+  fuzz->add_option("--gpu-share", fo.gpu_share, "(internal) N fork-mode workers share this worker's GPU")->group("");
   fuzz->add_option("--skip-target", fo.skip_targets, "(internal) targets to leave out")->group("");
   fuzz->add_option("--load", fo.libraries, "a kernel library registering torch operators (TORCH_LIBRARY), loaded before --spec");
   fuzz->add_option("--spec", fo.specs, "an op spec file describing operators to fuzz with --op ns::name --impl torch");

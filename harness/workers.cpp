@@ -239,6 +239,8 @@ int run_workers(const WorkersConfig &cfg, std::ostream &log) {
       argv.insert(argv.end(), {"--cases", std::to_string(std::max<int64_t>(1, cfg.max_cases / cfg.workers +
                                                                                (w.index < cfg.max_cases % cfg.workers)))});
     if (!cfg.corpus || w.generation > 0) argv.push_back("--no-corpus");
+    // Without --devices every worker shares the visible GPUs: each keeps to its part of their memory.
+    if (cfg.devices.empty() && cfg.workers > 1) argv.insert(argv.end(), {"--gpu-share", std::to_string(cfg.workers)});
     for (const auto &t : crashed_targets) argv.insert(argv.end(), {"--skip-target", t});
     w.pid = spawn(argv, w.log, cfg.devices.empty() ? -1 : cfg.devices[w.index]);
     w.running = true;
