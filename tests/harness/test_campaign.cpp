@@ -66,6 +66,8 @@ TEST_P(MutantIsCaught, WithinThirtySecondsAndShrunkToASmallReplayableCase) {
   EXPECT_LT(found_s, 30 + 20 + 5) << "caught and shrunk within the 30 s fuzz budget plus the shrink budget";
   EXPECT_TRUE(run.result.must_hold_failed());
   EXPECT_GT(hit->shrink_steps, 0) << run.log;
+  EXPECT_GT(hit->shrink_seconds, 0.0) << "shrinking took time of its own";
+  for (const auto &t : run.result.to_json()["targets"]) EXPECT_TRUE(t.contains("shrink_seconds")) << t.dump();
   // Shrunk: the batch is small and so is every other extent.
   const CaseSpec &c = hit->minimal.spec;
   const int64_t batch = row_batch_axis(c).size;
@@ -123,6 +125,7 @@ TEST(Campaign, ABudgetOfCasesIsRespectedAndRepeatsWithTheSeed) {
   const auto untimed = [](nlohmann::json targets) {
     for (auto &t : targets) {
       t.erase("seconds");
+      t.erase("shrink_seconds");
       t.erase("cases_per_s");
     }
     return targets.dump();
