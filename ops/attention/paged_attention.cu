@@ -19,9 +19,11 @@
 // 256)), each split starting from (m, l, acc) = (-inf, 0, 0). A row's result merges its splits in
 // order: (M, L, O) = split 0, then for j = 1, 2, ...: M' = max(M, m_j), L = L a + l_j b,
 // O = O a + acc_j b with a = exp2(M - M'), b = exp2(m_j - M'); out = O / L (written with _rn
-// intrinsics, never contracted). Two schedules run that same arithmetic: split_per_cta (a CTA per
-// 1..8 consecutive splits, each split's state through a workspace, merge kernel) for decode, and
-// whole_rows (a CTA walks all splits of its rows and merges in shared memory) for prefill. So the
+// intrinsics, never contracted). Two schedules here run that same arithmetic: split_per_cta (a CTA
+// per 1..8 consecutive splits, each split's state through a workspace, merge kernel) for decode, and
+// whole_rows (a CTA walks all splits of its rows and merges in shared memory) for prefill; on
+// Hopper, paged_attention_sm90.cu runs whole_rows and a third, split_groups (decode: two consumer
+// warpgroups per CTA, each on its own splits, written for the same merge kernel). So the
 // host may choose the schedule, the splits per CTA and the grid from the batch: none of them
 // reaches a row's bits, which depend only on the row's own q vector, its visible keys and the constants.
 // Tensor cores compute every output element of an mma the same way wherever it sits in the tile,
