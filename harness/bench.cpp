@@ -87,7 +87,7 @@ bool split_forced_path(const std::string &impl, std::string *base, std::string *
 }
 
 // `invariant@tma`, `invariant@cp-async`, `invariant@pingpong` and `invariant@no-pingpong`: paged
-// attention's Hopper prefill kernel with its K/V loads or its consumers' turns forced;
+// attention's warp-specialised Hopper kernel with its K/V loads or its consumers' turns forced;
 // `invariant@split-per-cta` and `invariant@split-groups`: the decode schedule forced; nullopt for
 // any other name.
 enum class AttnVariant { tma, cp_async, pingpong, no_pingpong, split_per_cta, split_groups };
