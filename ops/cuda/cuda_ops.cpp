@@ -194,7 +194,7 @@ namespace {
 // Every forceable path of each kernel (automatic excluded).
 constexpr ck::GemmPath kHopperPaths[] = {ck::GemmPath::sm90_persistent, ck::GemmPath::sm90_split,
                                          ck::GemmPath::sm90_persistent_64, ck::GemmPath::sm90_split_64,
-                                         ck::GemmPath::sm90_persistent_64x64};
+                                         ck::GemmPath::sm90_persistent_64x64, ck::GemmPath::sm90_persistent_128x192};
 constexpr ck::F32Path kF32Paths[] = {ck::F32Path::persistent_tall, ck::F32Path::persistent_large,
                                      ck::F32Path::persistent_small, ck::F32Path::cluster_large,
                                      ck::F32Path::cluster_small,   ck::F32Path::column_stream,
@@ -359,7 +359,6 @@ void cap_device_memory_share(double share) {
   g_memory_share.store(share);
   const int devices = static_cast<int>(c10::cuda::device_count());
   for (int d = 0; d < devices; ++d) {
-    const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(d));
     at::empty({1}, at::TensorOptions().device(at::kCUDA, d));  // initialises the allocator for the device
     c10::cuda::CUDACachingAllocator::setMemoryFraction(share, static_cast<c10::DeviceIndex>(d));
   }

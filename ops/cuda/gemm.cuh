@@ -38,7 +38,18 @@ int dtype_size(DType t);
 // tiles. sm90_split reduces a tile's K chunks in a cluster's shared memory. sm90_persistent_64x64
 // runs 64 x 64 tiles (wgmma m64n64k16: the same per-element arithmetic as m64n128k16, over the
 // same K order), the automatic choice where 64 x 128 tiles would leave half the SMs idle.
-enum class GemmPath { automatic, mma_sync, sm90_persistent, sm90_split, sm90_persistent_64, sm90_split_64, sm90_persistent_64x64 };
+// sm90_persistent_128x192 runs tiles 192 columns wide (m64n192k16, the same arithmetic again): half
+// as much MMA work again per byte loaded into shared memory, taken where it gives fewer waves.
+enum class GemmPath {
+  automatic,
+  mma_sync,
+  sm90_persistent,
+  sm90_split,
+  sm90_persistent_64,
+  sm90_split_64,
+  sm90_persistent_64x64,
+  sm90_persistent_128x192
+};
 const char *gemm_path_name(GemmPath p);
 // The paths this device can run for a 16-bit dtype (sm90 ones only on compute capability 9.x).
 bool gemm_path_available(GemmPath p, int device);

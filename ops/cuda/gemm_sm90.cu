@@ -30,11 +30,20 @@
 // leave half the SMs idle (decode with N up to about 8k: twice the CTAs stream B). It runs
 // m64n64k16 instead of m64n128k16: the same instruction family, which computes each output
 // element from the same operands in the same way whatever N it spans (an n64 tile is the left or
-// right half of an n128 one), over the same K steps and chunks.
-// All five run that arithmetic on the same shared-memory layouts over the same K ranges, with the
+// right half of an n128 one), over the same K steps and chunks. A sixth, persistent 128 x 192 tiles
+// (m64n192k16: 24 n8 blocks instead of 16, the same argument), loads half as much MMA work again per
+// byte into shared memory; the launcher takes it where it needs fewer waves than 128 x 128 tiles.
+// All six run that arithmetic on the same shared-memory layouts over the same K ranges, with the
 // same adds in the same order, so they give the same bits: the launcher may pick any of them for
-// any M. Nothing depends on M, the batch, the grid or the B layout. variant_agree runs all five on
+// any M. Nothing depends on M, the batch, the grid or the B layout. variant_agree runs all six on
 // the same inputs (tests force each one), and `scan` checks it across M.
+//
+// Epilogue. The 128-row persistent tiles write their results (rounded exactly as a register store
+// would round them) into a staging area of shared memory, swizzled as TMA wants it, and one thread
+// per warpgroup stores them with TMA, asynchronously: the warpgroup goes on with the next tile's
+// MMAs while the store drains (an H100 spent 12-16% of a large-M run in the register-store
+// epilogue). Where C's rows are not 16-byte aligned, TMA cannot store it and the 128 x 128 tiles
+// store from registers.
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/gemm.cuh"
 #include "ops/cuda/gemm_common.cuh"
@@ -67,16 +76,29 @@ constexpr int kThreads = 128 * (CONSUMERS + 1);
 // Shared memory of a CTA: `stages` pipeline stages of A's box then B's 64 x BN, then the full and
 // empty barriers. A 64-row tile's smaller stages buy it more of them (decode streams B, and what
 // bounds it is the bytes in flight per SM).
-// Tiles are 128 columns wide, or 64 (BN) for the 64 x 64 tiles of sm90_persistent_64x64.
-template <int CONSUMERS, int BN>
+// Tiles are 128 columns wide, 64 (BN) for the 64 x 64 tiles of sm90_persistent_64x64, or 192 for
+// the 128 x 192 tiles of sm90_persistent_128x192.
+// STAGED: the epilogue writes the tile into shared memory (staging_bytes after the stages), from
+// where TMA stores it while the consumers go on with the next tile.
+// A consumer thread keeps the running chunk total of its first reg_total accumulator values in
+// registers, and of the others (192-column tiles: 96 accumulators and 96 totals a thread would
+// spill) in slots of shared memory of its own, in its warpgroup's part of the staging area: a tile's
+// totals are dead before its epilogue writes there, and its TMA store has read the area before the
+// next tile's first chunk ends.
+template <int CONSUMERS, int BN, bool STAGED = false>
 struct Geometry {
   static constexpr int tile_m = 64 * CONSUMERS;
   static constexpr int a_bytes = tile_m * BK * 2;
-  static constexpr int b_bytes = BK * BN * 2;  // 16 KiB (BN 128) or 8
+  static constexpr int b_bytes = BK * BN * 2;  // 24 KiB (BN 192), 16 (128) or 8
   static constexpr int part_ld = BN + 4;       // floats per row of a split partial in shared memory
   static constexpr int stage_bytes = a_bytes + b_bytes;
-  static constexpr int stages = CONSUMERS == 2 ? 6 : BN == 128 ? 9 : 13;  // about 210 KiB in flight for 64-row tiles
-  static constexpr int smem_bytes = 1024 + stages * stage_bytes + 2 * stages * 8;
+  static constexpr int reg_total = BN == 192 ? BN / 4 : BN / 2;
+  static constexpr int staging_bytes = STAGED ? tile_m * BN * 2 : 0;
+  // About 210 KiB in flight for 64-row tiles; what the staging area leaves for 192-column ones.
+  static constexpr int stages = BN == 192 ? 4 : CONSUMERS == 2 ? 6 : BN == 128 ? 9 : 13;
+  static constexpr int smem_bytes = 1024 + stages * stage_bytes + staging_bytes + 2 * stages * 8;
+  static_assert(reg_total == BN / 2 || (STAGED && (BN / 2 - reg_total) * 4 * 128 <= 64 * BN * 2),
+                "the totals not kept in registers fit in the warpgroup's staging area");
   static_assert(tile_m * part_ld * 4 <= stages * stage_bytes, "the split partial reuses the stages");
   static_assert(smem_bytes <= 227 * 1024, "fits an SM");
 };
@@ -93,6 +115,7 @@ struct Sm90Args {
   int chunks;         // k_chunks(K).count
   int a_rank3, b_rank3;
   int stage_tx_bytes;  // bytes TMA writes per stage: A's box (a_box_rows x 64) and B's 64 x 128
+  int c_rank3;         // STAGED: C's map has a batch coordinate
 };
 
 // alpha * total (+ beta * bias), without contraction: both paths must round identically.
@@ -137,20 +160,63 @@ __device__ __forceinline__ void store_fragment(const float (&v)[BN / 2], const S
   }
 }
 
-template <typename T, bool B_KN, int SCHED, int CONSUMERS, int BN>
+// The staged epilogue of one consumer warpgroup (64 rows x BN columns): its results, rounded as
+// store_fragment rounds them, go to `out` as BN / 64 boxes of 64 x 64 laid out as TMA's 128-byte
+// swizzle expects (16-byte chunk c of row r at chunk c ^ (r % 8): a warp's 4-byte writes hit 32
+// banks), and one thread stores the boxes. Rows and columns past M and N are clipped by TMA.
+template <typename T, int BN>
+__device__ __forceinline__ void store_staged(const float (&v)[BN / 2], const Sm90Args &p, const CUtensorMap *tmap_c,
+                                             const TileCoord &tc, int64_t m0, int64_t n0, int cw, uint32_t out,
+                                             int t) {
+#if DETFUZZ_SM90A
+  using namespace sm90;
+  const int warp = t / 32, lane = t % 32;
+  const uint16_t *bias = p.g.bias ? p.g.bias + tc.batch * p.g.sbias : nullptr;
+  // The previous tile's stores have read this warpgroup's staging before anyone writes it again.
+  if (t == 0) bulk_wait_read_all();
+  named_barrier_sync(2 + cw, 128);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = warp * 16 + lane / 4 + 8 * h;  // row within this warpgroup's 64
+    const int64_t gm = m0 + cw * 64 + r;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      const int64_t gn = n0 + 8 * j + 2 * (lane % 4);
+      const bool in_m = gm < p.g.M;
+      const float f0 = in_m && gn < p.g.N ? finish<T>(v[4 * j + 2 * h], p, bias, gm, gn) : 0.f;
+      const float f1 = in_m && gn + 1 < p.g.N ? finish<T>(v[4 * j + 2 * h + 1], p, bias, gm, gn + 1) : 0.f;
+      const uint32_t packed = static_cast<uint32_t>(from_f<T>(f0)) | (static_cast<uint32_t>(from_f<T>(f1)) << 16);
+      const uint32_t at = out + (j / 8) * 8192 + r * 128 + (((j % 8) ^ (r % 8)) << 4) + (lane % 4) * 4;
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(at), "r"(packed) : "memory");
+    }
+  }
+  fence_proxy_async_shared();
+  named_barrier_sync(2 + cw, 128);
+  if (t == 0) {
+    const int row = static_cast<int>(m0) + cw * 64, b = static_cast<int>(tc.batch);
+    for (int box = 0; box < BN / 64; ++box)
+      tma_store_matrix(tmap_c, p.c_rank3, out + box * 8192, static_cast<int>(n0) + 64 * box, row, b);
+    bulk_commit_group();
+  }
+#endif
+}
+
+template <typename T, bool B_KN, int SCHED, int CONSUMERS, int BN, bool STAGED = false>
 __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
-                     const Sm90Args p) {
+                     const __grid_constant__ CUtensorMap tmap_c, const Sm90Args p) {
 #if DETFUZZ_SM90A
   using namespace sm90;
   constexpr bool SPLIT = SCHED != kPersistent;
-  using G = Geometry<CONSUMERS, BN>;
+  static_assert(!STAGED || (SCHED == kPersistent && CONSUMERS == 2), "the staged epilogue is the 128-row persistent one's");
+  using G = Geometry<CONSUMERS, BN, STAGED>;
   constexpr int PART_LD = G::part_ld;
   constexpr int TILE_M = G::tile_m, STAGES = G::stages, STAGE_BYTES = G::stage_bytes, A_BYTES = G::a_bytes;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   const uint32_t stages = (raw + 1023) & ~1023u;  // 128-byte swizzle wants 1024-byte alignment
-  const uint32_t full_bar = stages + STAGES * STAGE_BYTES;
+  const uint32_t staging = stages + STAGES * STAGE_BYTES;  // STAGED: 64 * BN * 2 bytes per consumer
+  const uint32_t full_bar = staging + G::staging_bytes;
   const uint32_t empty_bar = full_bar + STAGES * 8;
   auto stage_a = [&](int s) { return stages + s * STAGE_BYTES; };
   auto stage_b = [&](int s) { return stages + s * STAGE_BYTES + A_BYTES; };
@@ -205,10 +271,14 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
     if constexpr (CONSUMERS == 2) claim_registers<232>();  // 128 x 40 + 256 x 232 <= 64K registers
     const int cw = wg - 1;                       // rows [64 cw, 64 cw + 64) of the tile
     const int t = tid % 128, warp = t / 32, lane = t % 32;
-    // The running total of the chunks: a register array of its own only when a CTA runs more
-    // than one chunk (persistent); a split CTA's one partial stays in acc.
+    // The running total of the chunks (persistent: a CTA runs every chunk; a split CTA's one
+    // partial stays in acc): G::reg_total values in registers, the rest in this thread's slots of
+    // its warpgroup's staging area, value i at shared_total[(i - reg_total) * 128].
+    constexpr int REG_TOTAL = G::reg_total;
     float acc[BN / 2];
-    float total[SPLIT ? 1 : BN / 2];
+    float total[SPLIT ? 1 : REG_TOTAL];
+    const uint32_t my_staging = staging + cw * (64 * BN * 2);
+    float *shared_total = reinterpret_cast<float *>(smem_raw + (my_staging - raw)) + t;
     int it = 0;
     for (int64_t tile = first; tile < p.tiles; tile += step) {
       const TileCoord tc = persistent_tile<GROUP_M>(tile, p.tiles_m, p.tiles_n);
@@ -232,8 +302,10 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
           for (int kk = 0; kk < BK / 16; ++kk) {
             const uint64_t da = desc_advance(da0, kk * 32);
             const uint64_t db = desc_advance(db0, B_KN ? kk * 2048 : kk * 32);
-            if constexpr (BN == 128) wgmma_m64n128k16<T, B_KN ? 1 : 0>(acc, da, db, (kb > cb || kk > 0) ? 1 : 0);
-            else wgmma_m64n64k16_ss<T, B_KN ? 1 : 0>(acc, da, db, (kb > cb || kk > 0) ? 1 : 0);
+            const int accumulate = (kb > cb || kk > 0) ? 1 : 0;
+            if constexpr (BN == 192) wgmma_m64n192k16<T, B_KN ? 1 : 0>(acc, da, db, accumulate);
+            else if constexpr (BN == 128) wgmma_m64n128k16<T, B_KN ? 1 : 0>(acc, da, db, accumulate);
+            else wgmma_m64n64k16_ss<T, B_KN ? 1 : 0>(acc, da, db, accumulate);
           }
           wgmma_commit();
           wgmma_wait<1>();  // the previous stage's MMAs are done: release it
@@ -244,12 +316,23 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
         fence_registers(acc);
         if (prev >= 0 && lane == 0) mbar_arrive(empty_bar + 8 * prev);
         if constexpr (!SPLIT) {
-          if (cb == kb_begin) {
+          // acc = total + p_c (after the first chunk), kept as the total unless this was the last.
+          const bool first_chunk = cb == kb_begin, last_chunk = ce == kb_end;
+          if (REG_TOTAL < BN / 2 && first_chunk && !last_chunk) {
+            // The previous tile's TMA store has read the staging area before the totals go there.
+            if (t == 0) bulk_wait_read_all();
+            named_barrier_sync(2 + cw, 128);
+          }
 #pragma unroll
-            for (int i = 0; i < BN / 2; ++i) total[i] = acc[i];
-          } else {
-#pragma unroll
-            for (int i = 0; i < BN / 2; ++i) total[i] = __fadd_rn(total[i], acc[i]);
+          for (int i = 0; i < BN / 2; ++i) {
+            if (i < REG_TOTAL) {
+              if (!first_chunk) acc[i] = __fadd_rn(total[i], acc[i]);
+              if (!last_chunk) total[i] = acc[i];
+            } else {
+              float &slot = shared_total[(i - REG_TOTAL) * 128];
+              if (!first_chunk) acc[i] = __fadd_rn(slot, acc[i]);
+              if (!last_chunk) slot = acc[i];
+            }
           }
         }
       }
@@ -260,7 +343,8 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
       const int row_base = cw * 64 + warp * 16 + lane / 4;
       if (!active) continue;
       if constexpr (!SPLIT) {
-        store_fragment<T, BN>(total, p, tc, m0, n0, row_base, valid_m, lane);
+        if constexpr (STAGED) store_staged<T, BN>(acc, p, &tmap_c, tc, m0, n0, cw, my_staging, t);
+        else store_fragment<T, BN>(acc, p, tc, m0, n0, row_base, valid_m, lane);
       } else {
         // Leave the partial in this CTA's shared memory.
         float *part = reinterpret_cast<float *>(smem_raw + (stages - raw));
@@ -277,6 +361,8 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
           }
       }
     }
+    if constexpr (STAGED)
+      if (t == 0) bulk_wait_all();  // the last tile's stores are in global memory before the CTA ends
   }
 
   if constexpr (SPLIT) {
@@ -323,23 +409,23 @@ CUtensorMap make_map(const void *base, int64_t cols, int64_t rows, int64_t ld, i
 }
 
 // The kernel for a schedule, opted into its shared memory once per device.
-template <typename T, bool B_KN, int SCHED, int CONSUMERS, int BN>
+template <typename T, bool B_KN, int SCHED, int CONSUMERS, int BN, bool STAGED = false>
 auto prepared_kernel(int dev) {
-  auto kernel = gemm_sm90_kernel<T, B_KN, SCHED, CONSUMERS, BN>;
+  auto kernel = gemm_sm90_kernel<T, B_KN, SCHED, CONSUMERS, BN, STAGED>;
   static std::atomic<uint64_t> opted_in{0};
   configure_once_per_device(opted_in, dev, [&] {
     DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            Geometry<CONSUMERS, BN>::smem_bytes));
+                                            Geometry<CONSUMERS, BN, STAGED>::smem_bytes));
   });
   return kernel;
 }
 
-template <int CONSUMERS, int BN>
+template <int CONSUMERS, int BN, bool STAGED>
 cudaLaunchConfig_t launch_config(int grid, int cluster, cudaStream_t stream, cudaLaunchAttribute *attr) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(grid);
   cfg.blockDim = dim3(kThreads<CONSUMERS>);
-  cfg.dynamicSmemBytes = Geometry<CONSUMERS, BN>::smem_bytes;
+  cfg.dynamicSmemBytes = Geometry<CONSUMERS, BN, STAGED>::smem_bytes;
   cfg.stream = stream;
   if (cluster > 1) {
     attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -358,16 +444,22 @@ template <typename T, bool B_KN, int CONSUMERS>
 int max_active_clusters(int dev, int size) {
   static ClusterCapacity capacity;
   const int clusters = capacity.get(dev, size, prepared_kernel<T, B_KN, kCluster, CONSUMERS, 128>(dev), kThreads<CONSUMERS>,
-                                    Geometry<CONSUMERS, 128>::smem_bytes);
+                                    Geometry<CONSUMERS, 128, false>::smem_bytes);
   return std::max(clusters, 1);
 }
 
-// The kernel's arguments and TMA maps for tiles of tile_m x bn.
+// Whether TMA can store C (the staged epilogue): rows and matrices 16-byte aligned (the pointers
+// are, by gemm_check).
+bool c_storable_by_tma(const GemmParams &p) {
+  return p.ldc % 8 == 0 && (p.batch <= 1 || p.batch_stride_c % 8 == 0) && p.ldc >= p.N;
+}
+
+// The kernel's arguments and TMA maps for tiles of tile_m x bn (C's only when staged).
 struct Launch {
   Sm90Args args{};
-  CUtensorMap ma, mb;
+  CUtensorMap ma, mb, mc{};
 };
-Launch prepare(const GemmParams &p, int tile_m, int bn) {
+Launch prepare(const GemmParams &p, int tile_m, int bn, bool staged) {
   Launch l;
   Sm90Args &args = l.args;
   args.g = gemm_args<uint16_t>(p);
@@ -382,21 +474,34 @@ Launch prepare(const GemmParams &p, int tile_m, int bn) {
     throw std::invalid_argument("launch_gemm_sm90: too many tiles (" + std::to_string(args.tiles) + ")");
   const int a_box_rows = p.M >= tile_m ? tile_m : static_cast<int>((p.M + 7) / 8 * 8);
   args.stage_tx_bytes = a_box_rows * BK * 2 + bn * BK * 2;
+
   l.ma = make_map(p.a, p.K, p.M, p.lda, p.batch, p.batch_stride_a, BK, a_box_rows, &args.a_rank3);
   l.mb = p.b_kn ? make_map(p.b, p.N, p.K, p.ldb, p.batch, p.batch_stride_b, 64, BK, &args.b_rank3)
                 : make_map(p.b, p.K, p.N, p.ldb, p.batch, p.batch_stride_b, BK, bn, &args.b_rank3);
+  if (staged) l.mc = make_map(p.c, p.N, p.M, p.ldc, p.batch, p.batch_stride_c, 64, 64, &args.c_rank3);
   return l;
 }
 
-template <typename T, bool B_KN, int SCHED, int CONSUMERS, int BN>
+template <typename T, bool B_KN, int SCHED, int CONSUMERS, int BN, bool STAGED = false>
 void launch_one(const GemmParams &p, int grid_limit, int dev, cudaStream_t stream) {
-  const Launch l = prepare(p, 64 * CONSUMERS, BN);
+  const Launch l = prepare(p, 64 * CONSUMERS, BN, STAGED);
   const int grid = static_cast<int>(SCHED == kCluster ? l.args.tiles * l.args.chunks : std::min<int64_t>(l.args.tiles, grid_limit));
-  auto kernel = prepared_kernel<T, B_KN, SCHED, CONSUMERS, BN>(dev);
+  auto kernel = prepared_kernel<T, B_KN, SCHED, CONSUMERS, BN, STAGED>(dev);
   cudaLaunchAttribute attr[1];
-  const cudaLaunchConfig_t cfg = launch_config<CONSUMERS, BN>(grid, SCHED == kCluster ? l.args.chunks : 1, stream, attr);
-  DETFUZZ_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, l.ma, l.mb, l.args));
+  const cudaLaunchConfig_t cfg = launch_config<CONSUMERS, BN, STAGED>(grid, SCHED == kCluster ? l.args.chunks : 1, stream, attr);
+  DETFUZZ_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, l.ma, l.mb, l.mc, l.args));
   DETFUZZ_LAUNCH_CHECK();
+}
+
+// Whether 128 x 192 persistent tiles beat 128 x 128 ones: a CTA's time is its share of the tiles
+// (whole waves), and a 192-wide tile costs 1.44 128-wide ones. Measured on an H100 over 13 shapes
+// with M >= 512, both staged: a 192-wide tile took 1.5 / r times a 128-wide one, r from 0.99 to
+// 1.2, mostly 1.02-1.07; r = 1.04 picks the faster path on all but two shapes, each within 1.2%.
+bool wide_tiles_pay(const GemmParams &p, int sms) {
+  const int64_t rows = (p.M + 127) / 128 * p.batch;
+  const int64_t waves_128 = (rows * ((p.N + 127) / 128) + sms - 1) / sms;
+  const int64_t waves_192 = (rows * ((p.N + 191) / 192) + sms - 1) / sms;
+  return 1.44 * static_cast<double>(waves_192) < static_cast<double>(waves_128);
 }
 
 // Picks the schedule (when `path` is automatic) and launches.
@@ -414,7 +519,8 @@ void dispatch(const GemmParams &p, GemmPath path, int dev, cudaStream_t stream) 
   const int chunks = k_chunks(p.K).count;
   if (path == GemmPath::sm90_persistent_64x64) return launch_one<T, B_KN, kPersistent, 1, 64>(p, sms, dev, stream);
   const bool forced_cluster = path == GemmPath::sm90_split || path == GemmPath::sm90_split_64;
-  const bool forced_persistent = path == GemmPath::sm90_persistent || path == GemmPath::sm90_persistent_64;
+  const bool forced_persistent = path == GemmPath::sm90_persistent || path == GemmPath::sm90_persistent_64 ||
+                                 path == GemmPath::sm90_persistent_128x192;
   bool cluster = forced_cluster;
   if (!forced_cluster && !forced_persistent && chunks > 1) {
     const int64_t persistent_cost = (tiles + sms - 1) / sms * chunks;
@@ -422,9 +528,17 @@ void dispatch(const GemmParams &p, GemmPath path, int dev, cudaStream_t stream) 
     cluster = (tiles + cap - 1) / cap * 3 < persistent_cost;
   }
   if (cluster) return launch_one<T, B_KN, kCluster, CONSUMERS, 128>(p, sms, dev, stream);
-  if constexpr (CONSUMERS == 1)
+  if constexpr (CONSUMERS == 1) {
     if (path == GemmPath::automatic && 2 * tiles <= sms) return launch_one<T, B_KN, kPersistent, 1, 64>(p, sms, dev, stream);
-  launch_one<T, B_KN, kPersistent, CONSUMERS, 128>(p, sms, dev, stream);
+    launch_one<T, B_KN, kPersistent, 1, 128>(p, sms, dev, stream);
+  } else {
+    // The staged epilogue wherever TMA can store C (else 128 x 128 tiles storing from registers);
+    // 128 x 192 tiles where forced or where they take fewer waves.
+    if (!c_storable_by_tma(p)) return launch_one<T, B_KN, kPersistent, 2, 128>(p, sms, dev, stream);
+    if (path == GemmPath::sm90_persistent_128x192 || (path == GemmPath::automatic && wide_tiles_pay(p, sms)))
+      return launch_one<T, B_KN, kPersistent, 2, 192, true>(p, sms, dev, stream);
+    launch_one<T, B_KN, kPersistent, 2, 128, true>(p, sms, dev, stream);
+  }
 }
 
 template <typename T, int CONSUMERS>
