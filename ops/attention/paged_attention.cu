@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
   // split group) are neighbours, so CTAs running together read the same tokens' rows (adjacent in
   // the pool); the longest query tiles (the last ones under the causal mask) start first. A split
   // group is splits_per_cta consecutive splits (split_per_cta) or all of them (whole_rows).
-  const int groups = kWhole ? 1 : (p.max_splits + p.splits_per_cta - 1) / p.splits_per_cta;
+  const int groups = kWhole ? 1 : split_group_count(p.max_splits, p.splits_per_cta);
   const int kvh = blockIdx.x % p.h_kv, split_group = (blockIdx.x / p.h_kv) % groups;
   const int tile = p.q_tiles - 1 - static_cast<int>(blockIdx.x / (p.h_kv * groups));
   const int seq = blockIdx.y;
@@ -341,7 +341,7 @@ template <typename T, int D, KvSchedule kSchedule, bool kWgmma>
 void launch_kernel(const PagedAttnLaunch &p, cudaStream_t stream) {
   auto kernel = paged_attention_kernel<T, D, kSchedule, kWgmma>;
   configure_kernel<T, D, kSchedule, kWgmma>();
-  const int groups = kSchedule == KvSchedule::whole_rows ? 1 : (p.max_splits + p.splits_per_cta - 1) / p.splits_per_cta;
+  const int groups = kSchedule == KvSchedule::whole_rows ? 1 : split_group_count(p.max_splits, p.splits_per_cta);
   const unsigned x = static_cast<unsigned>(p.h_kv) * groups * p.q_tiles;
   kernel<<<dim3(x, p.num_seqs), kThreads, Smem<D, kSchedule>::kBytes, stream>>>(p);
   DETFUZZ_LAUNCH_CHECK();

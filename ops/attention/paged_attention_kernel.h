@@ -56,6 +56,16 @@ struct PagedAttnLaunch {
 // holds 64 (query row, head) pairs.
 constexpr int attention_rows_per_tile(int group) { return 64 / group; }
 
+// split_per_cta, split_groups: groups of splits_per_cta consecutive splits, ceil(max_splits / splits_per_cta).
+__host__ __device__ inline int split_group_count(int max_splits, int splits_per_cta) {
+  return (max_splits + splits_per_cta - 1) / splits_per_cta;
+}
+
+// split_groups: the grid's pairs of split groups (a CTA per pair, a consumer per group), rounded up.
+__host__ __device__ inline int split_group_pairs(int max_splits, int splits_per_cta) {
+  return (split_group_count(max_splits, splits_per_cta) + 1) / 2;
+}
+
 // One or two launches on `stream`: the attention kernel over the whole mixed batch, then (split
 // per CTA, when some row has more than one split) the merge, launched as a programmatic dependent
 // so that its launch overlaps the attention kernel's tail. Throws std::runtime_error naming

@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const int group_tokens = p.splits_per_cta * p.split_tokens;  // split_groups: keys per consumer
   int first_tile, pair = 0;
   if constexpr (kSplitGroups) {
-    const int pairs = ((p.max_splits + p.splits_per_cta - 1) / p.splits_per_cta + 1) / 2;
+    const int pairs = split_group_pairs(p.max_splits, p.splits_per_cta);
     pair = (blockIdx.x / p.h_kv) % pairs;
     first_tile = p.q_tiles - 1 - static_cast<int>(blockIdx.x / (p.h_kv * pairs));
   } else {
@@ -478,7 +478,7 @@ void launch_ws(const PagedAttnLaunch &p, cudaStream_t stream) {
     maps.k = kv_pool_map(p.k_pool, p, maps.box_rows);
     maps.v = kv_pool_map(p.v_pool, p, maps.box_rows);
   }
-  const int64_t pairs = kSplitGroups ? ((p.max_splits + p.splits_per_cta - 1) / p.splits_per_cta + 1) / 2 : 1;
+  const int64_t pairs = kSplitGroups ? split_group_pairs(p.max_splits, p.splits_per_cta) : 1;
   const int64_t x = kSplitGroups ? p.h_kv * pairs * p.q_tiles : int64_t{p.h_kv} * ((p.q_tiles + kConsumers - 1) / kConsumers);
   if (x > 0x7fffffffLL) throw std::runtime_error("paged_attention: grid x " + std::to_string(x) + " >= 2^31");
   kernel<<<dim3(static_cast<unsigned>(x), p.num_seqs), kWsThreads, S::kBytes, stream>>>(p, maps);
