@@ -43,6 +43,7 @@ const char *gemm_path_name(GemmPath p) {
     case GemmPath::sm90_split_64: return "sm90_split_64";
     case GemmPath::sm90_persistent_64x64: return "sm90_persistent_64x64";
     case GemmPath::sm90_persistent_128x192: return "sm90_persistent_128x192";
+    case GemmPath::sm90_persistent_64x256: return "sm90_persistent_64x256";
   }
   return "?";
 }

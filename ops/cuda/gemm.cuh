@@ -40,6 +40,8 @@ int dtype_size(DType t);
 // same K order), the automatic choice where 64 x 128 tiles would leave half the SMs idle.
 // sm90_persistent_128x192 runs tiles 192 columns wide (m64n192k16, the same arithmetic again): half
 // as much MMA work again per byte loaded into shared memory, taken where it gives fewer waves.
+// sm90_persistent_64x256 runs 64 x 256 tiles, two m64n128k16 warpgroups side by side on the same
+// rows: decode over a very wide N (a vocabulary), A loaded once per 256 columns.
 enum class GemmPath {
   automatic,
   mma_sync,
@@ -48,7 +50,8 @@ enum class GemmPath {
   sm90_persistent_64,
   sm90_split_64,
   sm90_persistent_64x64,
-  sm90_persistent_128x192
+  sm90_persistent_128x192,
+  sm90_persistent_64x256
 };
 const char *gemm_path_name(GemmPath p);
 // The paths this device can run for a 16-bit dtype (sm90 ones only on compute capability 9.x).

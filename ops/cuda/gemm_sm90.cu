@@ -85,19 +85,23 @@ constexpr int kThreads = 128 * (CONSUMERS + 1);
 // spill) in slots of shared memory of its own, in its warpgroup's part of the staging area: a tile's
 // totals are dead before its epilogue writes there, and its TMA store has read the area before the
 // next tile's first chunk ends.
+// BN 256: 64 x 256 tiles of sm90_persistent_64x256, the two consumers side by side (128 columns
+// each, the same A rows): decode over a wide N loads A once per 256 columns and B in 512-byte rows.
 template <int CONSUMERS, int BN, bool STAGED = false>
 struct Geometry {
-  static constexpr int tile_m = 64 * CONSUMERS;
+  static constexpr bool n_split = BN == 256;
+  static constexpr int tile_m = n_split ? 64 : 64 * CONSUMERS;
+  static constexpr int consumer_n = n_split ? BN / 2 : BN;  // columns of one consumer's accumulators
   static constexpr int a_bytes = tile_m * BK * 2;
-  static constexpr int b_bytes = BK * BN * 2;  // 24 KiB (BN 192), 16 (128) or 8
+  static constexpr int b_bytes = BK * BN * 2;  // 32 KiB (BN 256), 24 (192), 16 (128) or 8
   static constexpr int part_ld = BN + 4;       // floats per row of a split partial in shared memory
   static constexpr int stage_bytes = a_bytes + b_bytes;
-  static constexpr int reg_total = BN == 192 ? BN / 4 : BN / 2;
+  static constexpr int reg_total = BN == 192 ? BN / 4 : consumer_n / 2;
   static constexpr int staging_bytes = STAGED ? tile_m * BN * 2 : 0;
   // About 210 KiB in flight for 64-row tiles; what the staging area leaves for 192-column ones.
-  static constexpr int stages = BN == 192 ? 4 : CONSUMERS == 2 ? 6 : BN == 128 ? 9 : 13;
+  static constexpr int stages = BN == 256 ? 5 : BN == 192 ? 4 : CONSUMERS == 2 ? 6 : BN == 128 ? 9 : 13;
   static constexpr int smem_bytes = 1024 + stages * stage_bytes + staging_bytes + 2 * stages * 8;
-  static_assert(reg_total == BN / 2 || (STAGED && (BN / 2 - reg_total) * 4 * 128 <= 64 * BN * 2),
+  static_assert(reg_total == consumer_n / 2 || (STAGED && (BN / 2 - reg_total) * 4 * 128 <= 64 * BN * 2),
                 "the totals not kept in registers fit in the warpgroup's staging area");
   static_assert(tile_m * part_ld * 4 <= stages * stage_bytes, "the split partial reuses the stages");
   static_assert(smem_bytes <= 227 * 1024, "fits an SM");
@@ -210,6 +214,8 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
   constexpr bool SPLIT = SCHED != kPersistent;
   static_assert(!STAGED || (SCHED == kPersistent && CONSUMERS == 2), "the staged epilogue is the 128-row persistent one's");
   using G = Geometry<CONSUMERS, BN, STAGED>;
+  static_assert(!G::n_split || (!SPLIT && !STAGED && CONSUMERS == 2), "64 x 256 tiles: persistent, register stores");
+  constexpr int CN = G::consumer_n;
   constexpr int PART_LD = G::part_ld;
   constexpr int TILE_M = G::tile_m, STAGES = G::stages, STAGE_BYTES = G::stage_bytes, A_BYTES = G::a_bytes;
   extern __shared__ uint8_t smem_raw[];
@@ -275,7 +281,7 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
     // partial stays in acc): G::reg_total values in registers, the rest in this thread's slots of
     // its warpgroup's staging area, value i at shared_total[(i - reg_total) * 128].
     constexpr int REG_TOTAL = G::reg_total;
-    float acc[BN / 2];
+    float acc[CN / 2];
     float total[SPLIT ? 1 : REG_TOTAL];
     const uint32_t my_staging = staging + cw * (64 * BN * 2);
     float *shared_total = reinterpret_cast<float *>(smem_raw + (my_staging - raw)) + t;
@@ -284,7 +290,7 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
       const TileCoord tc = persistent_tile<GROUP_M>(tile, p.tiles_m, p.tiles_n);
       const int64_t m0 = tc.pid_m * TILE_M, n0 = tc.pid_n * BN;
       const int valid_m = static_cast<int>(min(static_cast<int64_t>(TILE_M), p.g.M - m0));
-      const bool active = cw * 64 < valid_m;  // whether any of this warpgroup's rows is stored
+      const bool active = G::n_split || cw * 64 < valid_m;  // whether any of this warpgroup's rows is stored
 
       for (int cb = kb_begin; cb < kb_end; cb += p.chunk_kblocks) {
         const int ce = min(kb_end, cb + p.chunk_kblocks);
@@ -296,15 +302,18 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
           // stored): a branch around wgmma would make ptxas serialize every wgmma of the kernel.
           wgmma_fence();
           // The stage's descriptors are built once and advanced by an add per MMA.
-          const uint64_t da0 = desc_k_major(stage_a(s) + cw * (64 * 128));
-          const uint64_t db0 = B_KN ? desc_mn_major(stage_b(s), 64 * BK * 2) : desc_k_major(stage_b(s));
+          // 128-row tiles: this warpgroup's 64 rows of A; 64 x 256 ones: its 128 columns of B (128
+          // K-major rows, or two 64-column N-major boxes: 16 KiB either way).
+          const uint64_t da0 = desc_k_major(stage_a(s) + (G::n_split ? 0 : cw * (64 * 128)));
+          const uint32_t b_base = stage_b(s) + (G::n_split ? cw * 16384 : 0);
+          const uint64_t db0 = B_KN ? desc_mn_major(b_base, 64 * BK * 2) : desc_k_major(b_base);
 #pragma unroll
           for (int kk = 0; kk < BK / 16; ++kk) {
             const uint64_t da = desc_advance(da0, kk * 32);
             const uint64_t db = desc_advance(db0, B_KN ? kk * 2048 : kk * 32);
             const int accumulate = (kb > cb || kk > 0) ? 1 : 0;
-            if constexpr (BN == 192) wgmma_m64n192k16<T, B_KN ? 1 : 0>(acc, da, db, accumulate);
-            else if constexpr (BN == 128) wgmma_m64n128k16<T, B_KN ? 1 : 0>(acc, da, db, accumulate);
+            if constexpr (CN == 192) wgmma_m64n192k16<T, B_KN ? 1 : 0>(acc, da, db, accumulate);
+            else if constexpr (CN == 128) wgmma_m64n128k16<T, B_KN ? 1 : 0>(acc, da, db, accumulate);
             else wgmma_m64n64k16_ss<T, B_KN ? 1 : 0>(acc, da, db, accumulate);
           }
           wgmma_commit();
@@ -318,13 +327,13 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
         if constexpr (!SPLIT) {
           // acc = total + p_c (after the first chunk), kept as the total unless this was the last.
           const bool first_chunk = cb == kb_begin, last_chunk = ce == kb_end;
-          if (REG_TOTAL < BN / 2 && first_chunk && !last_chunk) {
+          if (REG_TOTAL < CN / 2 && first_chunk && !last_chunk) {
             // The previous tile's TMA store has read the staging area before the totals go there.
             if (t == 0) bulk_wait_read_all();
             named_barrier_sync(2 + cw, 128);
           }
 #pragma unroll
-          for (int i = 0; i < BN / 2; ++i) {
+          for (int i = 0; i < CN / 2; ++i) {
             if (i < REG_TOTAL) {
               if (!first_chunk) acc[i] = __fadd_rn(total[i], acc[i]);
               if (!last_chunk) total[i] = acc[i];
@@ -340,11 +349,11 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
       // Cluster split: both consumer warpgroups are done reading the stages before either
       // overwrites them with its partial (the producer has nothing left to load).
       if (SPLIT) asm volatile("bar.sync 1, %0;" ::"n"(CONSUMERS * 128) : "memory");
-      const int row_base = cw * 64 + warp * 16 + lane / 4;
+      const int row_base = (G::n_split ? 0 : cw * 64) + warp * 16 + lane / 4;
       if (!active) continue;
       if constexpr (!SPLIT) {
         if constexpr (STAGED) store_staged<T, BN>(acc, p, &tmap_c, tc, m0, n0, cw, my_staging, t);
-        else store_fragment<T, BN>(acc, p, tc, m0, n0, row_base, valid_m, lane);
+        else store_fragment<T, CN>(acc, p, tc, m0, n0 + (G::n_split ? cw * CN : 0), row_base, valid_m, lane);
       } else {
         // Leave the partial in this CTA's shared memory.
         float *part = reinterpret_cast<float *>(smem_raw + (stages - raw));
@@ -484,7 +493,7 @@ Launch prepare(const GemmParams &p, int tile_m, int bn, bool staged) {
 
 template <typename T, bool B_KN, int SCHED, int CONSUMERS, int BN, bool STAGED = false>
 void launch_one(const GemmParams &p, int grid_limit, int dev, cudaStream_t stream) {
-  const Launch l = prepare(p, 64 * CONSUMERS, BN, STAGED);
+  const Launch l = prepare(p, Geometry<CONSUMERS, BN, STAGED>::tile_m, BN, STAGED);
   const int grid = static_cast<int>(SCHED == kCluster ? l.args.tiles * l.args.chunks : std::min<int64_t>(l.args.tiles, grid_limit));
   auto kernel = prepared_kernel<T, B_KN, SCHED, CONSUMERS, BN, STAGED>(dev);
   cudaLaunchAttribute attr[1];
@@ -504,6 +513,14 @@ bool wide_tiles_pay(const GemmParams &p, int sms) {
   return 1.44 * static_cast<double>(waves_192) < static_cast<double>(waves_128);
 }
 
+// Whether 64 x 256 tiles (two consumers side by side) beat 64 x 128 ones: only where they alone
+// fill every SM and take no longer in whole waves (decode over a vocabulary-wide N).
+bool side_by_side_pays(const GemmParams &p, int sms) {
+  const int64_t rows = (p.M + 63) / 64 * p.batch;
+  const int64_t tiles_256 = rows * ((p.N + 255) / 256), tiles_128 = rows * ((p.N + 127) / 128);
+  return tiles_256 >= sms && 2 * ((tiles_256 + sms - 1) / sms) <= (tiles_128 + sms - 1) / sms;
+}
+
 // Picks the schedule (when `path` is automatic) and launches.
 //   persistent: min(tiles, SMs) CTAs, each tile's chunks one after another;
 //   cluster split: one CTA per (tile, chunk), clusters of `chunks`, as many at once as fit;
@@ -520,7 +537,7 @@ void dispatch(const GemmParams &p, GemmPath path, int dev, cudaStream_t stream) 
   if (path == GemmPath::sm90_persistent_64x64) return launch_one<T, B_KN, kPersistent, 1, 64>(p, sms, dev, stream);
   const bool forced_cluster = path == GemmPath::sm90_split || path == GemmPath::sm90_split_64;
   const bool forced_persistent = path == GemmPath::sm90_persistent || path == GemmPath::sm90_persistent_64 ||
-                                 path == GemmPath::sm90_persistent_128x192;
+                                 path == GemmPath::sm90_persistent_128x192 || path == GemmPath::sm90_persistent_64x256;
   bool cluster = forced_cluster;
   if (!forced_cluster && !forced_persistent && chunks > 1) {
     const int64_t persistent_cost = (tiles + sms - 1) / sms * chunks;
@@ -530,6 +547,8 @@ void dispatch(const GemmParams &p, GemmPath path, int dev, cudaStream_t stream) 
   if (cluster) return launch_one<T, B_KN, kCluster, CONSUMERS, 128>(p, sms, dev, stream);
   if constexpr (CONSUMERS == 1) {
     if (path == GemmPath::automatic && 2 * tiles <= sms) return launch_one<T, B_KN, kPersistent, 1, 64>(p, sms, dev, stream);
+    if (path == GemmPath::sm90_persistent_64x256 || (path == GemmPath::automatic && side_by_side_pays(p, sms)))
+      return launch_one<T, B_KN, kPersistent, 2, 256>(p, sms, dev, stream);
     launch_one<T, B_KN, kPersistent, 1, 128>(p, sms, dev, stream);
   } else {
     // The staged epilogue wherever TMA can store C (else 128 x 128 tiles storing from registers);
@@ -558,7 +577,7 @@ void launch_gemm_sm90(const GemmParams &p, GemmPath path, cudaStream_t stream) {
   // N = 4096, K = 14336 took 87 us in 128-row tiles and 61 us in 64-row ones); else 128.
   const int64_t wide_tiles = (p.M + 127) / 128 * ((p.N + 127) / 128) * p.batch;
   const bool narrow = path == GemmPath::sm90_persistent_64 || path == GemmPath::sm90_split_64 ||
-                      path == GemmPath::sm90_persistent_64x64 ||
+                      path == GemmPath::sm90_persistent_64x64 || path == GemmPath::sm90_persistent_64x256 ||
                       (path == GemmPath::automatic && (p.M <= 64 || 2 * wide_tiles <= p.num_ctas));
   int dev = 0;
   DETFUZZ_CUDA_CHECK(cudaGetDevice(&dev));
