@@ -33,9 +33,12 @@
 // right half of an n128 one), over the same K steps and chunks. A sixth, persistent 128 x 192 tiles
 // (m64n192k16: 24 n8 blocks instead of 16, the same argument), loads half as much MMA work again per
 // byte into shared memory; the launcher takes it where it needs fewer waves than 128 x 128 tiles.
-// All six run that arithmetic on the same shared-memory layouts over the same K ranges, with the
+// A seventh, persistent 64 x 256 tiles, puts the two consumer warpgroups side by side, each running
+// the 64-row kernel's m64n128k16 chain on its 128 columns of the same rows (decode over a
+// vocabulary-wide N: A loaded once per 256 columns).
+// All seven run that arithmetic on the same shared-memory layouts over the same K ranges, with the
 // same adds in the same order, so they give the same bits: the launcher may pick any of them for
-// any M. Nothing depends on M, the batch, the grid or the B layout. variant_agree runs all six on
+// any M. Nothing depends on M, the batch, the grid or the B layout. variant_agree runs all seven on
 // the same inputs (tests force each one), and `scan` checks it across M.
 //
 // Epilogue. The 128-row persistent tiles write their results (rounded exactly as a register store
@@ -118,7 +121,7 @@ struct Sm90Args {
   int chunk_kblocks;  // K steps per chunk: ceil(k_chunks(K).size / BK)
   int chunks;         // k_chunks(K).count
   int a_rank3, b_rank3;
-  int stage_tx_bytes;  // bytes TMA writes per stage: A's box (a_box_rows x 64) and B's 64 x 128
+  int stage_tx_bytes;  // bytes TMA writes per stage: A's box (a_box_rows x 64) and B's 64 x BN
   int c_rank3;         // STAGED: C's map has a batch coordinate
 };
 
@@ -275,7 +278,7 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
   } else {
     // Consumers.
     if constexpr (CONSUMERS == 2) claim_registers<232>();  // 128 x 40 + 256 x 232 <= 64K registers
-    const int cw = wg - 1;                       // rows [64 cw, 64 cw + 64) of the tile
+    const int cw = wg - 1;  // rows [64 cw, 64 cw + 64) of the tile (64 x 256 tiles: columns [128 cw, +128))
     const int t = tid % 128, warp = t / 32, lane = t % 32;
     // The running total of the chunks (persistent: a CTA runs every chunk; a split CTA's one
     // partial stays in acc): G::reg_total values in registers, the rest in this thread's slots of
@@ -483,7 +486,6 @@ Launch prepare(const GemmParams &p, int tile_m, int bn, bool staged) {
     throw std::invalid_argument("launch_gemm_sm90: too many tiles (" + std::to_string(args.tiles) + ")");
   const int a_box_rows = p.M >= tile_m ? tile_m : static_cast<int>((p.M + 7) / 8 * 8);
   args.stage_tx_bytes = a_box_rows * BK * 2 + bn * BK * 2;
-
   l.ma = make_map(p.a, p.K, p.M, p.lda, p.batch, p.batch_stride_a, BK, a_box_rows, &args.a_rank3);
   l.mb = p.b_kn ? make_map(p.b, p.N, p.K, p.ldb, p.batch, p.batch_stride_b, 64, BK, &args.b_rank3)
                 : make_map(p.b, p.K, p.N, p.ldb, p.batch, p.batch_stride_b, BK, bn, &args.b_rank3);

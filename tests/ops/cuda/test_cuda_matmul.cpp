@@ -208,7 +208,7 @@ TEST(CudaMatmul, LayoutsAgreeBitwise) {
     }
 }
 
-// On Hopper the 16-bit matmul has several paths (persistent tiles of three shapes, cluster split
+// On Hopper the 16-bit matmul has several paths (persistent tiles of five shapes, cluster split
 // over the K chunks, each in 64 and 128 rows) that the launcher picks by tile count: each must give
 // the others' bits on the same inputs, for both B layouts, with a bias, over a batch, with and
 // without the TMA-stored epilogue, and for K below, at and across chunk boundaries. The
