@@ -101,7 +101,8 @@ struct Geometry {
   static constexpr int stage_bytes = a_bytes + b_bytes;
   static constexpr int reg_total = BN == 192 ? BN / 4 : consumer_n / 2;
   static constexpr int staging_bytes = STAGED ? tile_m * BN * 2 : 0;
-  // About 210 KiB in flight for 64-row tiles; what the staging area leaves for 192-column ones.
+  // About 210 KiB in flight for 64-row tiles (one consumer) and 64 x 256 ones; what the staging
+  // area leaves for 192-column ones.
   static constexpr int stages = BN == 256 ? 5 : BN == 192 ? 4 : CONSUMERS == 2 ? 6 : BN == 128 ? 9 : 13;
   static constexpr int smem_bytes = 1024 + stages * stage_bytes + staging_bytes + 2 * stages * 8;
   static_assert(reg_total == consumer_n / 2 || (STAGED && (BN / 2 - reg_total) * 4 * 128 <= 64 * BN * 2),
@@ -504,23 +505,27 @@ void launch_one(const GemmParams &p, int grid_limit, int dev, cudaStream_t strea
   DETFUZZ_LAUNCH_CHECK();
 }
 
-// Whether 128 x 192 persistent tiles beat 128 x 128 ones: a CTA's time is its share of the tiles
-// (whole waves), and a 192-wide tile costs 1.44 128-wide ones. Measured on an H100 over 13 shapes
-// with M >= 512, both staged: a 192-wide tile took 1.5 / r times a 128-wide one, r from 0.99 to
-// 1.2, mostly 1.02-1.07; r = 1.04 picks the faster path on all but two shapes, each within 1.2%.
+// The tile_m x tile_n tiles of every C matrix of the batch, and the whole waves of them that
+// `slots` CTAs at a time take (a persistent CTA's time is its share of the tiles).
+int64_t tile_count(const GemmParams &p, int tile_m, int tile_n) {
+  return (p.M + tile_m - 1) / tile_m * ((p.N + tile_n - 1) / tile_n) * p.batch;
+}
+int64_t waves(int64_t tiles, int64_t slots) { return (tiles + slots - 1) / slots; }
+
+// Whether 128 x 192 persistent tiles beat 128 x 128 ones: a 192-wide tile costs 1.44 128-wide
+// ones. Measured on an H100 over 13 shapes with M >= 512, both staged: a 192-wide tile took
+// 1.5 / r times a 128-wide one, r from 0.99 to 1.2, mostly 1.02-1.07; r = 1.04 picks the faster
+// path on all but two shapes, each within 1.2%.
 bool wide_tiles_pay(const GemmParams &p, int sms) {
-  const int64_t rows = (p.M + 127) / 128 * p.batch;
-  const int64_t waves_128 = (rows * ((p.N + 127) / 128) + sms - 1) / sms;
-  const int64_t waves_192 = (rows * ((p.N + 191) / 192) + sms - 1) / sms;
-  return 1.44 * static_cast<double>(waves_192) < static_cast<double>(waves_128);
+  return 1.44 * static_cast<double>(waves(tile_count(p, 128, 192), sms)) <
+         static_cast<double>(waves(tile_count(p, 128, 128), sms));
 }
 
 // Whether 64 x 256 tiles (two consumers side by side) beat 64 x 128 ones: only where they alone
 // fill every SM and take no longer in whole waves (decode over a vocabulary-wide N).
 bool side_by_side_pays(const GemmParams &p, int sms) {
-  const int64_t rows = (p.M + 63) / 64 * p.batch;
-  const int64_t tiles_256 = rows * ((p.N + 255) / 256), tiles_128 = rows * ((p.N + 127) / 128);
-  return tiles_256 >= sms && 2 * ((tiles_256 + sms - 1) / sms) <= (tiles_128 + sms - 1) / sms;
+  const int64_t tiles_256 = tile_count(p, 64, 256);
+  return tiles_256 >= sms && 2 * waves(tiles_256, sms) <= waves(tile_count(p, 64, 128), sms);
 }
 
 // Picks the schedule (when `path` is automatic) and launches.
@@ -534,7 +539,7 @@ bool side_by_side_pays(const GemmParams &p, int sms) {
 template <typename T, bool B_KN, int CONSUMERS>
 void dispatch(const GemmParams &p, GemmPath path, int dev, cudaStream_t stream) {
   const int sms = p.num_ctas, tile_m = 64 * CONSUMERS;
-  const int64_t tiles = (p.M + tile_m - 1) / tile_m * ((p.N + 127) / 128) * p.batch;
+  const int64_t tiles = tile_count(p, tile_m, 128);
   const int chunks = k_chunks(p.K).count;
   if (path == GemmPath::sm90_persistent_64x64) return launch_one<T, B_KN, kPersistent, 1, 64>(p, sms, dev, stream);
   const bool forced_cluster = path == GemmPath::sm90_split || path == GemmPath::sm90_split_64;
@@ -542,9 +547,9 @@ void dispatch(const GemmParams &p, GemmPath path, int dev, cudaStream_t stream) 
                                  path == GemmPath::sm90_persistent_128x192 || path == GemmPath::sm90_persistent_64x256;
   bool cluster = forced_cluster;
   if (!forced_cluster && !forced_persistent && chunks > 1) {
-    const int64_t persistent_cost = (tiles + sms - 1) / sms * chunks;
+    const int64_t persistent_cost = waves(tiles, sms) * chunks;
     const int64_t cap = max_active_clusters<T, B_KN, CONSUMERS>(dev, chunks);
-    cluster = (tiles + cap - 1) / cap * 3 < persistent_cost;
+    cluster = waves(tiles, cap) * 3 < persistent_cost;
   }
   if (cluster) return launch_one<T, B_KN, kCluster, CONSUMERS, 128>(p, sms, dev, stream);
   if constexpr (CONSUMERS == 1) {
@@ -577,7 +582,7 @@ void launch_gemm_sm90(const GemmParams &p, GemmPath path, cudaStream_t stream) {
   // Tile height: 64 rows (one consumer warpgroup) when forced, for M <= 64, and where 128-row
   // tiles would leave half the SMs idle (twice the CTAs then stream B: an H100 at M = 128,
   // N = 4096, K = 14336 took 87 us in 128-row tiles and 61 us in 64-row ones); else 128.
-  const int64_t wide_tiles = (p.M + 127) / 128 * ((p.N + 127) / 128) * p.batch;
+  const int64_t wide_tiles = tile_count(p, 128, 128);
   const bool narrow = path == GemmPath::sm90_persistent_64 || path == GemmPath::sm90_split_64 ||
                       path == GemmPath::sm90_persistent_64x64 || path == GemmPath::sm90_persistent_64x256 ||
                       (path == GemmPath::automatic && (p.M <= 64 || 2 * wide_tiles <= p.num_ctas));
