@@ -591,7 +591,10 @@ bool side_by_side_pays(const GemmParams &p, int sms) {
 //   idle: twice the CTAs stream B (each SM's stream, not the HBM, bounds decode there).
 // Costs in chunk times: a split CTA costs about three chunks' time for one chunk of work
 // (measured on an H100: its pipeline fills and drains once, and the partials cross shared
-// memory), so a split pays only where the tiles alone leave most SMs idle.
+// memory), so a split pays only where the tiles alone leave most SMs idle. The persistent side is
+// the path that would run instead: where that is 64 x 64 tiles, a chunk of one takes about half a
+// 64 x 128 one (M = 128, N = 1024, K = 8192, bf16: 64 x 64 tiles 25.7 us, the split of 16
+// clusters of 8 in two waves 30.6 us).
 template <typename T, bool B_KN, int CONSUMERS>
 void dispatch(const GemmParams &p, GemmPath path, int dev, cudaStream_t stream) {
   const int sms = p.num_ctas, tile_m = 64 * CONSUMERS;
@@ -603,9 +606,11 @@ void dispatch(const GemmParams &p, GemmPath path, int dev, cudaStream_t stream) 
                                  path == GemmPath::sm90_persistent_128x192 || path == GemmPath::sm90_persistent_64x256;
   bool cluster = forced_cluster;
   if (!forced_cluster && !forced_persistent && chunks > 1) {
-    const int64_t persistent_cost = waves(tiles, sms) * chunks;
+    // In half-chunk times.
+    const bool half_width = CONSUMERS == 1 && path == GemmPath::automatic && 2 * tiles <= sms;
+    const int64_t persistent_cost = half_width ? waves(tile_count(p, 64, 64), sms) * chunks : 2 * waves(tiles, sms) * chunks;
     const int64_t cap = max_active_clusters<T, B_KN, CONSUMERS>(dev, chunks);
-    cluster = waves(tiles, cap) * 3 < persistent_cost;
+    cluster = 2 * waves(tiles, cap) * 3 < persistent_cost;
   }
   if (cluster) return launch_one<T, B_KN, kCluster, CONSUMERS, 128>(p, sms, dev, stream);
   if constexpr (CONSUMERS == 1) {
