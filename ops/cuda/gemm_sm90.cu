@@ -46,7 +46,10 @@
 // per warpgroup stores them with TMA, asynchronously: the warpgroup goes on with the next tile's
 // MMAs while the store drains (an H100 spent 12-16% of a large-M run in the register-store
 // epilogue). Where C's rows are not 16-byte aligned, TMA cannot store it and the 128 x 128 tiles
-// store from registers.
+// store from registers. Both epilogues round alpha * total without per-value checks where there is
+// no bias (register stores: and the tile lies inside N); the checked form, a bounds test, a bias
+// term and a 64-bit index per value, cost an H100 3.5 us at the end of a decode kernel and 5-13%
+// of large-M runs. Same rounding either way.
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/gemm.cuh"
 #include "ops/cuda/gemm_common.cuh"
