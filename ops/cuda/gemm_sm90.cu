@@ -156,11 +156,11 @@ __device__ __forceinline__ uint16_t rounded(float total, const Sm90Args &p, cons
 // per thread, which took an H100 3.5 us at the end of a decode kernel (M = 32, N = 14336,
 // K = 4096: 47 us in all, 44 with the lean form). Values are rounded before the shuffles: the
 // bits are those of every other epilogue.
+// vec4: C's rows are 8-byte aligned (LEAN implies it).
 template <typename T, int BN, bool LEAN>
 __device__ __forceinline__ void store_rows(const float (&v)[BN / 2], const Sm90Args &p, uint16_t *C, const uint16_t *bias,
-                                           int64_t m0, int64_t n0, int row_base, int valid_m, int lane) {
+                                           bool vec4, int64_t m0, int64_t n0, int row_base, int valid_m, int lane) {
   const int q = lane % 4, src = lane - q + 2 * (q % 2);
-  const bool vec4 = LEAN || ((p.g.ldc % 4 == 0) && ((reinterpret_cast<uintptr_t>(C) & 7) == 0));
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = row_base + 8 * h;
@@ -201,10 +201,11 @@ __device__ __forceinline__ void store_fragment(const float (&v)[BN / 2], const S
   static_assert(BN % 16 == 0, "pairs of n8 blocks");
   uint16_t *C = p.g.c + tc.batch * p.g.sc;
   const uint16_t *bias = p.g.bias ? p.g.bias + tc.batch * p.g.sbias : nullptr;
-  if (!bias && n0 + BN <= p.g.N && p.g.ldc % 4 == 0 && (reinterpret_cast<uintptr_t>(C) & 7) == 0)
-    store_rows<T, BN, true>(v, p, C, nullptr, m0, n0, row_base, valid_m, lane);
+  const bool vec4 = p.g.ldc % 4 == 0 && (reinterpret_cast<uintptr_t>(C) & 7) == 0;
+  if (!bias && n0 + BN <= p.g.N && vec4)
+    store_rows<T, BN, true>(v, p, C, nullptr, true, m0, n0, row_base, valid_m, lane);
   else
-    store_rows<T, BN, false>(v, p, C, bias, m0, n0, row_base, valid_m, lane);
+    store_rows<T, BN, false>(v, p, C, bias, vec4, m0, n0, row_base, valid_m, lane);
 }
 
 // The staged epilogue of one consumer warpgroup (64 rows x BN columns): its results, rounded as
@@ -225,6 +226,8 @@ __device__ __forceinline__ void stage_values(const float (&v)[BN / 2], const Sm9
     for (int j = 0; j < BN / 8; ++j) {
       const int64_t gn = n0 + 8 * j + 2 * (lane % 4);
       const bool in_m = gm < p.g.M;
+      // rounded()'s arithmetic written out: through the helper (returning the value rounded or
+      // not) ptxas spilled 64-192 bytes in the checked 128-row kernels.
       const float f0 = LEAN ? __fmul_rn(p.g.alpha, v[4 * j + 2 * h])
                             : (in_m && gn < p.g.N ? finish<T>(v[4 * j + 2 * h], p, bias, gm, gn) : 0.f);
       const float f1 = LEAN ? __fmul_rn(p.g.alpha, v[4 * j + 2 * h + 1])
@@ -555,9 +558,12 @@ template <typename T, bool B_KN, int SCHED, int CONSUMERS, int BN, bool STAGED =
 void launch_one(const GemmParams &p, int grid_limit, int dev, cudaStream_t stream) {
   const Launch l = prepare(p, Geometry<CONSUMERS, BN, STAGED>::tile_m, BN, STAGED);
   const int grid = static_cast<int>(SCHED == kCluster ? l.args.tiles * l.args.chunks : std::min<int64_t>(l.args.tiles, grid_limit));
-  auto kernel = prepared_kernel<T, B_KN, SCHED, CONSUMERS, BN, STAGED>(dev);
-  if constexpr (STAGED)
-    if (!p.bias) kernel = prepared_kernel<T, B_KN, SCHED, CONSUMERS, BN, STAGED, false>(dev);
+  // The staged epilogue has a kernel without the bias's checks (BIAS false).
+  const auto kernel = [&] {
+    if constexpr (STAGED)
+      if (!p.bias) return prepared_kernel<T, B_KN, SCHED, CONSUMERS, BN, STAGED, false>(dev);
+    return prepared_kernel<T, B_KN, SCHED, CONSUMERS, BN, STAGED>(dev);
+  }();
   cudaLaunchAttribute attr[1];
   const cudaLaunchConfig_t cfg = launch_config<CONSUMERS, BN, STAGED>(grid, SCHED == kCluster ? l.args.chunks : 1, stream, attr);
   DETFUZZ_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, l.ma, l.mb, l.mc, l.args));
@@ -603,6 +609,8 @@ void dispatch(const GemmParams &p, GemmPath path, int dev, cudaStream_t stream) 
   const int sms = p.num_ctas, tile_m = 64 * CONSUMERS;
   const int64_t tiles = tile_count(p, tile_m, 128);
   const int chunks = k_chunks(p.K).count;
+  // Where the automatic choice takes 64 x 64 tiles (unless a split is cheaper).
+  const bool half_width = CONSUMERS == 1 && path == GemmPath::automatic && 2 * tiles <= sms;
   if (path == GemmPath::sm90_persistent_64x64) return launch_one<T, B_KN, kPersistent, 1, 64>(p, sms, dev, stream);
   const bool forced_cluster = path == GemmPath::sm90_split || path == GemmPath::sm90_split_64;
   const bool forced_persistent = path == GemmPath::sm90_persistent || path == GemmPath::sm90_persistent_64 ||
@@ -610,14 +618,13 @@ void dispatch(const GemmParams &p, GemmPath path, int dev, cudaStream_t stream) 
   bool cluster = forced_cluster;
   if (!forced_cluster && !forced_persistent && chunks > 1) {
     // In half-chunk times.
-    const bool half_width = CONSUMERS == 1 && path == GemmPath::automatic && 2 * tiles <= sms;
     const int64_t persistent_cost = half_width ? waves(tile_count(p, 64, 64), sms) * chunks : 2 * waves(tiles, sms) * chunks;
     const int64_t cap = max_active_clusters<T, B_KN, CONSUMERS>(dev, chunks);
     cluster = 2 * waves(tiles, cap) * 3 < persistent_cost;
   }
   if (cluster) return launch_one<T, B_KN, kCluster, CONSUMERS, 128>(p, sms, dev, stream);
   if constexpr (CONSUMERS == 1) {
-    if (path == GemmPath::automatic && 2 * tiles <= sms) return launch_one<T, B_KN, kPersistent, 1, 64>(p, sms, dev, stream);
+    if (half_width) return launch_one<T, B_KN, kPersistent, 1, 64>(p, sms, dev, stream);
     if (path == GemmPath::sm90_persistent_64x256 || (path == GemmPath::automatic && side_by_side_pays(p, sms)))
       return launch_one<T, B_KN, kPersistent, 2, 256>(p, sms, dev, stream);
     launch_one<T, B_KN, kPersistent, 1, 128>(p, sms, dev, stream);
