@@ -3,14 +3,21 @@
 
     python3 reports/html_report.py RUN_DIR [RUN_DIR ...] --out report.html
 
-Each folder contributes what it holds:
-  fuzz  (summary.json with results, cases.csv, failures.csv): per-target failure rates and cases/s,
-        a histogram of the ULP distance of failing cases per target, shrunk failures with repro commands;
-  bench (bench.csv): speedup against the baseline (cuBLAS for mm) by M, one plot per (N, K, dtype);
-  scan  (scan.csv): for each impl, the M where row 0 differs from the 1-row product and where the
-        first M-1 rows change.
-The page is static HTML with inline SVG and CSS: no script, no font, nothing fetched. Only the
-standard library. Exit 2 with a one-line error for a folder that is not a detfuzz report.
+The page is in the order a kernel engineer reads it:
+  1. overview, per fuzz folder (summary.json with results): the device line and the verdict, then a
+     matrix with one row per (op, impl), one column per property and one cell per dtype, coloured by
+     failure rate; a failing cell links to the target's shrunk record and repro command;
+  2. bench (bench.csv): speedup against the baseline (cuBLAS for mm) by M, one plot per (N, K, dtype);
+     scan (scan.csv): for each impl, the M where row 0 differs from the 1-row product and where the
+     first M-1 rows change;
+  3. the shrunk failures (failures.csv) with their repro commands, and a histogram of the ULP distance
+     of failing cases per target (cases.csv);
+  4. last, the full target table.
+A ULP distance is shown as `inf (NaN)` when a NaN was involved and `inf` when the two values lie
+across an infinity, never as the raw distance between bit patterns.
+The page is static HTML with inline SVG and CSS: no script, no font, nothing fetched (in-page
+links only). Only the standard library. Exit 2 with a one-line error for a folder that is not a
+detfuzz report.
 """
 import argparse
 import csv
@@ -18,14 +25,22 @@ import html
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
 
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
-ULP_BUCKETS = [("1", 1, 1), ("2-3", 2, 3), ("4-15", 4, 15), ("16-255", 16, 255), ("256-65535", 256, 65535),
-               (">65535", 65536, math.inf), ("NaN/inf", None, None)]
+ULP_BUCKETS = ["1", "2-3", "4-15", "16-255", "256-64k", ">64k", "inf", "NaN"]
+ULP_BOUNDS = [(1, 1), (2, 3), (4, 15), (16, 255), (256, 65535)]
+DTYPE_SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64", "int32": "i32", "int64": "i64",
+               "int16": "i16", "int8": "i8", "uint8": "u8", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
+# The ULP distance from +0 to +inf of the widest output a dtype's cases compare: a distance at least
+# this large lies across an infinity (or over the whole range), so "inf" says more than the number.
+INF_DISTANCE = {"float64": 0x7FF0000000000000}
+INF_DISTANCE_DEFAULT = 0x7F800000  # float32 (16-bit outputs never reach it: at most 65535 apart)
+HELD, ERROR_ONLY, NOT_RUN = "#9fd89a", "#f5a623", "#e6e6e6"
 
 
 class ReportError(Exception):
@@ -41,14 +56,61 @@ def read_csv(path):
         return list(csv.DictReader(f))
 
 
-def ulp_bucket(text):
-    if text in ("inf", "", None):
-        return len(ULP_BUCKETS) - 1
-    u = int(text)
-    for i, (_, lo, hi) in enumerate(ULP_BUCKETS[:-1]):
-        if lo <= u <= hi:
-            return i
-    return len(ULP_BUCKETS) - 1
+def short_dtype(d):
+    return DTYPE_SHORT.get(d, d)
+
+
+def ulp_kind(text, dtype=""):
+    """Classify a max_ulp field: ("nan", None), ("inf", n), ("num", n) or ("none", None)."""
+    text = "" if text is None else str(text).strip()
+    if text == "":
+        return "none", None
+    if text.startswith("inf"):
+        return "nan", None  # the diff engine writes inf when one side is a NaN
+    try:
+        u = int(float(text))
+    except ValueError:
+        return "none", None
+    if u >= INF_DISTANCE.get(dtype, INF_DISTANCE_DEFAULT):
+        return "inf", u
+    return "num", u
+
+
+def ulp_html(text, dtype=""):
+    """max ULP as a reader wants it: a count, `inf` across an infinity, `inf (NaN)` for a NaN."""
+    kind, u = ulp_kind(text, dtype)
+    if kind == "nan":
+        return "<span class='ulp' title='a NaN on one side (a NaN equals only the same NaN pattern)'>inf (NaN)</span>"
+    if kind == "inf":
+        return f"<span class='ulp' title='{u} representable values apart: across an infinity, or over the whole range'>inf</span>"
+    if kind == "num":
+        if u >= 1_000_000:
+            return f"<span class='ulp' title='{u} ULPs: the values differ in sign or by orders of magnitude'>{u:.1e}</span>".replace("e+0", "e").replace("e+", "e")
+        return str(u)
+    return "-"
+
+
+def ulp_plain(text, dtype=""):
+    return re.sub(r"<[^>]+>", "", ulp_html(text, dtype))
+
+
+def detail_text(detail, dtype=""):
+    """A record's detail with its "max ULP N" written as the report writes max ULP."""
+    return re.sub(r"max ULP (\d+)", lambda m: "max ULP " + ulp_plain(m.group(1), dtype), detail or "")
+
+
+def ulp_bucket(text, dtype=""):
+    kind, u = ulp_kind(text, dtype)
+    if kind == "nan":
+        return ULP_BUCKETS.index("NaN")
+    if kind == "inf":
+        return ULP_BUCKETS.index("inf")
+    if kind == "num":
+        for i, (lo, hi) in enumerate(ULP_BOUNDS):
+            if lo <= u <= hi:
+                return i
+        return ULP_BUCKETS.index(">64k")
+    return ULP_BUCKETS.index("NaN")
 
 
 def svg_bars(counts, labels, width=300, height=90, color="#d62728"):
@@ -73,56 +135,274 @@ def rate_bar(rate, width=120):
             f'<rect width="{w:.1f}" height="12" fill="#d62728"/></svg>')
 
 
-def render_fuzz(folder, summary):
-    res = summary["results"]
-    parts = [f"<h2>Fuzz: {esc(folder.name)}</h2>",
-             f"<p>{res['cases']} cases in {res['elapsed_s']:.1f} s ({res['cases'] / max(res['elapsed_s'], 1e-9):.0f} cases/s), "
-             f"exit {summary.get('exit_code', '?')}; corpus: {res['corpus']['replayed']} replayed, "
-             f"{res['corpus']['must_hold_failures']} must-hold failures.</p>"]
-    cases = read_csv(folder / "cases.csv") if (folder / "cases.csv").exists() else []
-    hist = defaultdict(lambda: [0] * len(ULP_BUCKETS))
-    for c in cases:
-        if c["outcome"] == "fail" and c["source"] == "fuzz":
-            name = f"{c['op']}/{c['impl']}/{c['property']}/{c['dtype']}"
-            hist[name][ulp_bucket(c["max_ulp"])] += 1
-    parts.append("<table><tr><th>target</th><th>expectation</th><th>cases</th><th>failed</th><th>failure rate</th>"
-                 "<th>max ULP</th><th>cases/s</th></tr>")
-    for t in res["targets"]:
-        if not t["cases"]:
-            continue
-        failed = t["failures"] + t["errors"]
-        rate = failed / t["cases"]
-        name = f"{t['op']}/{t['impl']}/{t['property']}/{t['dtype']}"
-        cls = ' class="bad"' if failed and t["expectation"] == "must-hold" else ""
-        parts.append(f"<tr{cls}><td>{esc(name)}</td><td>{esc(t['expectation'])}</td><td>{t['cases']}</td><td>{failed}</td>"
-                     f"<td>{rate_bar(rate)} {100 * rate:.1f}%</td><td>{esc(t['max_ulp'])}</td><td>{t.get('cases_per_s', 0):.0f}</td></tr>")
-    parts.append("</table>")
-    if hist:
-        parts.append("<h3>ULP distance of failing cases, per target</h3><div class='grid'>")
-        for name, counts in sorted(hist.items()):
-            parts.append(f"<figure><figcaption>{esc(name)}</figcaption>{svg_bars(counts, [b[0] for b in ULP_BUCKETS])}</figure>")
-        parts.append("</div>")
-    parts.append(render_failures(folder, summary))
-    return "\n".join(parts)
+# ---------------------------------------------------------------------------------------------
+# The context line
+
+def version_text(v, kind):
+    """CUDA runtime 13000 -> 13.0; cuBLAS 130100 -> 13.1.0; anything else as it is."""
+    if not isinstance(v, int) or v <= 0:
+        return str(v)
+    if kind == "cuda":
+        return f"{v // 1000}.{(v % 1000) // 10}"
+    if kind == "cublas" and v >= 10000:
+        return f"{v // 10000}.{(v // 100) % 100}.{v % 100}"
+    return str(v)
 
 
-def render_failures(folder, summary):
-    path = folder / "failures.csv"
-    if not path.exists():
-        return ""
-    lines = path.read_text().splitlines()
-    if len(lines) < 2:
-        return "<p>No failure records.</p>"
-    program = (summary.get("command") or "detfuzz").split(" ")[0]
-    rows = read_csv(path)
-    out = [f"<h3>Shrunk failures ({len(rows)}, replayable records of failures.csv)</h3>"]
-    for line, r in zip(lines[1:], rows):
-        repro = program + " replay --case '" + line.replace("'", "'\\''") + "'"
-        out.append(f"<div class='fail'><b>{esc(r['op'])}/{esc(r['impl'])}/{esc(r['property'])}</b> {esc(r['dtype'])} shape {esc(r['shape'])} "
-                   f"layout {esc(r['layout'])} dist {esc(r['dist'])} {esc(r['params'])}<br>{esc(r['detail'])}"
-                   f"<pre>{esc(repro)}</pre></div>")
+def context_line(summary):
+    """What ran, on what: a GPU's name, SMs, compute capability and driver; on the CPU its model and threads."""
+    ctx = summary.get("context", {}) or {}
+    device = ctx.get("device") or "?"
+    parts = []
+    if ctx.get("sm_count") and device != "cpu":
+        gpu = f"<b>{esc(device)}</b> ({esc(ctx['sm_count'])} SMs"
+        if ctx.get("compute_capability"):
+            gpu += f", compute capability {esc(ctx['compute_capability'])}"
+        gpu += ")"
+        if ctx.get("driver"):
+            gpu += f", driver {esc(ctx['driver'])}"
+        if ctx.get("cuda_runtime"):
+            gpu += f", CUDA {esc(version_text(ctx['cuda_runtime'], 'cuda'))}"
+        if ctx.get("cublas"):
+            gpu += f", cuBLAS {esc(version_text(ctx['cublas'], 'cublas'))}"
+        parts.append(gpu)
+    else:
+        cpu = f"<b>CPU</b>: {esc(ctx.get('cpu') or 'unknown model')}"
+        if ctx.get("cpu_threads"):
+            n = ctx["cpu_threads"]
+            cpu += f", {esc(n)} ATen thread{'s' if n != 1 else ''}"
+        parts.append(cpu + " (no GPU)" if "cuda_runtime" in ctx else cpu)
+    if ctx.get("libtorch"):
+        parts.append(f"libtorch {esc(ctx['libtorch'])}")
+    commit = str(ctx.get("git_commit", "") or "")
+    if commit:
+        parts.append(f"commit {esc(commit[:12])}{' (dirty tree)' if ctx.get('git_dirty') else ''}")
+    if ctx.get("hostname"):
+        parts.append(f"host {esc(ctx['hostname'])}")
+    if summary.get("started"):
+        parts.append(f"started {esc(summary['started'])}")
+    env = {k: v for k, v in (ctx.get("env") or {}).items() if v is not None}
+    line = " · ".join(parts)
+    if env:
+        line += "<br>" + " ".join(f"<code>{esc(k)}={esc(v)}</code>" for k, v in sorted(env.items()))
+    command = summary.get("command", "")
+    return f"<p class='ctx'>{line}" + (f"<br><code>{esc(command)}</code>" if command else "") + "</p>"
+
+
+# ---------------------------------------------------------------------------------------------
+# Fuzz folders
+
+class FuzzRun:
+    """One fuzz folder: its summary, targets, failure records and the page ids that link them."""
+
+    def __init__(self, folder, summary, key):
+        self.folder, self.summary, self.key = folder, summary, key
+        self.res = summary["results"]
+        self.targets = self.res["targets"]
+        for t in self.targets:  # fields every target has; a merged or older summary may lack some
+            t.setdefault("errors", 0)
+            t.setdefault("failures", 0)
+            t.setdefault("backend", summary.get("backend", ""))
+        self.record_lines, self.records = [], []
+        path = folder / "failures.csv"
+        if path.exists():
+            lines = path.read_text().splitlines()
+            self.records = read_csv(path)
+            # a record's line is its CSV row as written (records hold no newline)
+            self.record_lines = lines[1:len(self.records) + 1]
+        self.record_of = {}
+        for i, r in enumerate(self.records):
+            self.record_of.setdefault((r.get("backend", ""), r["op"], r["impl"], r["property"], r["dtype"]), i)
+        self.program = (summary.get("command") or "detfuzz").split(" ")[0]
+        self.backends = sorted({t["backend"] for t in self.targets})
+
+    def target_id(self, i):
+        return f"{self.key}-t{i}"
+
+    def record_id(self, i):
+        return f"{self.key}-r{i}"
+
+    def row_name(self, t):
+        prefix = f"{t['backend']} " if len(self.backends) > 1 else ""
+        return f"{prefix}{t['op']} / {t['impl']}"
+
+    def repro(self, i):
+        return self.program + " replay --case '" + self.record_lines[i].replace("'", "'\\''") + "'"
+
+
+def failed_count(t):
+    return t["failures"] + t["errors"]
+
+
+def cell_style(t):
+    """Fill, text colour, and an outline for one target's chip."""
+    if not t["cases"]:
+        return NOT_RUN, "#777", ""
+    if not t["failures"] and not t["errors"]:
+        return HELD, "#1d4d1a", ""
+    outline = "outline:2px solid #000;outline-offset:-1px;font-weight:bold;" if t["expectation"] == "must-hold" else ""
+    if not t["failures"]:
+        return ERROR_ONLY, "#222", outline
+    rate = failed_count(t) / t["cases"]
+    s = min(1.0, max(0.0, (math.log10(max(rate, 1e-4)) + 3) / 3))  # 0.1% or less palest, 100% darkest
+    lo, hi = (248, 196, 196), (198, 40, 40)
+    rgb = tuple(round(a + (b - a) * s) for a, b in zip(lo, hi))
+    return "#%02x%02x%02x" % rgb, ("#fff" if s > 0.45 else "#222"), outline
+
+
+def chip(run, ti, t):
+    fill, ink, outline = cell_style(t)
+    label = short_dtype(t["dtype"])
+    name = f"{t['op']}/{t['impl']}/{t['property']}/{t['dtype']}"
+    if not t["cases"]:
+        title = f"{name}: no case ran"
+    else:
+        title = (f"{name} ({t['expectation']}): {t['failures']} failed, {t['errors']} errors of {t['cases']} cases "
+                 f"({100 * failed_count(t) / t['cases']:.1f}%), max ULP {ulp_plain(t.get('max_ulp'), t['dtype'])}")
+    span = f"<span class='chip' style='background:{fill};color:{ink};{outline}' title='{esc(title)}'>{esc(label)}</span>"
+    if t["cases"] and failed_count(t):
+        ri = run.record_of.get((t["backend"], t["op"], t["impl"], t["property"], t["dtype"]))
+        href = run.record_id(ri) if ri is not None else run.target_id(ti)
+        return f"<a class='cell-link' href='#{href}'>{span}</a>"
+    return span
+
+
+def overview_matrices(run):
+    """One matrix per op family (ops whose impls share a property set): rows (op, impl), columns properties."""
+    props_of_op = defaultdict(list)
+    for t in run.targets:
+        if t["property"] not in props_of_op[t["op"]]:
+            props_of_op[t["op"]].append(t["property"])
+    families = {}  # property tuple -> ordered ops
+    for t in run.targets:
+        key = tuple(props_of_op[t["op"]])
+        families.setdefault(key, [])
+        if t["op"] not in families[key]:
+            families[key].append(t["op"])
+    cells = defaultdict(list)  # (row, property) -> [(index, target)]
+    rows = []
+    for i, t in enumerate(run.targets):
+        row = (t["backend"], t["op"], t["impl"])
+        if row not in rows:
+            rows.append(row)
+        cells[(row, t["property"])].append((i, t))
+    out = []
+    for props, ops in families.items():
+        out.append("<table class='matrix'><tr><th>op / impl</th>" + "".join(f"<th>{esc(p)}</th>" for p in props) + "</tr>")
+        for row in rows:
+            if row[1] not in ops:
+                continue
+            ts = [t for p in props for _, t in cells.get((row, p), [])]
+            expect = ts[0]["expectation"] if ts else ""
+            cases = sum(t["cases"] for t in ts)
+            failed = [t for t in ts if failed_count(t)]
+            cls = " class='bad'" if any(t["expectation"] == "must-hold" for t in failed) else ""
+            out.append(f"<tr{cls}><td class='rowname'>{esc(run.row_name(ts[0]))}<br><span class='sub'>{esc(expect)}, {cases} cases</span></td>")
+            for p in props:
+                entries = cells.get((row, p), [])
+                inner = "".join(chip(run, i, t) for i, t in entries) if entries else "<span class='sub'>-</span>"
+                out.append(f"<td class='cells'>{inner}</td>")
+            out.append("</tr>")
+        out.append("</table>")
     return "\n".join(out)
 
+
+LEGEND = ("<p class='legend'>"
+          f"<span class='chip' style='background:{HELD};color:#1d4d1a'>held</span> every case held "
+          "<span class='chip' style='background:#f8c4c4'>0.1%</span>"
+          "<span class='chip' style='background:#e08585'>3%</span>"
+          "<span class='chip' style='background:#c62828;color:#fff'>100%</span> observed failure rate "
+          "<span class='chip' style='background:#c62828;color:#fff;outline:2px solid #000;outline-offset:-1px;font-weight:bold'>must-hold</span> a must-hold property failed "
+          f"<span class='chip' style='background:{ERROR_ONLY}'>error</span> the impl threw "
+          f"<span class='chip' style='background:{NOT_RUN};color:#777'>none</span> no case ran. "
+          "A failing cell links to its shrunk record and repro command.</p>")
+
+
+def render_overview(run):
+    res, s = run.res, run.summary
+    must = [t for t in run.targets if t["expectation"] == "must-hold" and failed_count(t)]
+    corpus = res.get("corpus", {}) or {}
+    corpus_must = corpus.get("must_hold_failures", 0)
+    observed = sum(1 for t in run.targets if t["expectation"] != "must-hold" and failed_count(t))
+    if must or corpus_must:
+        verdict = (f"<p class='verdict bad'>MUST-HOLD PROPERTY FAILED: {len(must)} target{'s' if len(must) != 1 else ''}"
+                   + (f", {corpus_must} corpus records" if corpus_must else "") + "</p>")
+    else:
+        verdict = "<p class='verdict good'>every must-hold property held</p>"
+    elapsed = res.get("elapsed_s", 0) or 0
+    ran = sum(1 for t in run.targets if t["cases"])
+    facts = (f"{res.get('cases', 0)} cases in {elapsed:.1f} s ({res.get('cases', 0) / max(elapsed, 1e-9):.0f} cases/s), "
+             f"{ran} of {len(run.targets)} targets ran, {observed} observed targets showed failures; "
+             f"seed {esc(s.get('seed', '?'))}, backend {esc(s.get('backend', '?'))}, exit {esc(s.get('exit_code', '?'))}; "
+             f"corpus: {corpus.get('replayed', 0)} replayed")
+    if s.get("interrupted"):
+        facts += "; <b>interrupted</b> (the report holds what ran)"
+    shard = s.get("shard") or {}
+    if shard.get("count", 1) > 1:
+        facts += f"; shard {shard.get('index')}/{shard.get('count')}"
+    return "\n".join([f"<section class='overview'><h2>Overview: {esc(run.folder.name)}</h2>", context_line(s), verdict,
+                      f"<p>{facts}.</p>", LEGEND, overview_matrices(run), "</section>"])
+
+
+def render_failures(run):
+    if not run.records:
+        return f"<h2>Failures: {esc(run.folder.name)}</h2><p>No failure records.</p>"
+    out = [f"<h2>Failures: {esc(run.folder.name)}</h2>",
+           f"<p>{len(run.records)} replayable records of failures.csv: each target's first failure, shrunk, and failing corpus records.</p>"]
+    must = {(t["backend"], t["op"], t["impl"]) for t in run.targets if t["expectation"] == "must-hold"}
+    order = sorted(range(len(run.records)), key=lambda i: ((run.records[i].get("backend", ""), run.records[i]["op"], run.records[i]["impl"]) not in must, i))
+    for i in order:
+        r = run.records[i]
+        is_must = (r.get("backend", ""), r["op"], r["impl"]) in must
+        tag = "<span class='tag must'>must-hold</span>" if is_must else "<span class='tag'>observed</span>"
+        out.append(f"<div class='fail{' must' if is_must else ''}' id='{run.record_id(i)}'>{tag} <b>{esc(r['op'])}/{esc(r['impl'])}/{esc(r['property'])}</b> "
+                   f"{esc(r['dtype'])} shape {esc(r['shape'])} layout {esc(r['layout'])} dist {esc(r['dist'])} {esc(r['params'])}; "
+                   f"{esc(r.get('outcome', ''))}, {esc(r.get('differing', ''))} of {esc(r.get('numel', ''))} elements differ, "
+                   f"max ULP {ulp_html(r.get('max_ulp'), r['dtype'])}<br>{esc(detail_text(r.get('detail'), r['dtype']))}"
+                   f"<pre>{esc(run.repro(i))}</pre></div>")
+    return "\n".join(out)
+
+
+def render_histograms(run):
+    path = run.folder / "cases.csv"
+    if not path.exists():
+        return ""
+    hist = defaultdict(lambda: [0] * len(ULP_BUCKETS))
+    for c in read_csv(path):
+        if c["outcome"] == "fail" and c["source"] == "fuzz":
+            hist[f"{c['op']}/{c['impl']}/{c['property']}/{c['dtype']}"][ulp_bucket(c["max_ulp"], c["dtype"])] += 1
+    if not hist:
+        return ""
+    out = ["<h3>ULP distance of failing cases, per target</h3><div class='grid'>"]
+    for name, counts in sorted(hist.items()):
+        out.append(f"<figure><figcaption>{esc(name)}</figcaption>{svg_bars(counts, ULP_BUCKETS)}</figure>")
+    out.append("</div>")
+    return "\n".join(out)
+
+
+def render_target_table(run):
+    out = [f"<h2>All targets: {esc(run.folder.name)}</h2>",
+           "<table class='targets'><tr><th>target</th><th>expectation</th><th>cases</th><th>failed</th><th>errors</th>"
+           "<th>failure rate</th><th>max ULP</th><th>max |diff|</th><th>cases/s</th></tr>"]
+    for i, t in enumerate(run.targets):
+        failed = failed_count(t)
+        rate = failed / t["cases"] if t["cases"] else 0.0
+        name = f"{t['op']}/{t['impl']}/{t['property']}/{t['dtype']}" + (f" ({t['backend']})" if len(run.backends) > 1 else "")
+        cls = " class='bad'" if failed and t["expectation"] == "must-hold" else ""
+        ri = run.record_of.get((t["backend"], t["op"], t["impl"], t["property"], t["dtype"]))
+        label = f"<a href='#{run.record_id(ri)}'>{esc(name)}</a>" if ri is not None and failed else esc(name)
+        diff = t.get("max_abs_diff")
+        diff_text = f"{diff:.3g}" if isinstance(diff, (int, float)) and failed else "-"
+        out.append(f"<tr{cls} id='{run.target_id(i)}'><td>{label}</td><td>{esc(t['expectation'])}</td><td>{t['cases']}</td>"
+                   f"<td>{t['failures']}</td><td>{t['errors']}</td><td>{rate_bar(rate)} {100 * rate:.1f}%</td>"
+                   f"<td>{ulp_html(t.get('max_ulp'), t['dtype']) if failed else '-'}</td><td>{diff_text}</td>"
+                   f"<td>{t.get('cases_per_s', 0) or 0:.0f}</td></tr>")
+    out.append("</table>")
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bench and scan folders
 
 def svg_lines(series, xs_log2=True, width=420, height=220, ref=1.0, xlabel="M", ylabel="speedup"):
     """Line plot of {label: [(x, y)]}, x on a log2 axis, a dashed line at y = ref."""
@@ -217,7 +497,7 @@ def render_scan(folder):
     return "\n".join(out)
 
 
-def render_folder(folder):
+def load_folder(folder, key):
     if not folder.is_dir():
         raise ReportError(f"{folder} is not a folder")
     summary = {}
@@ -226,28 +506,41 @@ def render_folder(folder):
             summary = json.loads((folder / "summary.json").read_text())
         except ValueError as e:
             raise ReportError(f"{folder}/summary.json is not JSON ({e})")
-    parts = []
-    ctx = summary.get("context", {})
-    if summary:
-        parts.append(f"<p class='ctx'><code>{esc(summary.get('command', ''))}</code><br>{esc(ctx.get('device', '?'))}"
-                     f" ({esc(ctx.get('sm_count', '-'))} SMs), libtorch {esc(ctx.get('libtorch', '?'))}, commit "
-                     f"{esc(str(ctx.get('git_commit', '?'))[:12])}, started {esc(summary.get('started', '?'))}</p>")
-    found = False
+    fuzz = None
     try:
         if "results" in summary:
-            parts.append(render_fuzz(folder, summary))
-            found = True
-        if (folder / "bench.csv").exists():
-            parts.append(render_bench(folder))
-            found = True
-        if (folder / "scan.csv").exists():
-            parts.append(render_scan(folder))
-            found = True
-    except (KeyError, ValueError) as e:
+            fuzz = FuzzRun(folder, summary, key)
+    except (KeyError, TypeError, ValueError) as e:
         raise ReportError(f"{folder} holds a malformed report file ({type(e).__name__}: {e})")
-    if not found:
+    bench, scan = (folder / "bench.csv").exists(), (folder / "scan.csv").exists()
+    if not (fuzz or bench or scan):
         raise ReportError(f"{folder} is not a detfuzz report folder (no fuzz summary.json, bench.csv or scan.csv)")
-    return "\n".join(parts)
+    return {"folder": folder, "summary": summary, "fuzz": fuzz, "bench": bench, "scan": scan}
+
+
+def render_page(runs):
+    """Overview first, then the bench and scan plots, then the failures, last the full target tables."""
+    parts = []
+    fuzz_runs = [r["fuzz"] for r in runs if r["fuzz"]]
+    try:
+        for run in fuzz_runs:
+            parts.append(render_overview(run))
+        for r in runs:
+            if r["bench"] or r["scan"]:
+                if not r["fuzz"] and r["summary"]:
+                    parts.append(context_line(r["summary"]))
+                if r["bench"]:
+                    parts.append(render_bench(r["folder"]))
+                if r["scan"]:
+                    parts.append(render_scan(r["folder"]))
+        for run in fuzz_runs:
+            parts.append(render_failures(run))
+            parts.append(render_histograms(run))
+        for run in fuzz_runs:
+            parts.append(render_target_table(run))
+    except (KeyError, TypeError, ValueError) as e:
+        raise ReportError(f"a report folder holds a malformed report file ({type(e).__name__}: {e})")
+    return "\n".join(p for p in parts if p)
 
 
 STYLE = """
@@ -255,7 +548,16 @@ body{font-family:sans-serif;margin:2em;color:#222;background:#fff}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:2px 8px;font-size:13px;text-align:left}
 tr.bad td{background:#fde8e8}.grid{display:flex;flex-wrap:wrap;gap:1em}figure{margin:0 0 1em 0}
 figcaption{font-size:12px;font-weight:bold}pre{white-space:pre-wrap;word-break:break-all;background:#f4f4f4;padding:4px;font-size:11px}
-.fail{border-left:4px solid #d62728;padding-left:8px;margin:8px 0}.ctx{font-size:12px;color:#555}
+.fail{border-left:4px solid #e08585;padding-left:8px;margin:8px 0;font-size:13px}.fail.must{border-left-color:#c62828}
+.fail:target{background:#fff6d6}.ctx{font-size:12px;color:#444}.sub{font-size:11px;color:#777}
+.verdict{font-size:16px;font-weight:bold;padding:4px 8px;display:inline-block}.verdict.good{background:#e3f4e1;color:#1d4d1a}
+.verdict.bad{background:#c62828;color:#fff}
+table.matrix td.cells{white-space:nowrap;padding:3px 4px}table.matrix td.rowname{white-space:nowrap}
+table.matrix tr.bad td{background:#fff}table.matrix tr.bad td.rowname{background:#fde8e8}
+.chip{display:inline-block;min-width:2.6em;text-align:center;font-size:11px;padding:2px 3px;margin:1px;border-radius:3px}
+a.cell-link{text-decoration:none}.legend{font-size:12px}.legend .chip{margin-right:2px}
+.tag{font-size:11px;padding:1px 4px;border-radius:3px;background:#eee}.tag.must{background:#c62828;color:#fff}
+.ulp{border-bottom:1px dotted #888}table.targets td{white-space:nowrap}
 """
 
 
@@ -265,7 +567,8 @@ def main(argv):
     ap.add_argument("--out", required=True, type=Path)
     a = ap.parse_args(argv)
     try:
-        body = "\n".join(render_folder(f) for f in a.runs)
+        runs = [load_folder(f, f"f{i}") for i, f in enumerate(a.runs)]
+        body = render_page(runs)
     except (ReportError, OSError) as e:
         print(f"html_report: error: {e}", file=sys.stderr)
         return 2
