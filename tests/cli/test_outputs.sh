@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What CI and people read from a run: JUnit XML (checked against the schema by check_junit.py),
 # `detfuzz gate` over report folders and a stored bench.csv, `detfuzz report` (one self-contained
-# HTML file), and the small defects of issue 11: bench refuses a bad selection before timing,
+# HTML file), and small defects kept fixed: bench refuses a bad selection before timing,
 # out-of-range record parameters are one-line errors, and the end-of-run table is aligned.
 set -u
 bin=$1
