@@ -12,15 +12,11 @@
 // recomputes the flagged elements (a few per million), so the result equals the host's exactly.
 #pragma once
 
+#include "ops/counter_rng.h"  // the generator and its hash; DETFUZZ_HOST_DEVICE
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-
-#if defined(__CUDACC__)
-#define DETFUZZ_HOST_DEVICE __host__ __device__
-#else
-#define DETFUZZ_HOST_DEVICE
-#endif
 
 namespace detfuzz {
 namespace counter_data {
@@ -34,20 +30,11 @@ enum class OutType : int { float32 = 0, float16 = 1, bfloat16 = 2, int32 = 3, in
 // so 2^-40 leaves a margin of about a thousand.
 constexpr double kRoundingMargin = 0x1.0p-40;
 
-DETFUZZ_HOST_DEVICE inline uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-// counter_bits(seed, tensor, index) = keyed_bits(tensor_key(seed, tensor), index): loops over a
-// tensor's elements derive the key once.
-DETFUZZ_HOST_DEVICE inline uint64_t tensor_key(uint64_t seed, uint64_t tensor) { return splitmix64(splitmix64(seed) ^ tensor); }
-DETFUZZ_HOST_DEVICE inline uint64_t keyed_bits(uint64_t key, uint64_t index) { return splitmix64(key + index); }
-DETFUZZ_HOST_DEVICE inline uint64_t counter_bits(uint64_t seed, uint64_t tensor, uint64_t index) {
-  return keyed_bits(tensor_key(seed, tensor), index);
-}
+// The generator (ops/counter_rng.h), under the names this header has always had.
+using detfuzz::counter_bits;
+using detfuzz::keyed_bits;
+using detfuzz::splitmix64;
+using detfuzz::tensor_key;
 
 // The keys of one tensor: its values, and (distribution `special`) where its constants go.
 struct Keys {
@@ -57,8 +44,8 @@ DETFUZZ_HOST_DEVICE inline Keys keys_of(uint64_t seed, uint64_t tensor) {
   return {tensor_key(seed, tensor), tensor_key(seed, tensor ^ 0x5bd1e995ull)};
 }
 
-// Uniform in [0, 1) with 53 random bits.
-DETFUZZ_HOST_DEVICE inline double unit(uint64_t bits) { return static_cast<double>(bits >> 11) * 0x1.0p-53; }
+// Uniform in [0, 1) with 53 random bits (counter_unit).
+DETFUZZ_HOST_DEVICE inline double unit(uint64_t bits) { return counter_unit(bits); }
 
 DETFUZZ_HOST_DEVICE inline double normal(uint64_t key, uint64_t i) {
   const double u1 = unit(keyed_bits(key, 2 * i)), u2 = unit(keyed_bits(key, 2 * i + 1));

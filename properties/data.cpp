@@ -145,9 +145,9 @@ void irwin_hall_row_portable(uint64_t key, uint64_t first, int64_t width, float 
 __attribute__((target("avx512f,avx512dq"))) void irwin_hall_row_avx512(uint64_t key, uint64_t first, int64_t width,
                                                                         float *out) {
   const __m512i lanes = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0), low16 = _mm512_set1_epi64(0xffff);
-  const __m512i golden = _mm512_set1_epi64(static_cast<long long>(0x9e3779b97f4a7c15ull));
-  const __m512i mul1 = _mm512_set1_epi64(static_cast<long long>(0xbf58476d1ce4e5b9ull));
-  const __m512i mul2 = _mm512_set1_epi64(static_cast<long long>(0x94d049bb133111ebull));
+  const __m512i golden = _mm512_set1_epi64(static_cast<long long>(kSplitmixGamma));
+  const __m512i mul1 = _mm512_set1_epi64(static_cast<long long>(kSplitmixMul1));
+  const __m512i mul2 = _mm512_set1_epi64(static_cast<long long>(kSplitmixMul2));
   const __m512i centre = _mm512_set1_epi64(2 * 65535);
   const __m512d scale = _mm512_set1_pd(1.7320508075688772 / 65536.0);
   const __m256 zero = _mm256_setzero_ps(), half = _mm256_set1_ps(0.5f);

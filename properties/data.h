@@ -17,7 +17,7 @@ namespace detfuzz {
 // The distributions of the catalogue.
 const std::vector<std::string> &distributions();  // normal uniform linspace wide special
 
-// splitmix64 and counter_bits (the counter-based generator) live in ops/counter_rng.h.
+// splitmix64, counter_bits and the rest of the counter-based generator live in ops/counter_rng.h.
 
 // Contiguous tensor of `sizes` and `dtype` drawn from `dist` (integers: uniform in [-100, 100]),
 // on `device`: generated there for a CUDA device (float32/16, bfloat16, int32/64), bit for bit the

@@ -1,5 +1,7 @@
 #include "ops/engine/workload.h"
 
+#include "ops/counter_rng.h"
+
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
@@ -7,17 +9,10 @@
 namespace detfuzz::engine {
 namespace {
 
-uint64_t mix64(uint64_t x) {  // splitmix64's finaliser
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-// Uniform in [0, 1) keyed by (seed, stream, index).
+// Uniform in [0, 1) keyed by (seed, stream, index). The index enters by xor, not by the add of
+// counter_bits: every saved trace was drawn that way.
 double uniform(uint64_t seed, uint64_t stream, uint64_t index) {
-  const uint64_t h = mix64(mix64(mix64(seed) ^ stream) ^ index);
-  return static_cast<double>(h >> 11) * 0x1.0p-53;
+  return counter_unit(splitmix64(tensor_key(seed, stream) ^ index));
 }
 
 }  // namespace
@@ -53,8 +48,8 @@ Trace make_workload(const WorkloadConfig &c) {
     const uint64_t system = static_cast<uint64_t>(uniform(c.seed, which, u) * static_cast<double>(c.shared_prompts));
     for (int64_t p = 0; p < len; ++p) {
       const bool from_system = with_system && p < c.shared_len;
-      const uint64_t h = from_system ? mix64(mix64(c.seed ^ 0x5157e3ull) ^ (system << 32 | static_cast<uint64_t>(p)))
-                                     : mix64(mix64(c.seed ^ token) ^ (u << 32 | static_cast<uint64_t>(p)));
+      const uint64_t h = from_system ? splitmix64(splitmix64(c.seed ^ 0x5157e3ull) ^ (system << 32 | static_cast<uint64_t>(p)))
+                                     : splitmix64(splitmix64(c.seed ^ token) ^ (u << 32 | static_cast<uint64_t>(p)));
       r.prompt.push_back(static_cast<int32_t>(h % static_cast<uint64_t>(c.vocab)));
     }
     trace.push_back(std::move(r));

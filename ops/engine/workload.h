@@ -1,5 +1,5 @@
 // Traces for the latency model and the GPU check: a seeded mixed workload, rebuilt bit for bit
-// from its parameters on any machine (counter-based generator, no global RNG).
+// from its parameters on any machine (the counter-based generator of ops/counter_rng.h, no global RNG).
 //
 // Prompt lengths: a `short_share` of requests draw log-uniformly from [min_len, short_max], the
 // rest from (short_max, max_len]. Arrivals: a Poisson process of `rate` requests per second.

@@ -1,6 +1,8 @@
 // The element function the GPU runs (properties/counter_data.h), checked on the CPU: its
 // rounding equals ATen's double -> dtype conversion bit for bit, and element by element it gives
 // the values make_values gives on the host. (tests/properties/cuda checks the device itself.)
+#include "ops/counter_rng.h"
+#include "ops/engine/workload.h"
 #include "properties/counter_data.h"
 #include "properties/data.h"
 
@@ -159,6 +161,80 @@ TEST(CounterData, VectorisedKeyedRowMatchesTheScalarValues) {
     halves += expected == 0.5f;
   }
   EXPECT_GT(halves, 0);
+}
+
+// The one generator (ops/counter_rng.h) and the three places that had their own copy of it: test
+// data (counter_data), the engine's workloads (ops/engine/workload.cpp) and the rest of detfuzz.
+// The answers were computed before the copies were merged: saved records replay only while they hold.
+TEST(CounterRng, KnownAnswersOfEveryFormerCopy) {
+  EXPECT_EQ(splitmix64(0), 0xe220a8397b1dcdafull);
+  EXPECT_EQ(splitmix64(1), 0x910a2dec89025cc1ull);
+  EXPECT_EQ(splitmix64(0x9e3779b97f4a7c15ull), 0x6e789e6aa1b965f4ull);
+  EXPECT_EQ(splitmix64(~0ull), 0xe4d971771b652c20ull);
+  EXPECT_EQ(splitmix64(0x123456789abcdefull), 0x157a3807a48faa9dull);
+  EXPECT_EQ(counter_bits(0, 0, 0), 0x238275bc38fcbe91ull);
+  EXPECT_EQ(counter_bits(0x1234, 5, 678), 0x5b42e2e4ea3c06faull);
+  EXPECT_EQ(counter_bits(7, 3, uint64_t{1} << 40), 0x85396e63741be8d0ull);
+  EXPECT_EQ(counter_bits(~0ull, ~0ull, ~0ull), 0x55e2c9ae3b41d287ull);
+  EXPECT_EQ(counter_bits(42, 1000, 17), 0xac2f630e7bf05d7cull);
+  EXPECT_EQ(tensor_key(1, 4), 0xdef434e398051d63ull);
+  EXPECT_EQ(keyed_bits(tensor_key(1, 4), 99), 0x9f2f44e945b97be8ull);
+  const double u = counter_unit(counter_bits(0x1234, 5, 678));
+  uint64_t u_bits = 0;
+  std::memcpy(&u_bits, &u, 8);
+  EXPECT_EQ(u_bits, 0x3fd6d0b8b93a8f00ull);
+
+  // counter_data's names are the same functions.
+  for (uint64_t i : {uint64_t{0}, uint64_t{17}, ~uint64_t{0}}) {
+    EXPECT_EQ(counter_data::splitmix64(i), splitmix64(i));
+    EXPECT_EQ(counter_data::counter_bits(i, 3, 5), counter_bits(i, 3, 5));
+    EXPECT_EQ(counter_data::keyed_bits(counter_data::tensor_key(i, 3), 5), counter_bits(i, 3, 5));
+    EXPECT_EQ(counter_data::unit(i), counter_unit(i));
+  }
+  EXPECT_EQ(counter_data::keys_of(7, 3).specials, 0x3b68995555c4d252ull);
+  const float ih = counter_data::irwin_hall_value(tensor_key(1, 4), 5);
+  uint32_t ih_bits = 0;
+  std::memcpy(&ih_bits, &ih, 4);
+  EXPECT_EQ(ih_bits, 0x3ecfa4a4u);
+  EXPECT_EQ(counter_data::int_value(counter_data::keys_of(7, 3), 11), -19);
+  const double uni = counter_data::float_value(counter_data::keys_of(7, 3), 11, 100, Dist::uniform, 0);
+  uint64_t uni_bits = 0;
+  std::memcpy(&uni_bits, &uni, 8);
+  EXPECT_EQ(uni_bits, 0xbfef1312dcad0682ull);
+
+  // The engine's workloads: every prompt token, length and arrival time, hashed (FNV-1a).
+  auto trace_hash = [](const engine::Trace &t) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    auto mix = [&](uint64_t v) {
+      for (int i = 0; i < 8; ++i) {
+        h ^= (v >> (8 * i)) & 0xff;
+        h *= 0x100000001b3ull;
+      }
+    };
+    for (const engine::Request &r : t) {
+      uint64_t arrival = 0;
+      std::memcpy(&arrival, &r.arrival_s, 8);
+      mix(static_cast<uint64_t>(r.id));
+      mix(r.prompt.size());
+      for (int32_t x : r.prompt) mix(static_cast<uint32_t>(x));
+      mix(arrival);
+      mix(static_cast<uint64_t>(r.decode_steps));
+    }
+    return h;
+  };
+  engine::WorkloadConfig w;
+  w.requests = 50;
+  w.short_max = 100;
+  w.max_len = 300;
+  w.seed = 7;
+  const engine::Trace t = engine::make_workload(w);
+  ASSERT_EQ(t[0].prompt.size(), 35u);
+  EXPECT_EQ(t[0].prompt[0], 180);
+  EXPECT_EQ(t[0].prompt[1], 133);
+  EXPECT_EQ(t[0].prompt[2], 81);
+  EXPECT_EQ(t[0].arrival_s, 0x1.cf6a1c460ddb8p-7);
+  EXPECT_EQ(trace_hash(t), 0xdee95e935fa40e47ull);
+  EXPECT_EQ(trace_hash(engine::make_workload(engine::WorkloadConfig{})), 0xabe06dbdebd8fea3ull);
 }
 
 }  // namespace
