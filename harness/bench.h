@@ -28,13 +28,9 @@
 
 #include <ATen/ATen.h>
 
-namespace detfuzz {
+#include "properties/defs/op_def.h"  // BenchShape, BenchDef: what each op's definition says of its bench
 
-struct BenchShape {
-  std::string op;  // mm | log_softmax | mean | paged_attention_decode | paged_attention_prefill (K: head dim)
-  int64_t m = 0, n = 0, k = 0;  // reductions: m rows of n columns
-  int64_t page = 16;             // paged attention: tokens per KV page
-};
+namespace detfuzz {
 
 struct BenchConfig {
   std::vector<std::string> ops = {"mm", "log_softmax", "mean", "paged_attention"};
@@ -51,11 +47,13 @@ struct BenchConfig {
 };
 inline const char *kDispatchImpl = "invariant-dispatch";
 
-// The default shape set: (N, K) in {(4096,4096), (14336,4096), (4096,14336), (1024,8192),
-// (6144,4096), (128256,4096)} x M in {1, 8, 32, 128, 512, 2048, 8192}, plus log_softmax and mean
-// at 1024x32768, 4096x32768 and 1024x131072.
+// The default shape set: every row op's definition's bench shapes (mm: (N, K) in {(4096,4096),
+// (14336,4096), (4096,14336), (1024,8192), (6144,4096), (128256,4096)} x M in {1, 8, 32, 128, 512,
+// 2048, 8192}; log_softmax and mean at 1024x32768, 4096x32768 and 1024x131072). Families that
+// bench themselves (paged attention) add their own defaults.
 std::vector<BenchShape> default_bench_shapes();
-// A user CSV with header op,M,N,K (reductions: M rows, N columns, K empty or 0).
+// A user CSV with header op,M,N,K[,page] (reductions: M rows, N columns, K empty or 0; a family's
+// shape kinds, e.g. paged_attention_decode, as its bench reads them).
 std::vector<BenchShape> read_bench_shapes(const std::string &path);  // throws std::invalid_argument
 
 // The (op, impl) pairs a bench will time, checked before anything is timed. Throws

@@ -17,6 +17,7 @@
 #include <ATen/ATen.h>
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,16 +35,11 @@ struct OpArgs {
   std::optional<at::ScalarType> out_dtype;
   double eps = 1e-6;       // rms_norm
   double theta = 10000.0;  // rope
+  // The case's parameters as recorded, for ops that read their attributes themselves (an op
+  // spec's value arguments, passed to the dispatcher by name).
+  std::map<std::string, std::string> params;
 };
 
 using OpFn = std::function<at::Tensor(const OpArgs &)>;
-
-// The row ops every backend implements, in catalogue order.
-inline const std::vector<std::string> &row_ops() {
-  static const std::vector<std::string> ops = {"mm",       "addmm",        "bmm",  "log_softmax",
-                                                  "mean",     "rms_norm",     "rope", "silu_and_mul",
-                                                  "embedding"};
-  return ops;
-}
 
 }  // namespace detfuzz

@@ -5,6 +5,8 @@
 
 #include "ops/op_args.h"
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,13 @@ const char *to_string(Backend b);
 const char *to_string(Expectation e);
 Backend backend_from_string(const std::string &s);  // throws std::invalid_argument
 
+// One kernel path an impl may choose, forced: `variant_agree` holds it to the automatic choice's
+// bits and `bench` times it alone as impl@name.
+struct ImplVariant {
+  std::string name;  // "sm90_split_64", "cluster-32x128", ...
+  OpFn run;
+};
+
 struct ImplInfo {
   std::string impl;   // "invariant", "torch", "cublas", "mutant-splitk", ...
   std::string op;     // "mm", "addmm", ...
@@ -25,6 +34,14 @@ struct ImplInfo {
   Expectation expectation;
   std::string description;  // one line, shown by `detfuzz list`
   OpFn run;  // empty for ops whose impls are whole pipelines (prefill_graph)
+  // The impl calls the op through libtorch's dispatcher, so a mode that overrides the aten op
+  // (ours or a user's) decides which kernel runs: with such a mode on, it is held to must-hold.
+  bool through_dispatcher = false;
+  // The kernel paths that may run for inputs of `dtype` on CUDA device `device`, each forced
+  // (empty when the impl has one path, or none to force).
+  std::function<std::vector<ImplVariant>(int device, at::ScalarType dtype)> variants;
+  // A path by name, for any device and dtype (bench's impl@name); nullopt when unknown.
+  std::function<std::optional<ImplVariant>(const std::string &name)> variant_named;
 
   bool supports(at::ScalarType t) const;
 };

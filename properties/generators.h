@@ -1,7 +1,7 @@
-// RapidCheck generators of cases. Sizes are biased toward where kernels break: 1, primes, tile
-// edges +-1, reductions that are not a multiple of a block, N smaller than a tile, empty dims;
-// layouts are contiguous, transposed, padded with an offset, or strided. Every generator shrinks
-// toward small, contiguous, normal-distributed cases.
+// What every family's case generators share: the target, size limits, sizes biased toward where
+// kernels break (1, primes, tile edges +-1, reductions that are not a multiple of a block, N
+// smaller than a tile, empty dims) and choices that shrink. Row ops' cases are made in
+// properties/rows/row_cases.h.
 #pragma once
 
 #include "properties/case.h"
@@ -43,7 +43,5 @@ rc::Gen<T> shrinking_choice(std::vector<std::pair<int, T>> weighted) {
     return weighted.back().second;
   });
 }
-
-rc::Gen<CaseSpec> gen_row_case(const Target &t);
 
 }  // namespace detfuzz

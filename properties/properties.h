@@ -1,6 +1,7 @@
-// The property catalogue across op families: which properties apply to an op, how cases of a
-// target are generated, and how a case is checked. Row ops live in row_properties.h, paged
-// attention in attention/attention_properties.h.
+// The property catalogue across op families (properties/family.h): which properties apply to an
+// op, how cases of a target are generated, and how a case is checked, looked up in the table of
+// families (row ops in properties/rows, paged attention in properties/attention, the graph runner
+// in properties/graph, the LAPS engine in properties/laps).
 #pragma once
 
 #include "properties/case.h"
@@ -13,7 +14,7 @@
 
 namespace detfuzz {
 
-std::vector<std::string> all_ops();                               // row ops, paged_attention, prefill_graph, laps_engine
+std::vector<std::string> all_ops();                               // every family's listed ops, in table order
 bool is_known_op(const std::string &op);                          // all_ops() or a spec op (aten::mm, loaded specs)
 std::vector<std::string> properties_for(const std::string &op);   // empty for an unknown op
 // Whether `impl` of `op` is held to `property` (every pair but some of prefill_graph's).

@@ -1,5 +1,6 @@
 // Impl `torch`: whatever libtorch's dispatcher runs for the op on the backend (MKL/oneDNN/ATen
-// kernels on the CPU, cuBLAS and ATen reductions on CUDA). Expectation: observed.
+// kernels on the CPU, cuBLAS and ATen reductions on CUDA). Expectation: observed, and must-hold
+// while a batch-invariant mode overrides the aten ops (they run through the dispatcher).
 #include "ops/registry.h"
 
 namespace detfuzz {
@@ -18,7 +19,7 @@ at::Tensor torch_rope(const at::Tensor &x, const at::Tensor &positions, double t
 std::vector<ImplInfo> torch_default_impls(Backend backend) {
   const auto e = Expectation::observed;
   const std::string where = backend == Backend::cpu ? "libtorch's default CPU kernel" : "libtorch's default CUDA kernel";
-  return {
+  std::vector<ImplInfo> impls = {
       {"torch", "mm", backend, float_dtypes(), e, "at::mm, " + where,
        [](const OpArgs &x) { return at::mm(x.tensors[0], x.tensors[1]); }},
       {"torch", "addmm", backend, float_dtypes(), e, "at::addmm, " + where,
@@ -45,6 +46,9 @@ std::vector<ImplInfo> torch_default_impls(Backend backend) {
       {"torch", "embedding", backend, float_dtypes(), e, "at::embedding, " + where,
        [](const OpArgs &x) { return at::embedding(x.tensors[0], x.tensors[1]); }},
   };
+  // Every one calls an aten op, so a mode that overrides it decides what runs.
+  for (ImplInfo &i : impls) i.through_dispatcher = true;
+  return impls;
 }
 
 }  // namespace detfuzz

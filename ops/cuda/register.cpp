@@ -4,11 +4,36 @@
 #include "ops/registry.h"
 
 namespace detfuzz {
+namespace {
+
+// `run` with the matmul path `choice` forced.
+ImplVariant forced(const cuda_ops::MatmulPathChoice &choice, const OpFn &run) {
+  return {choice.name(), [choice, run](const OpArgs &x) {
+            cuda_ops::ScopedMatmulPath path(choice);
+            return run(x);
+          }};
+}
+
+// The matmul impls' variants: every path whose bits must equal the automatic choice's.
+void declare_matmul_paths(ImplInfo &impl) {
+  impl.variants = [run = impl.run](int device, at::ScalarType dtype) {
+    std::vector<ImplVariant> out;
+    for (const auto &choice : cuda_ops::equivalent_matmul_paths(device, dtype)) out.push_back(forced(choice, run));
+    return out;
+  };
+  impl.variant_named = [run = impl.run](const std::string &name) -> std::optional<ImplVariant> {
+    const auto choice = cuda_ops::matmul_path_by_name(name);
+    if (!choice) return std::nullopt;
+    return forced(*choice, run);
+  };
+}
+
+}  // namespace
 
 std::vector<ImplInfo> cuda_invariant_impls() {
   const auto b = Backend::cuda;
   const auto e = Expectation::must_hold;
-  return {
+  std::vector<ImplInfo> impls = {
       {"invariant", "mm", b, float_dtypes(), e,
        "16-bit: Hopper TMA+wgmma, 128x128 tiles, fixed K chunks (persistent or cluster split, same bits); fp32: FMA",
        [](const OpArgs &x) { return cuda_ops::mm(x.tensors.at(0), x.tensors.at(1)); }},
@@ -48,6 +73,9 @@ std::vector<ImplInfo> cuda_invariant_impls() {
       {"invariant", "embedding", b, float_dtypes(), e, "row gather (index_select of whole rows)",
        [](const OpArgs &x) { return cuda_ops::embedding(x.tensors.at(0), x.tensors.at(1)); }},
   };
+  for (ImplInfo &i : impls)
+    if (i.impl == "invariant" && (i.op == "mm" || i.op == "addmm" || i.op == "bmm")) declare_matmul_paths(i);
+  return impls;
 }
 
 }  // namespace detfuzz

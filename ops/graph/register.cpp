@@ -1,10 +1,27 @@
 // Impls of op "prefill_graph": ways to run the small transformer's forward over a batch. They are
-// whole pipelines, not single kernel calls: their `run` is empty, and properties/graph runs them
-// (the impl name selects the path). Each is held to the properties of its row in
-// properties/graph/graph_properties.h.
+// whole pipelines, not single kernel calls: their `run` is empty, each declares its pipeline
+// (ops/graph/pipelines.h) here, and properties/graph runs what is declared.
+#include "ops/graph/pipelines.h"
 #include "ops/registry.h"
 
+#include <map>
+
 namespace detfuzz {
+namespace graph {
+
+const PrefillPipeline *prefill_pipeline(const std::string &impl) {
+  static const std::map<std::string, PrefillPipeline> pipelines = {
+      {"eager", {}},
+      {"graph", {/*runner=*/true}},
+      {"eager-registry", {false, false, /*through_registry=*/true}},
+      {"eager-no-copy", {false, false, /*through_registry=*/true, /*no_copy=*/true}},
+      {"mutant-left-aligned", {/*runner=*/true, /*left_aligned=*/true}},
+  };
+  const auto it = pipelines.find(impl);
+  return it == pipelines.end() ? nullptr : &it->second;
+}
+
+}  // namespace graph
 
 std::vector<ImplInfo> graph_impls(Backend backend) {
   const auto must = Expectation::must_hold;

@@ -1,4 +1,6 @@
 #include "properties/attention/attention_properties.h"
+#include "properties/attention/attention_bench.h"
+#include "properties/family.h"
 
 #include "properties/counter_data.h"
 #include "properties/data.h"
@@ -238,7 +240,6 @@ void require(bool ok, const std::string &what) {
 }  // namespace
 
 Verdict check_attention_case(const CaseSpec &c) {
-  require(c.op == "paged_attention", "op is '" + c.op + "', not paged_attention");
   const ImplInfo *impl = find_impl("paged_attention", c.impl, c.backend);
   if (!impl)
     throw std::invalid_argument("paged_attention case: no impl '" + c.impl + "' on backend " + to_string(c.backend));
@@ -433,6 +434,17 @@ rc::Gen<CaseSpec> gen_attention_case(const std::string &impl, const std::string 
     c.seed = *rc::gen::inRange<uint64_t>(0, uint64_t{1} << 32);
     return c;
   });
+}
+
+PropertyFamily attention_family() {
+  PropertyFamily f;
+  f.name = "attention";
+  f.own({"paged_attention"});
+  f.properties = [](const std::string &) { return attention_properties(); };
+  f.gen = [](const Target &t) { return gen_attention_case(t.impl, t.property, t.backend, t.dtype); };
+  f.check = check_attention_case;
+  add_attention_bench(f);
+  return f;
 }
 
 }  // namespace detfuzz

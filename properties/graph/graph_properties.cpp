@@ -1,5 +1,7 @@
 #include "properties/graph/graph_properties.h"
+#include "properties/family.h"
 
+#include "ops/graph/pipelines.h"
 #include "ops/graph/prefill_runner.h"
 #include "properties/attention/attention_properties.h"
 #include "properties/data.h"
@@ -15,7 +17,14 @@ namespace {
 using graph::Bucket;
 using graph::SequenceInput;
 
-bool is_runner_impl(const std::string &impl) { return impl == "graph" || impl == "mutant-left-aligned"; }
+// The pipeline the case's impl declares (ops/graph/register.cpp).
+const graph::PrefillPipeline &pipeline_of(const std::string &impl) {
+  const graph::PrefillPipeline *p = graph::prefill_pipeline(impl);
+  if (!p) throw std::invalid_argument("prefill_graph case: unknown impl '" + impl + "'");
+  return *p;
+}
+
+bool is_runner_impl(const std::string &impl) { return pipeline_of(impl).runner; }
 
 std::vector<int64_t> parse_list(const CaseSpec &c, const std::string &key, const std::string &fallback) {
   const std::string s = c.param(key, fallback);
@@ -139,7 +148,7 @@ graph::RunnerOptions runner_options(const CaseSpec &c, const GraphCase &g, const
   o.batch_sizes = g.bs_list;
   o.seq_lens = g.len_list;
   o.max_blocks = w.max_blocks;
-  o.left_align = c.impl == "mutant-left-aligned";
+  o.left_align = pipeline_of(c.impl).left_aligned;
   return o;
 }
 
@@ -187,8 +196,9 @@ Verdict both(Verdict first, const std::function<Verdict()> &second) { return fir
 graph::RunResult run_impl(const CaseSpec &c, World &w, graph::BatchPrefillGraphRunner *runner,
                           std::optional<Bucket> bucket = std::nullopt) {
   if (runner) return runner->run(w.batch, bucket);
-  if (c.impl == "eager") return graph::run_eager(*w.model, *w.cache, w.batch, w.max_blocks);
-  graph::EagerInputs inputs(*w.model, w.max_blocks, c.impl == "eager-no-copy");
+  const graph::PrefillPipeline &p = pipeline_of(c.impl);
+  if (!p.through_registry) return graph::run_eager(*w.model, *w.cache, w.batch, w.max_blocks);
+  graph::EagerInputs inputs(*w.model, w.max_blocks, p.no_copy);
   return graph::run_eager(*w.model, *w.cache, w.batch, w.max_blocks, &inputs);
 }
 
@@ -299,7 +309,7 @@ Verdict registry_agree(const CaseSpec &c, const GraphCase &g) {
   // Through one registry: first a batch of the first sequence alone (the registry is built for
   // it), then the whole batch (the registry grows, or is reused when it fits).
   restore(*w.cache, before);
-  graph::EagerInputs inputs(*w.model, w.max_blocks, c.impl == "eager-no-copy");
+  graph::EagerInputs inputs(*w.model, w.max_blocks, pipeline_of(c.impl).no_copy);
   graph::run_eager(*w.model, *w.cache, {w.batch.front()}, w.max_blocks, &inputs);
   restore(*w.cache, before);
   const graph::RunResult via = graph::run_eager(*w.model, *w.cache, w.batch, w.max_blocks, &inputs);
@@ -317,8 +327,10 @@ std::vector<std::string> graph_properties() {
 
 bool graph_property_applies(const std::string &impl, const std::string &property) {
   if (property == "seq_alone_vs_batched") return true;
-  if (property == "registry_agree") return impl == "eager-registry" || impl == "eager-no-copy";
-  return is_runner_impl(impl);
+  const graph::PrefillPipeline *p = graph::prefill_pipeline(impl);
+  if (!p) return false;
+  if (property == "registry_agree") return p->through_registry;
+  return p->runner;
 }
 
 Verdict check_graph_case(const CaseSpec &c) {
@@ -394,6 +406,17 @@ rc::Gen<CaseSpec> gen_graph_case(const std::string &impl, const std::string &pro
     c.seed = *rc::gen::inRange<uint64_t>(0, uint64_t{1} << 32);
     return c;
   });
+}
+
+PropertyFamily graph_family() {
+  PropertyFamily f;
+  f.name = "graph";
+  f.own({"prefill_graph"});
+  f.properties = [](const std::string &) { return graph_properties(); };
+  f.applies = graph_property_applies;
+  f.gen = [](const Target &t) { return gen_graph_case(t.impl, t.property, t.backend, t.dtype); };
+  f.check = check_graph_case;
+  return f;
 }
 
 }  // namespace detfuzz

@@ -1,4 +1,5 @@
 #include "properties/laps/laps_properties.h"
+#include "properties/family.h"
 
 #include "ops/engine/model.h"
 #include "properties/data.h"
@@ -170,7 +171,6 @@ engine::EngineConfig fifo_of(const engine::EngineConfig &variant) {
 }
 
 Comparison compare(const CaseSpec &c, engine::StepModel &model) {
-  require(c.op == "laps_engine", "op is '" + c.op + "', not laps_engine");
   require(c.property == "schedule_invariance", "unknown property '" + c.property + "'");
   Comparison r;
   r.base_trace = trace(c, model.vocab());
@@ -325,6 +325,16 @@ Verdict check_laps_case(const CaseSpec &c) {
   if (std::find(impl->dtypes.begin(), impl->dtypes.end(), c.dtype) == impl->dtypes.end())
     throw std::invalid_argument("laps_engine case: impl " + c.impl + " does not take " + dtype_name(c.dtype));
   return laps_case::check(c, [impl](const CaseSpec &spec) { return impl->make(spec.dtype, spec.shape, spec.seed); });
+}
+
+PropertyFamily laps_family() {
+  PropertyFamily f;
+  f.name = "laps";
+  f.own({"laps_engine"});
+  f.properties = [](const std::string &) { return laps_properties(); };
+  f.gen = gen_laps_case;
+  f.check = check_laps_case;
+  return f;
 }
 
 }  // namespace detfuzz

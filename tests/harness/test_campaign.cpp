@@ -1,7 +1,7 @@
 // End-to-end campaigns on the CPU backend: planted mutants are caught and shrunk, the invariant
 // impls hold, libtorch's CPU mm is caught, and every shrunk record replays bit for bit.
 #include "harness/campaign.h"
-#include "properties/row_properties.h"
+#include "properties/rows/row_properties.h"
 
 #include "harness/remove_tree.h"
 
@@ -96,7 +96,7 @@ INSTANTIATE_TEST_SUITE_P(CpuMutants, MutantIsCaught,
 
 TEST(Campaign, InvariantImplsHoldEveryRowProperty) {
   std::vector<Target> targets;
-  for (const auto &op : row_ops())
+  for (const auto &op : builtin_row_ops())
     for (const auto &p : row_properties())
       for (auto dtype : {at::kFloat, at::kBFloat16, at::kHalf}) targets.push_back(target(op, "invariant", p, dtype));
   const CampaignRun run = fuzz(targets, 60, 1200, false, 11);

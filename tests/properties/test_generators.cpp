@@ -1,6 +1,6 @@
 #include "properties/generators.h"
 #include "properties/properties.h"
-#include "properties/row_properties.h"
+#include "properties/rows/row_properties.h"
 
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
@@ -9,7 +9,7 @@ namespace detfuzz {
 namespace {
 
 RC_GTEST_PROP(Generators, RowCasesAreWellFormedAndWithinLimits, ()) {
-  const std::string op = *rc::gen::elementOf(row_ops());
+  const std::string op = *rc::gen::elementOf(builtin_row_ops());
   const std::string property = *rc::gen::elementOf(row_properties());
   const auto dtype = *rc::gen::element(at::kFloat, at::kHalf, at::kBFloat16);
   const Target t{op, "invariant", property, Backend::cpu, dtype, Expectation::must_hold};

@@ -1,7 +1,7 @@
 // Property parameters of the row ops as records carry them: out-of-range slices are rejected
 // (never clamped), and bmm slices either the batch of matrices or the rows of each matrix.
 #include "properties/properties.h"
-#include "properties/row_properties.h"
+#include "properties/rows/row_properties.h"
 
 #include <gtest/gtest.h>
 

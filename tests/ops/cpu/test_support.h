@@ -4,7 +4,7 @@
 
 #include "harness/diff.h"
 #include "ops/op_args.h"
-#include "ops/reference.h"
+#include "properties/accuracy.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>

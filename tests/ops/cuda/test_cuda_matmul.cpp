@@ -4,6 +4,7 @@
 #include "harness/diff.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/registry.h"
+#include "properties/defs/op_def.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -350,7 +351,7 @@ TEST(CudaBaselines, CublasImplsAreAccurate) {
 
 TEST(CudaRegistry, InvariantImplsAreRegistered) {
   REQUIRE_GPU();
-  for (const auto &op : row_ops()) {
+  for (const auto &op : builtin_row_ops()) {
     const ImplInfo *i = find_impl(op, "invariant", Backend::cuda);
     ASSERT_NE(i, nullptr) << op;
     EXPECT_EQ(i->expectation, Expectation::must_hold);

@@ -3,7 +3,7 @@
 // batch, edge shapes, and one-line errors for bad input. On CUDA (gpu label): the same ops
 // against the reference, and rms_norm bit for bit equal to the CPU spec.
 #include "ops/cpu/cpu_ops.h"
-#include "ops/reference.h"
+#include "properties/accuracy.h"
 #include "ops/registry.h"
 #include "properties/data.h"
 #ifdef DETFUZZ_WITH_CUDA

@@ -6,7 +6,9 @@
 // the spec path finds libtorch's CPU mm difference.
 #include "ops/torch/batch_invariant_mode.h"
 #include "properties/spec/op_spec.h"
-#include "properties/spec/spec_properties.h"
+#include "properties/spec/spec_def.h"
+#include "properties/properties.h"
+#include "properties/rows/row_properties.h"
 
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
@@ -84,11 +86,11 @@ struct RunResult {
 RunResult run_target(const Target &t, int max_success, uint64_t seed) {
   RunResult r;
   const auto start = std::chrono::steady_clock::now();
-  const rc::Gen<CaseSpec> gen = gen_spec_case(t);
+  const rc::Gen<CaseSpec> gen = gen_case(t);
   bool shrinking = false;
   auto property = [&] {
     const CaseSpec c = *gen;
-    const Verdict v = check_spec_case(c);
+    const Verdict v = check_case(c);
     if (shrinking) ++r.shrink_steps;
     else ++r.cases;
     if (v.passed()) return;  // an error verdict fails the run too
@@ -212,8 +214,8 @@ TEST(OpSpecSchema, BuiltinsMatchLibtorchAndAreListed) {
     EXPECT_TRUE(s->builtin);
   }
   EXPECT_EQ(find_op_spec("aten::nope"), nullptr);
-  EXPECT_EQ(spec_properties("aten::mm"), (std::vector<std::string>{"batch_slice", "batch_compose", "permute", "repeat", "variant_agree"}));
-  EXPECT_TRUE(spec_properties("aten::nope").empty());
+  EXPECT_EQ(properties_for("aten::mm"), (std::vector<std::string>{"batch_slice", "batch_compose", "permute", "repeat", "variant_agree"}));
+  EXPECT_TRUE(properties_for("aten::nope").empty());
 }
 
 TEST(OpSpecSchema, ContradictionsAreOneLineErrors) {
@@ -256,24 +258,24 @@ TEST(OpSpecSchema, UnknownOpsAreErrorsNotVerdicts) {
   c.impl = "torch";
   c.property = "batch_slice";
   c.shape = {2, 2, 2};
-  expect_one_line_error(invalid_argument_of([&] { check_spec_case(c); }), "unknown op 'detfuzz_example::nope'");
-  expect_one_line_error(invalid_argument_of([&] { gen_spec_case(target_of("detfuzz_example::nope", "batch_slice")); }),
+  expect_one_line_error(invalid_argument_of([&] { check_case(c); }), "unknown op 'detfuzz_example::nope'");
+  expect_one_line_error(invalid_argument_of([&] { gen_case(target_of("detfuzz_example::nope", "batch_slice")); }),
                         "unknown op 'detfuzz_example::nope'");
   c.op = "aten::mm";
   c.impl = "invariant";
-  expect_one_line_error(invalid_argument_of([&] { check_spec_case(c); }), "has only the impl 'torch'");
+  expect_one_line_error(invalid_argument_of([&] { check_case(c); }), "has only the impl 'torch'");
   c.impl = "torch";
   c.property = "accuracy";
-  expect_one_line_error(invalid_argument_of([&] { check_spec_case(c); }), "property 'accuracy' does not apply");
+  expect_one_line_error(invalid_argument_of([&] { check_case(c); }), "property 'accuracy' does not apply");
   c.property = "batch_slice";
   c.shape = {2, 2};
-  expect_one_line_error(invalid_argument_of([&] { check_spec_case(c); }), "needs a shape MxNxK, got '2x2'");
-  expect_one_line_error(invalid_argument_of([] { gen_spec_case(target_of("aten::mm", "batch_slice", at::kLong)); }),
+  expect_one_line_error(invalid_argument_of([&] { check_case(c); }), "needs a shape MxNxK, got '2x2'");
+  expect_one_line_error(invalid_argument_of([] { gen_case(target_of("aten::mm", "batch_slice", at::kLong)); }),
                         "does not list dtype int64");
   c.op = "aten::addmm";
   c.shape = {2, 2, 2};
   c.params["beta"] = "0.5";
-  expect_one_line_error(invalid_argument_of([&] { check_spec_case(c); }), "parameter beta='0.5' is not the hex bits of a double");
+  expect_one_line_error(invalid_argument_of([&] { check_case(c); }), "parameter beta='0.5' is not the hex bits of a double");
 }
 
 // ---- libraries ----
@@ -307,7 +309,7 @@ TEST(ExamplePlugin, LoadsAndRegistersItsOps) {
 
 TEST(ExamplePlugin, RowwiseMmPassesEveryPropertyOnGeneratedCases) {
   load_example_plugin();
-  for (const auto &property : spec_properties("detfuzz_example::rowwise_mm")) {
+  for (const auto &property : properties_for("detfuzz_example::rowwise_mm")) {
     for (auto dtype : {at::kFloat, at::kBFloat16}) {
       const Target t = target_of("detfuzz_example::rowwise_mm", property, dtype);
       SCOPED_TRACE(t.name());
@@ -341,7 +343,7 @@ TEST(ExamplePlugin, SplitKMmIsCaughtAndShrunkWithin30Seconds) {
   EXPECT_LE(rows, 16);
   EXPECT_EQ(c.layout, "cc");
   // The record replays: the same case fails again bit for bit.
-  const Verdict again = check_spec_case(c);
+  const Verdict again = check_case(c);
   EXPECT_EQ(again.outcome, Verdict::Outcome::fail);
   EXPECT_EQ(again.diff.expected_bits, r.minimal_verdict.diff.expected_bits);
   EXPECT_EQ(again.diff.actual_bits, r.minimal_verdict.diff.actual_bits);
@@ -360,18 +362,18 @@ TEST(ExamplePlugin, AnOpThatThrowsIsAnErrorVerdict) {
   c.shape = {4, 2, 3};
   c.layout = "cc";
   c.params = {{"i", "0"}, {"j", "1"}};
-  const Verdict v = check_spec_case(c);
+  const Verdict v = check_case(c);
   EXPECT_EQ(v.outcome, Verdict::Outcome::error);
   expect_one_line_error(v.detail, "rowwise_mm: shapes [4, 3] and [2, 3] cannot be multiplied");
   // A spec whose out shape is wrong is an error verdict too.
   register_op_spec(parse_op_spec("op detfuzz_example::rowwise_mm\narg a tensor [M, K] batch=0\narg b tensor [K, N]\n"
                                  "out [M, K] batch=0\nsizes M=1..4 N=2 K=3\ndtypes float32\n",
                                  "wrong_out.spec"));
-  const Verdict w = check_spec_case(c);
+  const Verdict w = check_case(c);
   EXPECT_EQ(w.outcome, Verdict::Outcome::error);
   expect_one_line_error(w.detail, "returned shape [4, 2] where the spec's out is [4, 3]");
   load_example_plugin();  // the right specs back
-  EXPECT_TRUE(check_spec_case(c).passed());
+  EXPECT_TRUE(check_case(c).passed());
 }
 
 // ---- built-in aten specs through the dispatcher, with and without batch-invariant mode ----
@@ -379,7 +381,7 @@ TEST(ExamplePlugin, AnOpThatThrowsIsAnErrorVerdict) {
 TEST(BuiltinSpecs, PassEveryPropertyUnderBatchInvariantMode) {
   BatchInvariantMode on(true);
   for (const auto &op : {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_log_softmax", "aten::mean.dim"}) {
-    for (const auto &property : spec_properties(op)) {
+    for (const auto &property : properties_for(op)) {
       const Target t = target_of(op, property, at::kBFloat16);
       SCOPED_TRACE(t.name());
       const RunResult r = run_target(t, 15, 3);
@@ -396,7 +398,7 @@ TEST(BuiltinSpecs, FindLibtorchsCpuMmDifferenceWithoutTheMode) {
             << r.minimal_verdict.detail << std::endl;
   EXPECT_EQ(r.minimal_verdict.outcome, Verdict::Outcome::fail);
   BatchInvariantMode on(true);
-  EXPECT_TRUE(check_spec_case(*r.minimal).passed()) << "the same case passes on our kernel";
+  EXPECT_TRUE(check_case(*r.minimal).passed()) << "the same case passes on our kernel";
 }
 
 }  // namespace

@@ -1,0 +1,241 @@
+// Paged attention's bench: decode (one query row per sequence, GB/s against a device-to-device
+// copy of the same bytes) and prefill (one sequence, TFLOP/s against torch's SDPA on contiguous
+// inputs, causal, GQA), 32 query heads, 8 KV heads, head dim 128, pages of 16 by default. Each row
+// also checks invariance on its own inputs. Registered as the attention family's bench.
+#include "properties/attention/attention_bench.h"
+
+#include "properties/bench_timing.h"
+
+#include <algorithm>
+#include <optional>
+#include <ostream>
+#include <stdexcept>
+
+#ifdef DETFUZZ_WITH_CUDA
+#include "ops/attention/paged_attention.h"
+
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAGeneratorImpl.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#endif
+
+namespace detfuzz {
+namespace {
+
+// `invariant@PATH`: the base impl name and the forced path.
+bool split_forced_path(const std::string &impl, std::string *base, std::string *path) {
+  const auto at = impl.find('@');
+  if (at == std::string::npos) return false;
+  *base = impl.substr(0, at);
+  *path = impl.substr(at + 1);
+  return true;
+}
+
+// `invariant@tma`, `invariant@cp-async`, `invariant@pingpong` and `invariant@no-pingpong`: paged
+// attention's warp-specialised Hopper kernel with its K/V loads or its consumers' turns forced;
+// `invariant@split-per-cta` and `invariant@split-groups`: the decode schedule forced; nullopt for
+// any other name.
+enum class AttnVariant { tma, cp_async, pingpong, no_pingpong, split_per_cta, split_groups };
+std::optional<AttnVariant> attention_variant_by_name(const std::string &impl) {
+  std::string base, path;
+  if (!split_forced_path(impl, &base, &path) || base != "invariant") return std::nullopt;
+  if (path == "tma") return AttnVariant::tma;
+  if (path == "cp-async") return AttnVariant::cp_async;
+  if (path == "pingpong") return AttnVariant::pingpong;
+  if (path == "no-pingpong") return AttnVariant::no_pingpong;
+  if (path == "split-per-cta") return AttnVariant::split_per_cta;
+  if (path == "split-groups") return AttnVariant::split_groups;
+  return std::nullopt;
+}
+
+const char *kDecode = "paged_attention_decode";
+const char *kPrefill = "paged_attention_prefill";
+
+#ifdef DETFUZZ_WITH_CUDA
+// A paged batch on the GPU: `lens` sequences of q_len query rows each (decode: 1; prefill: the
+// whole length), pages of `page` tokens laid out one sequence after another.
+OpArgs paged_batch(const std::vector<int64_t> &kv_lens, int64_t q_len, int64_t hq, int64_t hkv, int64_t d, int64_t page,
+                   at::ScalarType dtype, at::Generator &gen) {
+  const auto f32 = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
+  const auto i32 = at::TensorOptions().dtype(at::kInt);
+  int64_t blocks = 0, max_blocks = 0, rows = 0;
+  for (int64_t l : kv_lens) {
+    blocks += (l + page - 1) / page;
+    max_blocks = std::max(max_blocks, (l + page - 1) / page);
+    rows += std::min(q_len, l);
+  }
+  at::Tensor table = at::zeros({static_cast<int64_t>(kv_lens.size()), max_blocks}, i32);
+  at::Tensor cu = at::zeros({static_cast<int64_t>(kv_lens.size()) + 1}, i32), lens = at::zeros({static_cast<int64_t>(kv_lens.size())}, i32);
+  auto t = table.accessor<int32_t, 2>();
+  auto c = cu.accessor<int32_t, 1>();
+  auto l = lens.accessor<int32_t, 1>();
+  int32_t next = 0;
+  for (size_t s = 0; s < kv_lens.size(); ++s) {
+    const int64_t nb = (kv_lens[s] + page - 1) / page;
+    for (int64_t b = 0; b < nb; ++b) t[s][b] = next++;
+    l[s] = static_cast<int32_t>(kv_lens[s]);
+    c[s + 1] = c[s] + static_cast<int32_t>(std::min(q_len, kv_lens[s]));
+  }
+  OpArgs a;
+  a.tensors = {at::randn({rows, hq, d}, gen, f32).to(dtype), at::randn({blocks, page, hkv, d}, gen, f32).to(dtype),
+               at::randn({blocks, page, hkv, d}, gen, f32).to(dtype), cu.cuda(), lens.cuda(), table.cuda()};
+  return a;
+}
+
+// The fused kernel's run step with a plan made once for the batch (an engine plans once per step
+// and runs once per layer), replayed from a CUDA graph.
+double time_planned_attention(const OpArgs &a, const attention::CudaAttentionOptions &options, int reps, const BenchClock &clock) {
+  const auto &t = a.tensors;
+  const attention::PagedAttentionCudaPlan plan(t[0], t[1], t[2], t[3], t[4], t[5], options);
+  return median_graph_us([&] { plan.run(t[0], t[1], t[2], 0.0); }, reps, clock);
+}
+
+at::Tensor run_paged(const OpArgs &a, const attention::CudaAttentionOptions &options) {
+  const auto &t = a.tensors;
+  return attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], a.alpha, options);
+}
+
+// Decode (one query row per sequence, GB/s against a device-to-device copy of the same bytes)
+// and prefill (one sequence, TFLOP/s against torch's SDPA on contiguous inputs, causal, GQA), for
+// each kernel of ours: `invariant` (wgmma on an sm_90 GPU) and `invariant-mma-sync`, and the
+// Hopper kernel's K/V loads forced (`invariant@tma`, `invariant@cp-async`; prefill rows), its
+// consumer turns (`invariant@pingpong`, `invariant@no-pingpong`; all rows) and the decode
+// schedule (`invariant@split-per-cta`, `invariant@split-groups`; decode rows) where --impl names
+// them, on the same inputs; one row each.
+void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostream &log, at::Generator &gen, const BenchClock &clock) {
+  using Options = attention::CudaAttentionOptions;
+  struct Timed {
+    std::string impl;
+    Options options;
+    bool prefill_only = false;  // forced K/V loads of the Hopper prefill kernel
+    bool decode_only = false;   // a forced decode schedule
+  };
+  std::vector<Timed> impls = {{"invariant", {}}};
+  impls.push_back({"invariant-mma-sync", {}});
+  impls.back().options.kernel = Options::Kernel::mma_sync;
+  for (const auto &name : cfg.impls) {
+    const auto variant = attention_variant_by_name(name);
+    if (!variant) continue;
+    Options o;
+    switch (*variant) {
+      case AttnVariant::tma: o.kv_loads = Options::KvLoads::tma; break;
+      case AttnVariant::cp_async: o.kv_loads = Options::KvLoads::cp_async; break;
+      case AttnVariant::pingpong: o.turns = Options::ConsumerTurns::pingpong; break;
+      case AttnVariant::no_pingpong: o.turns = Options::ConsumerTurns::free; break;
+      case AttnVariant::split_per_cta: o.schedule = Options::Schedule::split_per_cta; break;
+      case AttnVariant::split_groups: o.schedule = Options::Schedule::split_groups; break;
+    }
+    // The loads matter to prefill rows (decode pages of 16 go by cp.async), the schedules to
+    // decode rows, the turns to both (decode runs split_groups on the same kernel).
+    const bool loads = *variant == AttnVariant::tma || *variant == AttnVariant::cp_async;
+    const bool schedule = *variant == AttnVariant::split_per_cta || *variant == AttnVariant::split_groups;
+    impls.push_back({name, o, loads, schedule});
+  }
+  // The shapes: a --shapes file's paged_attention_decode (M = batch, N = context, K = head dim)
+  // and paged_attention_prefill (N = tokens) rows, or by default batches 1-256 at contexts
+  // 512-32k (K+V up to 16 GiB) and prefills of 1k-8k tokens, head dim 128.
+  std::vector<BenchShape> shapes;
+  for (const auto &s : cfg.shapes)
+    if (s.op == kDecode || s.op == kPrefill) shapes.push_back(s);
+  if (cfg.shapes.empty()) {
+    for (int64_t batch : {1, 16, 64, 256})
+      for (int64_t ctx : {512, 4096, 16384, 32768})
+        if (batch * ctx <= 4 * 1024 * 1024) shapes.push_back({kDecode, batch, ctx, 128});
+    for (int64_t len : {1024, 2048, 4096, 8192}) shapes.push_back({kPrefill, 1, len, 128});
+  }
+  constexpr int64_t hq = 32, hkv = 8;
+  const int reps = std::max(5, cfg.repetitions * 4);
+  for (at::ScalarType dtype : cfg.dtypes) {
+    if (dtype == at::kFloat) continue;
+    const double elem = static_cast<double>(c10::elementSize(dtype));
+    for (const BenchShape &shape : shapes) {
+      if (shape.op != kDecode) continue;
+      const int64_t batch = shape.m, ctx = shape.n, d = shape.k, page = shape.page;
+      const OpArgs args = paged_batch(std::vector<int64_t>(batch, ctx), 1, hq, hkv, d, page, dtype, gen);
+      const double bytes = elem * (2.0 * batch * ctx * hkv * d + 2.0 * batch * hq * d);
+      at::Tensor src = at::empty({static_cast<int64_t>(bytes / 2)}, at::TensorOptions().device(at::kCUDA).dtype(at::kByte));
+      at::Tensor dst = at::empty_like(src);
+      // The copy reads and writes `bytes`; the faster of eager and graph-replayed (a graph runs a
+      // large copy as a memcpy node, slower than the eager copy; eager adds launch time to small ones).
+      const double copy_us = std::min(median_us([&] { dst.copy_(src); }, reps, clock),
+                                      median_graph_us([&] { dst.copy_(src); }, reps, clock));
+      // Invariance on these inputs: sequence 0 of the batch alone gives the same bits.
+      OpArgs one = paged_batch({ctx}, 1, hq, hkv, d, page, dtype, gen);
+      one.tensors[0] = args.tensors[0].narrow(0, 0, 1);
+      one.tensors[1] = args.tensors[1];
+      one.tensors[2] = args.tensors[2];
+      one.tensors[5] = args.tensors[5].narrow(0, 0, 1);
+      for (const Timed &impl : impls) {
+        if (impl.prefill_only) continue;
+        const double us = time_planned_attention(args, impl.options, reps, clock);
+        const bool verified = same_bits(run_paged(one, impl.options), run_paged(args, impl.options).narrow(0, 0, 1));
+        csv << "paged_attention_decode," << impl.impl << ',' << dtype_name(dtype) << ',' << batch << ',' << ctx << ',' << d << ','
+            << fmt(us) << ",," << fmt(bytes / us * 1e-3, "%.1f") << ",d2d-copy," << fmt(copy_us) << ','
+            << fmt(copy_us / us, "%.4f") << ',' << (verified ? "yes" : "no") << ',' << fmt(bytes / copy_us * 1e-3, "%.1f") << ','
+            << fmt(copy_us / us, "%.4f") << ',' << page << '\n';
+        log << "paged_attention decode " << impl.impl << ' ' << dtype_name(dtype) << " batch=" << batch << " ctx=" << ctx
+            << (page == 16 ? "" : " page=" + std::to_string(page)) << ": "
+            << fmt(us, "%.1f") << " us, " << fmt(bytes / us * 1e-3, "%.0f") << " GB/s = " << fmt(100.0 * copy_us / us, "%.0f")
+            << "% of a device copy" << (verified ? "" : "  (invariance FAILED)") << std::endl;
+      }
+    }
+    for (const BenchShape &shape : shapes) {
+      if (shape.op != kPrefill) continue;
+      const int64_t len = shape.n, d = shape.k, page = shape.page;
+      const OpArgs args = paged_batch({len}, len, hq, hkv, d, page, dtype, gen);
+      // SDPA on the same values, contiguous [1, H, L, D], causal, K/V heads repeated for GQA.
+      const at::Tensor q = args.tensors[0].transpose(0, 1).unsqueeze(0).contiguous();
+      const at::Tensor k = args.tensors[1].reshape({-1, hkv, d}).narrow(0, 0, len).transpose(0, 1).repeat_interleave(hq / hkv, 0).unsqueeze(0).contiguous();
+      const at::Tensor v = args.tensors[2].reshape({-1, hkv, d}).narrow(0, 0, len).transpose(0, 1).repeat_interleave(hq / hkv, 0).unsqueeze(0).contiguous();
+      // torch's flash backend of SDPA, called directly (the dispatcher's choice may be another backend).
+      const double sdpa_us = median_graph_us([&] { at::_scaled_dot_product_flash_attention(q, k, v, 0.0, true); },
+                                             std::max(3, cfg.repetitions), clock);
+      const double flops = 4.0 * hq * d * (static_cast<double>(len) * (len + 1) / 2);
+      // Invariance: the same prefill with a decode sequence ahead of it in the batch.
+      const OpArgs both = paged_batch({100, len}, len, hq, hkv, d, page, dtype, gen);
+      OpArgs shifted = both;
+      shifted.tensors[0] = at::cat({both.tensors[0].narrow(0, 0, 100), args.tensors[0]});
+      const int64_t first_block = (100 + page - 1) / page;
+      shifted.tensors[1] = at::cat({both.tensors[1].narrow(0, 0, first_block), args.tensors[1]});
+      shifted.tensors[2] = at::cat({both.tensors[2].narrow(0, 0, first_block), args.tensors[2]});
+      for (const Timed &impl : impls) {
+        if (impl.decode_only) continue;
+        const double us = time_planned_attention(args, impl.options, std::max(3, cfg.repetitions), clock);
+        const bool verified = same_bits(run_paged(shifted, impl.options).narrow(0, 100, len), run_paged(args, impl.options));
+        csv << "paged_attention_prefill," << impl.impl << ',' << dtype_name(dtype) << ",1," << len << ',' << d << ',' << fmt(us)
+            << ',' << fmt(flops / us * 1e-6, "%.2f") << ",,torch-sdpa-flash," << fmt(sdpa_us) << ',' << fmt(sdpa_us / us, "%.4f")
+            << ',' << (verified ? "yes" : "no") << ",,," << page << '\n';
+        log << "paged_attention prefill " << impl.impl << ' ' << dtype_name(dtype) << " len=" << len
+            << (page == 16 ? "" : " page=" + std::to_string(page)) << ": " << fmt(us, "%.1f")
+            << " us, " << fmt(flops / us * 1e-6, "%.1f") << " TFLOP/s, " << fmt(sdpa_us / us, "%.2f") << "x torch SDPA (flash)"
+            << (verified ? "" : "  (invariance FAILED)") << std::endl;
+      }
+    }
+  }
+}
+
+#endif
+
+}  // namespace
+
+void add_attention_bench(PropertyFamily &f) {
+  f.bench_shape_kinds = {kDecode, kPrefill};
+  f.check_bench_shape = [](const BenchShape &s) {
+    if (s.m <= 0 || s.n <= 0) throw std::invalid_argument("sizes must be positive");
+    if (s.k != 64 && s.k != 128 && s.k != 256) throw std::invalid_argument("K is the head dim: 64, 128 or 256");
+    if (s.op == kPrefill && s.m != 1) throw std::invalid_argument("a prefill row times one sequence (M = 1)");
+    if (s.page <= 0 || s.page > 4096) throw std::invalid_argument("page must be 1 to 4096 tokens");
+  };
+  f.bench_impl = [](const std::string &impl) { return impl == "invariant" || attention_variant_by_name(impl).has_value(); };
+#ifdef DETFUZZ_WITH_CUDA
+  f.bench = [](const FamilyBenchConfig &cfg, std::ostream &csv, std::ostream &log) {
+    const BenchClock clock;
+    at::Generator gen = at::cuda::detail::createCUDAGenerator();
+    gen.set_current_seed(20261121);
+    attention_bench(cfg, csv, log, gen, clock);
+  };
+#endif
+}
+
+}  // namespace detfuzz
