@@ -1,6 +1,7 @@
 // Host side of the persistent matmul: parameter checks and the dispatch by dtype to the kernel
-// files (gemm_tc.cu for float16/bfloat16 on tensor cores, gemm_f32.cu for float32 FMA). The
-// choice of kernel depends on the dtype alone; its tile shape and K order are fixed per dtype.
+// files (gemm_tc.cu or gemm_sm90.cu for float16/bfloat16 on tensor cores, gemm_f32.cu for float32
+// FMA). The choice of kernel depends on the dtype and the device (gemm_policy::sm90_runs); its K
+// order is fixed per kernel.
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/gemm.cuh"
 
@@ -100,11 +101,10 @@ void launch_gemm(const GemmParams &p, cudaStream_t stream) {
   if (p.path != GemmPath::automatic && !gemm_path_available(p.path, dev))
     throw std::invalid_argument(std::string("launch_gemm: path ") + gemm_path_name(p.path) +
                                 " needs an sm_90 GPU (device " + std::to_string(dev) + " is not one)");
-  const bool hopper = p.path != GemmPath::mma_sync &&
-                      (p.path != GemmPath::automatic || gemm_path_available(GemmPath::sm90_persistent, dev));
-  // K = 0 has no chunk to run: every path writes alpha * 0 (+ beta * bias) the mma.sync way.
-  if (hopper && p.K > 0) launch_gemm_sm90(p, p.path, stream);
-  else launch_gemm_tc(p, stream);
+  if (gemm_policy::sm90_runs(p.path, p.K, [&] { return gemm_path_available(GemmPath::sm90_persistent, dev); }))
+    launch_gemm_sm90(p, p.path, stream);
+  else
+    launch_gemm_tc(p, stream);
 }
 
 }  // namespace detfuzz::cuda_kernels

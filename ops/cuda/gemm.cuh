@@ -16,6 +16,8 @@
 // B[b] (and the bias): never on M, the batch, the CTA count, the stream or the B layout.
 #pragma once
 
+#include "ops/cuda/gemm_policy.h"
+
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -28,54 +30,12 @@ enum class DType { f32, f16, bf16, i32, i64 };
 const char *dtype_name(DType t);
 int dtype_size(DType t);
 
-// Which kernel runs a 16-bit matmul. `automatic` takes the Hopper kernel (gemm_sm90.cu) on an
-// sm_90 device and the mma.sync kernel (gemm_tc.cu) elsewhere, and on Hopper picks the persistent
-// or the split path by the tile count: the two Hopper paths give the same bits (see
-// gemm_sm90.cu), so the pick never changes a result. The mma.sync kernel has bits of its own
-// (no K chunks), invariant on their own. Tests and variant_agree force a path.
-// The sm90 paths with the _64 suffix use 64-row tiles (one consumer warpgroup), the automatic
-// choice for M <= 64 and where 128-row tiles would leave half the SMs idle; the others 128-row
-// tiles. sm90_split reduces a tile's K chunks in a cluster's shared memory. sm90_persistent_64x64
-// runs 64 x 64 tiles (wgmma m64n64k16: the same per-element arithmetic as m64n128k16, over the
-// same K order), the automatic choice where 64 x 128 tiles would leave half the SMs idle.
-// sm90_persistent_128x192 runs tiles 192 columns wide (m64n192k16, the same arithmetic again): half
-// as much MMA work again per byte loaded into shared memory, taken where it gives fewer waves.
-// sm90_persistent_64x256 runs 64 x 256 tiles, two m64n128k16 warpgroups side by side on the same
-// rows: decode over a very wide N (a vocabulary), A loaded once per 256 columns.
-enum class GemmPath {
-  automatic,
-  mma_sync,
-  sm90_persistent,
-  sm90_split,
-  sm90_persistent_64,
-  sm90_split_64,
-  sm90_persistent_64x64,
-  sm90_persistent_128x192,
-  sm90_persistent_64x256
-};
+// GemmPath (the 16-bit paths), F32Path (the float32 ones), k_chunks and the rules that pick a
+// path: ops/cuda/gemm_policy.h.
 const char *gemm_path_name(GemmPath p);
 // The paths this device can run for a 16-bit dtype (sm90 ones only on compute capability 9.x).
 bool gemm_path_available(GemmPath p, int device);
 
-// The float32 kernel's schedules and tile shapes (gemm_f32.cu). `automatic` picks one by shape;
-// every one computes the same bits, so the pick never changes a result. Tests and variant_agree
-// force each. column_stream (gemm_f32_stream.cu) is the TMA-fed streaming kernel for small M.
-// split_* run a CTA per (tile, K chunk) like cluster_*, and column_stream_split the column stream,
-// but leave each chunk's partials in the caller's workspace (GemmParams::workspace) for a second
-// kernel to add in chunk order: no cluster, so no co-residency limit on how the CTAs spread over
-// the SMs.
-enum class F32Path {
-  automatic,
-  persistent_tall,
-  persistent_large,
-  persistent_small,
-  cluster_large,
-  cluster_small,
-  column_stream,
-  split_large,
-  split_small,
-  column_stream_split
-};
 const char *gemm_f32_path_name(F32Path path);
 // cluster_* and column_stream: sm_90 code and GPU; tall: 202 KB of shared memory; split_*: any GPU
 // (they need a workspace: gemm_workspace_bytes).
@@ -104,6 +64,9 @@ struct GemmParams {
   int64_t workspace_bytes = 0;
 };
 
+// The sizes the launch rules (gemm_policy.h) read.
+inline gemm_policy::GemmShape gemm_shape(const GemmParams &p) { return {p.M, p.N, p.K, p.batch, p.num_ctas}; }
+
 // The workspace bytes launch_gemm wants for p on `device`: those of the forced float32 path, or of
 // the path the automatic choice takes when it is given a workspace; 0 when none is needed.
 int64_t gemm_workspace_bytes(const GemmParams &p, int device);
@@ -131,11 +94,12 @@ void launch_gemm_f32_path(const GemmParams &p, F32Path path, cudaStream_t stream
 // split: the chunks' partials go to p.workspace, added by launch_gemm_f32_split_reduce.
 bool gemm_f32_stream_fits(const GemmParams &p);
 void launch_gemm_f32_stream(const GemmParams &p, bool split, int device, cudaStream_t stream);
-// Whether the split form is expected to beat the clusters for p on `device` (gemm_f32_stream.cu).
-bool gemm_f32_stream_split_pays(const GemmParams &p, int device);
+// How many clusters of `size` CTAs of the column-stream kernel for p's M and B layout `device`
+// runs at once (gemm_policy::f32_stream_split_pays weighs it).
+int gemm_f32_stream_clusters(const GemmParams &p, int size, int device);
 // The split paths' second kernel: C from the partials in p.workspace, added in chunk order.
 void launch_gemm_f32_split_reduce(const GemmParams &p, cudaStream_t stream);
-// k_chunks(K) of gemm_common.cuh for host code that cannot include it: {chunk size, chunk count}.
+// k_chunks(K) (gemm_policy.h) as {chunk size, chunk count}.
 std::pair<int64_t, int> gemm_k_chunks(int64_t K);
 
 }  // namespace detfuzz::cuda_kernels

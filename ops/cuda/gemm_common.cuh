@@ -53,32 +53,8 @@ GemmArgs<E> gemm_args(const GemmParams &p) {
   return a;
 }
 
-// The fixed split of the K range into chunks, a function of K alone (never of M, N, the batch or
-// the grid). Every kernel path computes one output element as
-//   total = p_0;  total = total + p_1;  ...;  total = total + p_{count-1}
-// where p_c is the dot product over chunk c's K range accumulated from zero in the kernel's K
-// order, and the adds are plain float32 adds. A path may compute the p_c in one CTA (a running
-// total in registers, for large M) or in `count` CTAs of one cluster (reduced through distributed
-// shared memory in the order above, for small M): the bits are the same, so the path may change
-// with M. Chunks are multiples of 64 so that every kernel's K step divides them.
-struct KChunks {
-  int64_t size;  // K elements per chunk (the last chunk may be shorter)
-  int count;     // 1 .. kMaxKChunks
-};
-constexpr int kMaxKChunks = 8;           // a portable cluster size
-constexpr int64_t kMinKChunk = 1024;     // below this a split costs more than it gains (H100: a split
-                                         // CTA's fixed costs are about two chunks of 512)
-__host__ __device__ inline KChunks k_chunks(int64_t K) {
-  if (K <= kMinKChunk) return {K > 0 ? K : 1, 1};
-  int64_t count = (K + kMinKChunk - 1) / kMinKChunk;
-  if (count > kMaxKChunks) count = kMaxKChunks;
-  const int64_t size = ((K + count - 1) / count + 63) / 64 * 64;
-  return {size, static_cast<int>((K + size - 1) / size)};
-}
-
-// The float32 split schedules' workspace (gemm_f32.cu, gemm_f32_stream.cu): p_c of element
-// (b, m, n) at workspace[((c * batch + b) * M + m) * f32_split_pitch(N) + n], rows 16-byte aligned.
-__host__ __device__ inline int64_t f32_split_pitch(int64_t N) { return (N + 3) / 4 * 4; }
+// k_chunks(K), the fixed split of K into chunks that every path adds in order, and
+// f32_split_pitch: ops/cuda/gemm_policy.h (through gemm.cuh).
 
 // Host: runs `configure` (a kernel's cudaFuncSetAttribute calls) once per device for devices
 // 0..63 and on every call for others; `done` is that kernel instantiation's own record.

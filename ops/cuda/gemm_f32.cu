@@ -48,14 +48,14 @@
 //     shared memory, applies the epilogue and stores. Used when the tiles alone cannot fill the GPU
 //     and the caller gives no workspace. A cluster must be resident whole: an H100 holds 62
 //     clusters of 4 of these CTAs at once (30 of 8), so one more cluster waits for a second wave,
-//     and it packs clusters two CTAs deep on some SMs while others idle (Nsight Compute, M = 128,
-//     N = K = 4096: 128 CTAs, at most 2 and at least 0 per SM, SMs active 52% of the time).
+//     and it packs clusters two CTAs deep on some SMs while others idle.
 //   split (any GPU): one CTA per (tile, chunk) as in the cluster schedule, but no cluster: each
 //     stores its p_c to the caller's workspace ([chunk][batch][M][N rounded up to 4] floats), and
 //     split_reduce_kernel adds them in chunk order and applies the epilogue. The CTAs spread over
 //     every SM, at the price of the partials' round trip through L2 and a second launch.
 // The column stream for small M (TMA-fed, no register tiles of A; with clusters or split the same
-// way) lives in gemm_f32_stream.cu; gemm_f32_auto_path below picks among all eight paths.
+// way) lives in gemm_f32_stream.cu; gemm_policy::f32_auto_path (gemm_policy.h) picks among all
+// nine paths.
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/gemm.cuh"
 #include "ops/cuda/gemm_common.cuh"
@@ -107,6 +107,10 @@ struct TileShape {
 using TallTile = TileShape<256, 128, 16, 8, 4, 16, 3, 1>;
 using LargeTile = TileShape<128, 128, 8, 8, 4, 16, 3, 2>;
 using SmallTile = TileShape<32, 128, 4, 4, 2, 32, 4, 2>;
+// The tiles the launch rules (gemm_policy.h) count.
+static_assert(TallTile::BM == gemm_policy::kF32Tall.m && TallTile::BN == gemm_policy::kF32Tall.n, "policy's tall tile");
+static_assert(LargeTile::BM == gemm_policy::kF32Large.m && LargeTile::BN == gemm_policy::kF32Large.n, "policy's large tile");
+static_assert(SmallTile::BM == gemm_policy::kF32Small.m && SmallTile::BN == gemm_policy::kF32Small.n, "policy's small tile");
 
 // persistent_tile (gemm_common.cuh) in 32-bit arithmetic, which spares the kernel the register
 // cost of 64-bit divisions: the same tile order while tile counts * GROUP_M stay below 2^31 (the
@@ -577,7 +581,7 @@ void opt_in(int dev) {
 
 template <class T>
 int64_t tile_count(const GemmParams &p) {
-  return (p.M + T::BM - 1) / T::BM * ((p.N + T::BN - 1) / T::BN) * p.batch;
+  return gemm_policy::tile_count(gemm_shape(p), T::BM, T::BN);
 }
 
 template <class T, bool B_KN>
@@ -590,9 +594,7 @@ void launch_persistent(const F32Args &args, const GemmParams &p, int dev, cudaSt
   DETFUZZ_LAUNCH_CHECK();
 }
 
-int64_t split_workspace_bytes(const GemmParams &p) {
-  return static_cast<int64_t>(k_chunks(p.K).count) * p.batch * p.M * f32_split_pitch(p.N) * 4;
-}
+int64_t split_workspace_bytes(const GemmParams &p) { return gemm_policy::f32_split_workspace_bytes(gemm_shape(p)); }
 
 template <class T, bool B_KN>
 void launch_split(const F32Args &args, const GemmParams &p, int dev, cudaStream_t stream) {
@@ -660,7 +662,7 @@ bool tall_fits(int dev) {
 // The cluster and split schedules' grids: a CTA per (tile, chunk).
 template <class T>
 bool per_chunk_fits(const GemmParams &p) {
-  return tile_count<T>(p) * k_chunks(p.K).count <= INT_MAX;
+  return gemm_policy::f32_per_chunk_fits(gemm_shape(p), {T::BM, T::BN});
 }
 
 template <class T, Schedule SCHED>
@@ -672,11 +674,6 @@ void launch_tile(const F32Args &args, const GemmParams &p, int dev, cudaStream_t
   else
     p.b_kn ? launch_persistent<T, true>(args, p, dev, stream) : launch_persistent<T, false>(args, p, dev, stream);
 }
-
-// The most workspace the automatic choice asks for (chunks x M x N floats, from the caller's
-// allocator for the call's duration): beyond it, a path without one (M = 512, N = 128256 would
-// take 1 GiB).
-constexpr int64_t kSplitWorkspaceCap = int64_t{256} << 20;
 
 bool is_split(F32Path path) {
   return path == F32Path::split_large || path == F32Path::split_small || path == F32Path::column_stream_split;
@@ -716,69 +713,21 @@ const char *gemm_f32_path_name(F32Path path) {
   return "?";
 }
 
+namespace {
+
+// What gemm_policy::f32_auto_path asks of the device, each asked only where the choice needs it.
+struct F32Device {
+  const GemmParams &p;
+  int device;
+  bool cluster_capable() const { return cuda_kernels::cluster_capable(device); }
+  bool tall_fits() const { return cuda_kernels::tall_fits(device); }
+  int stream_clusters(int size) const { return gemm_f32_stream_clusters(p, size, device); }
+};
+
+}  // namespace
+
 F32Path gemm_f32_auto_path(const GemmParams &p, int device, bool with_workspace) {
-  const bool small_m = p.M <= SmallTile::BM;
-  const int64_t slots = p.num_ctas, chunks = k_chunks(p.K).count;
-  const bool split = with_workspace && split_workspace_bytes(p) <= kSplitWorkspaceCap;
-  // The column stream for decode (M <= 8: B read once at nearly a device copy's speed) and for
-  // 17-32 rows (4 columns x 8 rows per thread); its split form where the clusters would not fit
-  // one wave or would be packed two CTAs deep (gemm_f32_stream_split_pays). Forced-path bench, H100,
-  // 2026-11-25, speed against cuBLAS, clusters / split: M = 32, N = K = 4096 0.89 / 1.26; M = 32,
-  // N = 4096, K = 14336 0.80 / 1.14; M = 8, N = 4096, K = 14336 1.48 / 1.85; M = 1, N = 6144
-  // 1.04 / 0.94 (the clusters spread: the split's second launch is pure cost). At 9-16 rows the
-  // 32 x 128 tiles win (M = 16, N = K = 4096: split tiles 2.12, column stream 1.37 / 1.91).
-  if ((p.M <= 8 || (p.M > 16 && p.M <= 32)) && cluster_capable(device) && gemm_f32_stream_fits(p))
-    return split && gemm_f32_stream_split_pays(p, device) ? F32Path::column_stream_split : F32Path::column_stream;
-  // 256 x 128 tiles (the shape cuBLAS picks for float32 on Hopper: more FMAs per shared-memory
-  // read) where they are full and give every SM at least one: H100, N = K = 4096, M = 2048 1710
-  // against 1790 us (128 x 128), M = 8192 6755 against 7074 us; at M = 512 they lose (half-empty
-  // waves), and below 256 rows they compute padding. At M = 2048 they also beat the split 128 x 128
-  // tiles (0.83-0.87x against 0.80-0.86x over the six N, K of the bench).
-  if (p.M >= 1024 && tile_count<TallTile>(p) >= slots && tall_fits(device)) return F32Path::persistent_tall;
-  // A CTA per (tile, chunk), the partials through the workspace: the CTAs spread over every SM
-  // and a late one starts wherever an SM frees up, where clusters must wait for room for a whole
-  // cluster (a second wave for the last few) and persistent CTAs split the tiles in fixed shares.
-  // Forced-path bench, H100, 2026-11-25, speed against cuBLAS, split 128 x 128 against the best
-  // of the persistent and cluster schedules: M = 128, N = K = 4096 0.88 / 0.68; M = 128,
-  // N = 4096, K = 14336 0.88 / 0.62; M = 512, N = 1024, K = 8192 0.88 / 0.63; M = 512, N = K =
-  // 4096 0.96 / 0.78; M = 512, N = 128256 0.86 / 0.81; nowhere behind by more than noise. The
-  // 32 x 128 tiles where the large ones come to under half a CTA per SM (M = 128, N = 1024,
-  // K = 8192: 0.77 / 0.56) and for M <= 32 (M = 16, N = 4096, K = 14336: 1.36, clusters 0.95).
-  if (split) {
-    const int64_t large_units = tile_count<LargeTile>(p) * chunks;
-    if ((small_m || 2 * large_units < slots) && per_chunk_fits<SmallTile>(p)) return F32Path::split_small;
-    if (per_chunk_fits<LargeTile>(p)) return F32Path::split_large;
-  }
-  // Without a workspace (or where it would pass kSplitWorkspaceCap):
-  // 32 x 128 tiles, persistent, where they come to between 3/4 of a wave and a wave (M > 32), or
-  // to 3/4 of a wave or more (M <= 32): every SM then streams B for whole tiles, with no cluster
-  // exchange. Forced-path bench on an H100 (2026-11-25), speed against cuBLAS, this path against
-  // the previous pick: M = 8, N = 14336 1.42 / 1.27; M = 32, N = 128256 1.32 / 1.24; M = 128,
-  // N = K = 4096 0.68 / 0.59; M = 128, N = 4096, K = 14336 0.61 / 0.57; M = 512, N = 1024,
-  // K = 8192 0.62 / 0.57 (M = 32, N = 14336: 1.26 / 1.27).
-  const int64_t small_tiles = tile_count<SmallTile>(p);
-  if (4 * small_tiles >= 3 * slots && (small_m || small_tiles <= slots)) return F32Path::persistent_small;
-  if (cluster_capable(device)) {
-    if (small_m && per_chunk_fits<SmallTile>(p)) return F32Path::cluster_small;
-    // Persistent unless spreading each tile's chunks over a cluster (a CTA per chunk: finer waves)
-    // is cheaper. In chunk times per SM: persistent runs ceil(tiles / SMs) waves of `chunks`
-    // chunks, the cluster ceil(tiles * chunks / SMs) waves of one chunk; a tie goes to
-    // persistent (no partials' exchange). Measured on an H100, float32, 128 x 128 tiles:
-    // M = 512, N = K = 4096 (128 tiles on 132 SMs, 4 chunks; 4 against 4) 490 us persistent, 542
-    // in clusters; M = 512, N = 14336 (448 tiles; 16 against 14) 1798 and 1582 us; M = 128,
-    // N = 128256 (1002 tiles; 32 against 31) 3535 and 3403 us.
-    // A tie goes to the cluster when the persistent tiles leave more than 1/8 of the SMs idle:
-    // M = 128, N = 14336 (112 tiles, 4 against 4) 0.80x cuBLAS in clusters, 0.65x persistent.
-    const int64_t tiles = tile_count<LargeTile>(p);
-    const int64_t persistent_cost = (tiles + slots - 1) / slots * chunks;
-    const int64_t cluster_cost = (tiles * chunks + slots - 1) / slots;
-    const bool tie_to_cluster = persistent_cost == cluster_cost && 8 * tiles < 7 * slots;
-    if ((persistent_cost <= cluster_cost && !tie_to_cluster) || !per_chunk_fits<LargeTile>(p)) return F32Path::persistent_large;
-    // Fewer (tile, chunk) CTAs than SMs even so: the small tiles give 4 times as many.
-    if (tiles * chunks < slots && per_chunk_fits<SmallTile>(p)) return F32Path::cluster_small;
-    return F32Path::cluster_large;
-  }
-  return small_m ? F32Path::persistent_small : F32Path::persistent_large;
+  return gemm_policy::f32_auto_path(gemm_shape(p), with_workspace, F32Device{p, device});
 }
 
 void launch_gemm_f32_path(const GemmParams &p, F32Path path, cudaStream_t stream) {

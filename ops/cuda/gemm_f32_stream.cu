@@ -23,9 +23,8 @@
 // schedule does), applies the epilogue and stores. With one chunk a thread stores its own columns.
 // Split (column_stream_split): no cluster; each CTA stores its p_c to the caller's workspace and
 // gemm_f32.cu's reduce kernel adds them in chunk order. A cluster must be resident whole, and the
-// hardware packs clusters two CTAs deep on some SMs while others stay idle (Nsight Compute of
-// gemm_f32.cu's 128x128 clusters: 128 CTAs in clusters of 4, 0 to 2 per SM); without clusters
-// the CTAs spread one per SM.
+// hardware packs clusters two CTAs deep on some SMs while others stay idle; without clusters the
+// CTAs spread one per SM. gemm_policy::f32_stream_split_pays weighs the two.
 // Block order: chunk fastest, then row tile, then column tile, so the row tiles of a column tile
 // (M > 8 G) run together and share B through L2.
 #include "ops/cuda/cuda_check.h"
@@ -44,14 +43,13 @@
 namespace detfuzz::cuda_kernels {
 namespace {
 
-constexpr int kCols = 128;      // columns per CTA
-constexpr int kBK = 32;         // k per stage: 128 bytes of a K-contiguous row (the swizzle span)
+constexpr int kCols = gemm_policy::kStreamCols;  // columns per CTA
+constexpr int kBK = gemm_policy::kStreamBK;      // k per stage: 128 bytes of a K-contiguous row (the swizzle span)
 
-// Rows per thread, row groups per CTA and columns per thread for M rows (larger M takes several
-// row tiles): up to 8 rows one column per thread (B's bytes, not the FMAs, set the time), beyond
-// that 8 rows x 4 columns per thread, so that each A value loaded serves 4 FMAs.
-int stream_rows(int64_t M) { return M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : 8; }
-int stream_groups(int64_t M) { return M <= 8 ? 1 : M <= 16 ? 2 : 4; }
+// Rows per thread and row groups per CTA for M rows (gemm_policy.h: up to 8 rows one column per
+// thread, beyond that 8 rows x 4 columns per thread in 2 or 4 groups).
+using gemm_policy::f32_stream_groups;
+using gemm_policy::f32_stream_rows;
 
 template <int G, int R, int C>
 struct StreamShape {
@@ -314,7 +312,7 @@ struct Instance {
 template <class F>
 void with_instance(const GemmParams &p, F f) {
   const bool kn = p.b_kn;
-  switch (stream_groups(p.M) * 8 + stream_rows(p.M)) {
+  switch (f32_stream_groups(p.M) * 8 + f32_stream_rows(p.M)) {
     case 8 + 1: kn ? f(Instance<1, 1, 1, true>{}) : f(Instance<1, 1, 1, false>{}); break;
     case 8 + 2: kn ? f(Instance<1, 2, 1, true>{}) : f(Instance<1, 2, 1, false>{}); break;
     case 8 + 4: kn ? f(Instance<1, 4, 1, true>{}) : f(Instance<1, 4, 1, false>{}); break;
@@ -354,32 +352,14 @@ void launch(const GemmParams &p, bool split, int dev, cudaStream_t stream) {
   if (args.workspace) launch_gemm_f32_split_reduce(p, stream);
 }
 
-int64_t stream_ctas(const GemmParams &p) {
-  const int64_t rows = stream_rows(p.M) * stream_groups(p.M);
-  return (p.M + rows - 1) / rows * ((p.N + kCols - 1) / kCols) * p.batch * k_chunks(p.K).count;
-}
-
 }  // namespace
 
-bool gemm_f32_stream_fits(const GemmParams &p) {
-  const int64_t ctas = stream_ctas(p);
-  // TMA coordinates are 32-bit.
-  return ctas <= INT_MAX && p.K < INT_MAX - kBK && p.N < INT_MAX && p.M < INT_MAX && p.batch < INT_MAX;
-}
+bool gemm_f32_stream_fits(const GemmParams &p) { return gemm_policy::f32_stream_fits(gemm_shape(p)); }
 
-bool gemm_f32_stream_split_pays(const GemmParams &p, int dev) {
-  const int size = k_chunks(p.K).count;
-  if (size == 1) return false;
-  const int64_t ctas = stream_ctas(p), clusters = ctas / size, sms = p.num_ctas;
-  if (ctas > 2 * sms) return false;  // waves enough that the clusters' tail and packing matter little
+int gemm_f32_stream_clusters(const GemmParams &p, int size, int device) {
   int active = 0;
-  with_instance(p, [&](auto instance) { active = decltype(instance)::max_active_clusters(dev, size); });
-  // More clusters than fit at once: a second wave for the last few.
-  if (clusters > active) return true;
-  // One wave, but with two CTAs per SM allowed the hardware packs clusters two CTAs deep on some
-  // SMs while others idle; one CTA per SM holds about half as many clusters. That costs the FMA-bound
-  // shapes (8 rows per thread) more than the reduction's second launch.
-  return stream_rows(p.M) == 8 && ctas <= sms && clusters > active / 2;
+  with_instance(p, [&](auto instance) { active = decltype(instance)::max_active_clusters(device, size); });
+  return active;
 }
 
 void launch_gemm_f32_stream(const GemmParams &p, bool split, int dev, cudaStream_t stream) {

@@ -44,12 +44,14 @@
 // Epilogue. The 128-row persistent tiles write their results (rounded exactly as a register store
 // would round them) into a staging area of shared memory, swizzled as TMA wants it, and one thread
 // per warpgroup stores them with TMA, asynchronously: the warpgroup goes on with the next tile's
-// MMAs while the store drains (an H100 spent 12-16% of a large-M run in the register-store
-// epilogue). Where C's rows are not 16-byte aligned, TMA cannot store it and the 128 x 128 tiles
-// store from registers. Both epilogues round alpha * total without per-value checks where there is
-// no bias (register stores: and the tile lies inside N); the checked form, a bounds test, a bias
-// term and a 64-bit index per value, cost an H100 3.5 us at the end of a decode kernel and 5-13%
-// of large-M runs. Same rounding either way.
+// MMAs while the store drains. Where C's rows are not 16-byte aligned, TMA cannot store it and the
+// 128 x 128 tiles store from registers. Both epilogues round alpha * total without per-value checks
+// where there is no bias (register stores: and the tile lies inside N); the checked form, a bounds
+// test, a bias term and a 64-bit index per value, runs elsewhere. Same rounding either way.
+//
+// Which path runs a problem (tile height and width, persistent or split) is chosen by the pure
+// host functions of gemm_policy.h; the measurements behind the kernel's choices are in
+// docs/perf/matmul.md.
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/gemm.cuh"
 #include "ops/cuda/gemm_common.cuh"
@@ -153,9 +155,8 @@ __device__ __forceinline__ uint16_t rounded(float total, const Sm90Args &p, cons
 // them 4 adjacent columns, and one 8-byte store per thread writes whole 32-byte sectors.
 // LEAN (no bias, every column inside N, rows 8-byte aligned) has no per-value checks: the general
 // form, with a bounds check, a bias term and a 64-bit index per value, is some 2000 instructions
-// per thread, which took an H100 3.5 us at the end of a decode kernel (M = 32, N = 14336,
-// K = 4096: 47 us in all, 44 with the lean form). Values are rounded before the shuffles: the
-// bits are those of every other epilogue.
+// per thread, microseconds at the end of a decode kernel. Values are rounded before the shuffles:
+// the bits are those of every other epilogue.
 // vec4: C's rows are 8-byte aligned (LEAN implies it).
 template <typename T, int BN, bool LEAN>
 __device__ __forceinline__ void store_rows(const float (&v)[BN / 2], const Sm90Args &p, uint16_t *C, const uint16_t *bias,
@@ -214,7 +215,7 @@ __device__ __forceinline__ void store_fragment(const float (&v)[BN / 2], const S
 // banks), and one thread stores the boxes. Rows and columns past M and N are clipped by TMA, so
 // LEAN (no bias: the kernel's BIAS is false) rounds alpha * total everywhere without a check; the
 // checked form costs the consumers a few thousand instructions per tile while the tensor cores
-// wait (an H100 ran 2048 x 128256 x 4096 bf16 in 3240 us lean, 3725 us checked).
+// wait.
 template <typename T, int BN, bool LEAN>
 __device__ __forceinline__ void stage_values(const float (&v)[BN / 2], const Sm90Args &p, const uint16_t *bias, int64_t m0,
                                              int64_t n0, int cw, uint32_t out, int warp, int lane) {
@@ -570,78 +571,24 @@ void launch_one(const GemmParams &p, int grid_limit, int dev, cudaStream_t strea
   DETFUZZ_LAUNCH_CHECK();
 }
 
-// The tile_m x tile_n tiles of every C matrix of the batch, and the whole waves of them that
-// `slots` CTAs at a time take (a persistent CTA's time is its share of the tiles).
-int64_t tile_count(const GemmParams &p, int tile_m, int tile_n) {
-  return (p.M + tile_m - 1) / tile_m * ((p.N + tile_n - 1) / tile_n) * p.batch;
-}
-int64_t waves(int64_t tiles, int64_t slots) { return (tiles + slots - 1) / slots; }
-
-// Whether 128 x 192 persistent tiles beat 128 x 128 ones: a 192-wide tile costs 1.44 128-wide
-// ones. Measured on an H100 over 13 shapes with M >= 512, both staged: a 192-wide tile took
-// 1.5 / r times a 128-wide one, r from 0.99 to 1.2, mostly 1.02-1.07; r = 1.04 picks the faster
-// path on all but two shapes, each within 1.2%.
-bool wide_tiles_pay(const GemmParams &p, int sms) {
-  return 1.44 * static_cast<double>(waves(tile_count(p, 128, 192), sms)) <
-         static_cast<double>(waves(tile_count(p, 128, 128), sms));
-}
-
-// Whether 64 x 256 tiles (two consumers side by side) beat 64 x 128 ones: only where they alone
-// fill every SM and take no longer in whole waves (decode over a vocabulary-wide N).
-bool side_by_side_pays(const GemmParams &p, int sms) {
-  const int64_t tiles_256 = tile_count(p, 64, 256);
-  return tiles_256 >= sms && 2 * waves(tiles_256, sms) <= waves(tile_count(p, 64, 128), sms);
-}
-
-// Picks the schedule (when `path` is automatic) and launches.
-//   persistent: min(tiles, SMs) CTAs, each tile's chunks one after another;
-//   cluster split: one CTA per (tile, chunk), clusters of `chunks`, as many at once as fit;
-//   64 x 64 tiles (64-row tiles only): persistent, where 64 x 128 tiles would leave half the SMs
-//   idle: twice the CTAs stream B (each SM's stream, not the HBM, bounds decode there).
-// Costs in chunk times: a split CTA costs about three chunks' time for one chunk of work
-// (measured on an H100: its pipeline fills and drains once, and the partials cross shared
-// memory), so a split pays only where the tiles alone leave most SMs idle. The persistent side is
-// the path that would run instead: where that is 64 x 64 tiles, a chunk of one takes about half a
-// 64 x 128 one (M = 128, N = 1024, K = 8192, bf16: 64 x 64 tiles 25.7 us, the split of 16
-// clusters of 8 in two waves 30.6 us).
-template <typename T, bool B_KN, int CONSUMERS>
+// Launches the kernel gemm_policy::sm90_kernel picks for `path` (automatic or forced).
+template <typename T, bool B_KN>
 void dispatch(const GemmParams &p, GemmPath path, int dev, cudaStream_t stream) {
-  const int sms = p.num_ctas, tile_m = 64 * CONSUMERS;
-  const int64_t tiles = tile_count(p, tile_m, 128);
-  const int chunks = k_chunks(p.K).count;
-  // Where the automatic choice takes 64 x 64 tiles (unless a split is cheaper).
-  const bool half_width = CONSUMERS == 1 && path == GemmPath::automatic && 2 * tiles <= sms;
-  if (path == GemmPath::sm90_persistent_64x64) return launch_one<T, B_KN, kPersistent, 1, 64>(p, sms, dev, stream);
-  const bool forced_cluster = path == GemmPath::sm90_split || path == GemmPath::sm90_split_64;
-  const bool forced_persistent = path == GemmPath::sm90_persistent || path == GemmPath::sm90_persistent_64 ||
-                                 path == GemmPath::sm90_persistent_128x192 || path == GemmPath::sm90_persistent_64x256;
-  bool cluster = forced_cluster;
-  if (!forced_cluster && !forced_persistent && chunks > 1) {
-    // In half-chunk times.
-    const int64_t persistent_cost = half_width ? waves(tile_count(p, 64, 64), sms) * chunks : 2 * waves(tiles, sms) * chunks;
-    const int64_t cap = max_active_clusters<T, B_KN, CONSUMERS>(dev, chunks);
-    cluster = 2 * waves(tiles, cap) * 3 < persistent_cost;
+  using gemm_policy::Sm90Kernel;
+  const int sms = p.num_ctas;
+  const Sm90Kernel kernel = gemm_policy::sm90_kernel(gemm_shape(p), path, c_storable_by_tma(p), [&](int consumers, int chunks) {
+    return consumers == 1 ? max_active_clusters<T, B_KN, 1>(dev, chunks) : max_active_clusters<T, B_KN, 2>(dev, chunks);
+  });
+  switch (kernel) {
+    case Sm90Kernel::split_64x128: return launch_one<T, B_KN, kCluster, 1, 128>(p, sms, dev, stream);
+    case Sm90Kernel::split_128x128: return launch_one<T, B_KN, kCluster, 2, 128>(p, sms, dev, stream);
+    case Sm90Kernel::persistent_64x64: return launch_one<T, B_KN, kPersistent, 1, 64>(p, sms, dev, stream);
+    case Sm90Kernel::persistent_64x128: return launch_one<T, B_KN, kPersistent, 1, 128>(p, sms, dev, stream);
+    case Sm90Kernel::persistent_64x256: return launch_one<T, B_KN, kPersistent, 2, 256>(p, sms, dev, stream);
+    case Sm90Kernel::persistent_128x128: return launch_one<T, B_KN, kPersistent, 2, 128>(p, sms, dev, stream);
+    case Sm90Kernel::persistent_128x128_staged: return launch_one<T, B_KN, kPersistent, 2, 128, true>(p, sms, dev, stream);
+    case Sm90Kernel::persistent_128x192_staged: return launch_one<T, B_KN, kPersistent, 2, 192, true>(p, sms, dev, stream);
   }
-  if (cluster) return launch_one<T, B_KN, kCluster, CONSUMERS, 128>(p, sms, dev, stream);
-  if constexpr (CONSUMERS == 1) {
-    if (half_width) return launch_one<T, B_KN, kPersistent, 1, 64>(p, sms, dev, stream);
-    if (path == GemmPath::sm90_persistent_64x256 || (path == GemmPath::automatic && side_by_side_pays(p, sms)))
-      return launch_one<T, B_KN, kPersistent, 2, 256>(p, sms, dev, stream);
-    launch_one<T, B_KN, kPersistent, 1, 128>(p, sms, dev, stream);
-  } else {
-    // The staged epilogue wherever TMA can store C (else 128 x 128 tiles storing from registers);
-    // 128 x 192 tiles where forced or where they take fewer waves.
-    if (!c_storable_by_tma(p)) return launch_one<T, B_KN, kPersistent, 2, 128>(p, sms, dev, stream);
-    if (path == GemmPath::sm90_persistent_128x192 || (path == GemmPath::automatic && wide_tiles_pay(p, sms)))
-      return launch_one<T, B_KN, kPersistent, 2, 192, true>(p, sms, dev, stream);
-    launch_one<T, B_KN, kPersistent, 2, 128, true>(p, sms, dev, stream);
-  }
-}
-
-template <typename T, int CONSUMERS>
-void dispatch_layout(const GemmParams &p, GemmPath path, int dev, cudaStream_t stream) {
-  if (p.b_kn) dispatch<T, true, CONSUMERS>(p, path, dev, stream);
-  else dispatch<T, false, CONSUMERS>(p, path, dev, stream);
 }
 
 }  // namespace
@@ -650,22 +597,15 @@ void launch_gemm_sm90(const GemmParams &p, GemmPath path, cudaStream_t stream) {
   if (p.K <= 0) throw std::invalid_argument("launch_gemm_sm90: K must be >= 1");
   if (p.dtype != DType::bf16 && p.dtype != DType::f16)
     throw std::invalid_argument("launch_gemm_sm90: dtype must be f16 or bf16");
-  // Tile height: 64 rows (one consumer warpgroup) when forced, for M <= 64, and where 128-row
-  // tiles would leave half the SMs idle (twice the CTAs then stream B: an H100 at M = 128,
-  // N = 4096, K = 14336 took 87 us in 128-row tiles and 61 us in 64-row ones); else 128.
-  const int64_t wide_tiles = tile_count(p, 128, 128);
-  const bool narrow = path == GemmPath::sm90_persistent_64 || path == GemmPath::sm90_split_64 ||
-                      path == GemmPath::sm90_persistent_64x64 || path == GemmPath::sm90_persistent_64x256 ||
-                      (path == GemmPath::automatic && (p.M <= 64 || 2 * wide_tiles <= p.num_ctas));
   int dev = 0;
   DETFUZZ_CUDA_CHECK(cudaGetDevice(&dev));
   const bool bf16 = p.dtype == DType::bf16;
-  if (narrow) {
-    if (bf16) dispatch_layout<__nv_bfloat16, 1>(p, path, dev, stream);
-    else dispatch_layout<__half, 1>(p, path, dev, stream);
+  if (p.b_kn) {
+    if (bf16) dispatch<__nv_bfloat16, true>(p, path, dev, stream);
+    else dispatch<__half, true>(p, path, dev, stream);
   } else {
-    if (bf16) dispatch_layout<__nv_bfloat16, 2>(p, path, dev, stream);
-    else dispatch_layout<__half, 2>(p, path, dev, stream);
+    if (bf16) dispatch<__nv_bfloat16, false>(p, path, dev, stream);
+    else dispatch<__half, false>(p, path, dev, stream);
   }
 }
 
