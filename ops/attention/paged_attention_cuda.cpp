@@ -1,6 +1,7 @@
 // Host dispatch of the fused paged attention kernel. The plan: input checks
 // (validate_paged_inputs, then what the kernel needs: dtype, head dim, GQA group), the grid and
-// the schedule. The run: shape and alignment checks, workspace, launch on the current stream.
+// the schedule (the rules: attention_policy.h). The run: shape and alignment checks, workspace,
+// launch on the current stream.
 #ifdef DETFUZZ_WITH_CUDA
 
 #include "ops/attention/paged_attention.h"
@@ -9,7 +10,6 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -54,32 +54,16 @@ PagedAttentionCudaPlan::PagedAttentionCudaPlan(const at::Tensor &q, const at::Te
   h_kv_ = m.h_kv;
   head_dim_ = m.head_dim;
 
-  // The grid: query tiles of the longest q_len, splits of the longest kv_len.
-  const int64_t rows_per_tile = attention_rows_per_tile(static_cast<int>(h_q_ / h_kv_));
-  const int64_t group = h_q_ / h_kv_;
-  int64_t max_q = 0, max_kv = 0, full_tiles = 0;
-  std::vector<int64_t> tile_splits;  // splits of each query tile's last row
-  for (int64_t s = 0; s < num_seqs_; ++s) {
-    max_q = std::max(max_q, m.q_len(s));
-    max_kv = std::max<int64_t>(max_kv, m.kv_len[s]);
-    for (int64_t q0 = 0; q0 < m.q_len(s); q0 += rows_per_tile) {
-      const int64_t rows = std::min(rows_per_tile, m.q_len(s) - q0);
-      // Query tiles with more than 16 live (row, head) pairs: the ones worth a CTA of their own.
-      full_tiles += rows * group > 16;
-      const int64_t last_visible = m.kv_len[s] - m.q_len(s) + q0 + rows;
-      tile_splits.push_back((last_visible + options.split_tokens - 1) / options.split_tokens);
-    }
-  }
-  q_tiles_ = std::max<int64_t>(1, (max_q + rows_per_tile - 1) / rows_per_tile);
-  max_splits_ = std::max<int64_t>(1, (max_kv + options.split_tokens - 1) / options.split_tokens);
-  // whole_rows once the full query tiles (prefill work) alone give every SM two CTAs;
-  // splits otherwise (decode: the splits supply the parallelism, and on an H200 a CTA per split
-  // streams KV faster than a CTA walking all of them), and always for D = 256: split_groups on the
-  // wgmma kernel, split_per_cta on mma.sync (below).
+  // The grid, the schedule and the splits per CTA: attention_policy.h's rules, with the options'
+  // forced choices checked against what the kernels can run.
+  namespace policy = attention_policy;
+  const policy::KvGrid grid = policy::kv_grid(m.cu_q, m.kv_len, h_q_ / h_kv_, options.split_tokens);
+  q_tiles_ = grid.q_tiles;
+  max_splits_ = grid.max_splits;
   using Schedule = CudaAttentionOptions::Schedule;
   const int64_t sms = at::cuda::getDeviceProperties(q.device().index())->multiProcessorCount;
   whole_rows_ = options.schedule == Schedule::whole_rows ||
-                (options.schedule == Schedule::automatic && head_dim_ <= 128 && full_tiles * h_kv_ >= 2 * sms);
+                (options.schedule == Schedule::automatic && policy::whole_rows_pays(head_dim_, grid.full_tiles, h_kv_, sms));
   TORCH_CHECK(!(whole_rows_ && head_dim_ > 128), "paged_attention (CUDA): the whole_rows schedule needs D <= 128, got ",
               head_dim_);
   TORCH_CHECK(!(whole_rows_ && options.softmax_keys != kKvTile),
@@ -89,40 +73,18 @@ PagedAttentionCudaPlan::PagedAttentionCudaPlan(const at::Tensor &q, const at::Te
   TORCH_CHECK(options.kernel != Kernel::wgmma || wgmma_runs, "paged_attention (CUDA): the wgmma kernel needs an sm_90 GPU ",
               "and head dim 64 or 128 (head dim ", head_dim_, ")");
   wgmma_ = options.kernel == Kernel::wgmma || (options.kernel == Kernel::automatic && wgmma_runs);
-  // split_groups where the wgmma kernel runs and whole_rows is not taken (the 32-key softmax step
-  // of the planted qtile bug exists in split_per_cta only). H200, decode, 32 query and 8 KV heads,
-  // D = 128: see README (split_per_cta's single warpgroup had stopped at 60-64% of a device copy).
   TORCH_CHECK(options.schedule != Schedule::split_groups || (wgmma_ && options.softmax_keys == kKvTile),
               "paged_attention (CUDA): the split_groups schedule needs the wgmma kernel and 64-key softmax steps");
   split_groups_ = !whole_rows_ && (options.schedule == Schedule::split_groups ||
-                                   (options.schedule == Schedule::automatic && wgmma_ && options.softmax_keys == kKvTile));
-  // split_per_cta: 1, 2, 4 or 8 consecutive splits per CTA. In split-times per CTA slot a choice
-  // costs ceil(CTAs / slots) * splits per CTA (slots = SMs x the kernel's co-resident CTAs); the
-  // most splits per CTA whose cost is within a tenth of the cheapest is taken (each CTA pays a
-  // prologue, its partials and a merge step, about that much of a split). H100, bf16, 32 query
-  // and 8 KV heads, D = 128 (2 CTAs per SM), decode: batch 16 at 4k (costs 8 at 1 to 8 splits
-  // per CTA) 121.3 us at 4, 116.0 at 8; batch 1 at 32k (4, 4, 4, 8) 75.2 us at 2, 71.7 at 4;
-  // batch 64 at 16k (125, 126, 128, 128): the cheapest alone (1) ran 1764 us against 1644 at 8
-  // (float16).
+                                   (options.schedule == Schedule::automatic && policy::split_groups_pays(wgmma_, options.softmax_keys)));
   TORCH_CHECK(options.splits_per_cta >= 0, "paged_attention (CUDA): splits_per_cta ", options.splits_per_cta, " < 0");
   splits_per_cta_ = options.splits_per_cta;
   if (splits_per_cta_ == 0 && !whole_rows_) {
-    // split_groups: one CTA of two consumers per SM, a consumer being a slot.
-    const int64_t slots =
-        split_groups_ ? 2 * sms
-                      : sms * paged_attention_split_ctas_per_sm(static_cast<int>(head_dim_), q.scalar_type() == at::kBFloat16,
-                                                                wgmma_ ? AttnKernel::wgmma : AttnKernel::mma_sync,
-                                                                q.device().index());
-    int64_t cost[4], cheapest = 0;
-    for (int i = 0; i < 4; ++i) {
-      const int64_t spc = int64_t{1} << i;
-      int64_t ctas = 0;
-      for (int64_t n : tile_splits) ctas += (n + spc - 1) / spc;
-      cost[i] = (ctas * h_kv_ + slots - 1) / slots * spc;
-      if (i == 0 || cost[i] < cheapest) cheapest = cost[i];
-    }
-    for (int i = 0; i < 4; ++i)
-      if (10 * cost[i] <= 11 * cheapest) splits_per_cta_ = int64_t{1} << i;
+    const int64_t slots = policy::split_slots(split_groups_, sms, [&] {
+      return paged_attention_split_ctas_per_sm(static_cast<int>(head_dim_), q.scalar_type() == at::kBFloat16,
+                                               wgmma_ ? AttnKernel::wgmma : AttnKernel::mma_sync, q.device().index());
+    });
+    splits_per_cta_ = policy::splits_per_cta(grid.tile_splits, h_kv_, slots);
   }
   if (splits_per_cta_ == 0) splits_per_cta_ = 1;
 }

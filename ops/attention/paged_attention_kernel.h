@@ -3,32 +3,16 @@
 // workspace) is in paged_attention_cuda.cpp.
 #pragma once
 
+#include "ops/attention/attention_policy.h"
+
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
 namespace detfuzz::attention {
 
-// How the CTAs share out a row's KV splits. Both give every row the same bits (the merge is the
-// same sequence of float operations); they differ in speed only.
-enum class KvSchedule {
-  split_per_cta,  // one CTA per (query tile, KV head, splits_per_cta splits), writing each split's
-                  // state; a second kernel merges the splits
-  whole_rows,     // one CTA per (query tile, KV head) walks every split and merges in registers
-  split_groups,   // AttnKernel::wgmma only: the warp-specialised kernel, each consumer warpgroup on
-                  // its own splits_per_cta splits of a query tile, writing each split's state; the
-                  // merge kernel as for split_per_cta
-};
-
-// Which kernel computes the tiles. They differ in bits (tensor cores order a dot product their own
-// way per instruction), and each is batch invariant on its own.
-// How the Hopper prefill kernel loads K/V tiles (see CudaAttentionOptions::KvLoads).
-enum class KvLoads { automatic, tma, cp_async };
-
-enum class AttnKernel {
-  mma_sync,  // mma.sync.m16n8k16 per warp, ldmatrix: any GPU from sm_80
-  wgmma,     // Hopper's warpgroup MMA (sm_90a code on an sm_90 GPU), head dims 64 and 128
-};
+// KvSchedule, KvLoads, AttnKernel, attention_rows_per_tile and the rules that choose among them:
+// attention_policy.h.
 
 struct PagedAttnLaunch {
   bool bf16 = true;  // else float16
@@ -51,10 +35,6 @@ struct PagedAttnLaunch {
   bool pingpong = false;  // the Hopper prefill kernel's consumers take turns issuing their MMAs
   float scale_log2 = 1.f;  // softmax scale times log2(e): scores are kept in the log2 domain
 };
-
-// Query rows (of one sequence) per CTA for a GQA group of `group` query heads per KV head: a CTA
-// holds 64 (query row, head) pairs.
-constexpr int attention_rows_per_tile(int group) { return 64 / group; }
 
 // split_per_cta, split_groups: groups of splits_per_cta consecutive splits, ceil(max_splits / splits_per_cta).
 __host__ __device__ inline int split_group_count(int max_splits, int splits_per_cta) {

@@ -8,14 +8,13 @@
 // streams the union of their keys. split_groups: both consumers own the same query tile, each a
 // group of splits_per_cta consecutive splits (consumer 1 the group after consumer 0's), and the
 // producer streams the two groups' tiles alternately, each consumer waiting only on its own; a
-// finished split is written for the merge kernel exactly as split_per_cta writes it. Measured on an
-// H200 (2026-11-25, decode, bf16, 32 query and 8 KV heads, D = 128): 80-85% of a device copy at
-// batch >= 16 and context >= 4k, where split_per_cta's one warpgroup per CTA (loading and
-// computing in turn, 8 warps per SM) stopped at 60-64%. The producer streams 64-key K and V
-// tiles through the stages (4 for whole_rows, 6 for split_groups), into the
-// 128-byte-swizzled layout the wgmma descriptors read. A tile whose keys all lie below kv_len is
-// loaded by TMA for pages of 64 slots or a multiple (KvLoads::tma also for pages of 8-32 dividing
-// 64, 16-32 for D = 64, measured slower): one thread issues a 3-D box per page run and 64-column
+// finished split is written for the merge kernel exactly as split_per_cta writes it (decode
+// streams KV faster this way than with split_per_cta's one warpgroup per CTA, which loads and
+// computes in turn: docs/perf/attention.md). The producer streams 64-key K and V tiles through the
+// stages (4 for whole_rows, 6 for split_groups), into the 128-byte-swizzled layout the wgmma
+// descriptors read. A tile whose keys all lie below kv_len is loaded by TMA for pages of 64 slots
+// or a multiple (KvLoads::tma also for pages of 8-32 dividing 64, 16-32 for D = 64, slower:
+// attention_policy::tma_box_rows): one thread issues a 3-D box per page run and 64-column
 // block, through the block table, and the stage's `full` mbarrier counts the bytes. Other tiles (the
 // last one of a sequence, or every tile for other page sizes) are copied by all 128 threads with
 // cp.async, 16 bytes at a time, whole 256-byte rows per warp instruction, keys past kv_len
@@ -281,8 +280,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   // and consumer 1 takes turns only while consumer 0 has issues left, and only where it has as
   // many issues or more (whole_rows: its rows see as many keys or more; split_groups: its group
   // is as long): every wait meets one pass. The turns change when MMAs are issued, never what
-  // they compute. Measured on an H100 against free issue in the same run (2026-11-25, prefill):
-  // 0.5-2% faster at 8k tokens, within 1% either way at 1k-4k.
+  // they compute (docs/perf/attention.md has the measurement against free issue).
   const int issues_0 = tiles_of(0) > 0 ? tiles_of(0) + 1 : 0;
   const bool pingpong = p.pingpong && issues_0 > 0 && tiles_of(1) + 1 >= issues_0;
   const int my_turn = 3 + w, their_turn = 4 - w;
@@ -423,24 +421,12 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 #endif
 }
 
-// Rows of a TMA box for pages of `block_size` slots, or 0 where tiles go through cp.async. A box
-// is one page's run of a 64-key tile (a whole page, or 64 slots of a larger one), so pages must
-// divide 64 or be a multiple of it. Boxes then start 1024-byte aligned in shared memory (a whole
-// 128-byte swizzle pattern), and a box of at least kRowsPerStep rows starts at a key whose page the
-// producer's thread 0 already tracks. Slot coordinates are 32-bit.
-// KvLoads::automatic takes TMA only for whole 64-key boxes: with pages of 16, sixteen 2 KiB boxes
-// per tile from one thread ran the 8k-token prefill at 256 TFLOP/s against cp.async's 358 (H100,
-// 2026-11-25).
+// Rows of a TMA box for this launch's pages, or 0 where tiles go through cp.async
+// (attention_policy::tma_box_rows).
 template <int D>
 int tma_box_rows(const PagedAttnLaunch &p) {
-  constexpr int kRowsPerStep = 128 / (D / 8);
-  const int bs = p.block_size;
-  const int rows = bs < kKeys ? bs : kKeys;
-  const bool pow2 = (rows & (rows - 1)) == 0;
-  if (p.kv_loads == KvLoads::cp_async || (p.kv_loads == KvLoads::automatic && rows < kKeys)) return 0;
-  if (rows < kRowsPerStep || !pow2 || (bs >= kKeys && bs % kKeys != 0)) return 0;
-  if (p.pool_blocks * bs > INT32_MAX || p.pool_blocks <= 0) return 0;
-  return rows;
+  static_assert(kKeys == 64, "the policy's boxes are runs of 64-key tiles");
+  return attention_policy::tma_box_rows(D, p.block_size, p.pool_blocks, p.kv_loads);
 }
 
 // A pool [NB, BS, H_kv, D] as a 3-D map (D, H_kv, NB * BS) with boxes of 64 x 1 x box_rows.

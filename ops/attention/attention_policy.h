@@ -1,0 +1,135 @@
+// Launch policy of the fused paged attention kernel: the grid, the schedule and the splits per
+// CTA of a batch, and how the Hopper kernel loads K/V tiles, as pure host functions of the batch's
+// sizes, the SM count and a few facts asked of the device (as flash-attention's
+// hopper/heuristics.h keeps its rules). No CUDA and no torch here, so tests/ops/policy checks
+// every rule on the CPU. paged_attention_cuda.cpp's plan calls these; paged_attention_sm90.cu's
+// launcher calls tma_box_rows.
+//
+// None of these choices reaches a row's bits (see paged_attention.cu): a rule decides speed only.
+// Measurements behind the constants: docs/perf/attention.md.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace detfuzz::attention {
+
+// How the CTAs share out a row's KV splits. Both give every row the same bits (the merge is the
+// same sequence of float operations); they differ in speed only.
+enum class KvSchedule {
+  split_per_cta,  // one CTA per (query tile, KV head, splits_per_cta splits), writing each split's
+                  // state; a second kernel merges the splits
+  whole_rows,     // one CTA per (query tile, KV head) walks every split and merges in registers
+  split_groups,   // AttnKernel::wgmma only: the warp-specialised kernel, each consumer warpgroup on
+                  // its own splits_per_cta splits of a query tile, writing each split's state; the
+                  // merge kernel as for split_per_cta
+};
+
+// How the Hopper kernel loads K/V tiles (see CudaAttentionOptions::KvLoads).
+enum class KvLoads { automatic, tma, cp_async };
+
+// Which kernel computes the tiles. They differ in bits (tensor cores order a dot product their own
+// way per instruction), and each is batch invariant on its own.
+enum class AttnKernel {
+  mma_sync,  // mma.sync.m16n8k16 per warp, ldmatrix: any GPU from sm_80
+  wgmma,     // Hopper's warpgroup MMA (sm_90a code on an sm_90 GPU), head dims 64 and 128
+};
+
+// Query rows (of one sequence) per CTA for a GQA group of `group` query heads per KV head: a CTA
+// holds 64 (query row, head) pairs.
+constexpr int attention_rows_per_tile(int group) { return 64 / group; }
+
+namespace attention_policy {
+
+// The grid of a batch: query tiles of the longest q_len, splits of the longest kv_len.
+struct KvGrid {
+  int64_t q_tiles = 1;     // grid x: ceil(longest q_len / query rows per tile), at least 1
+  int64_t max_splits = 1;  // ceil(longest kv_len / split_tokens), at least 1
+  int64_t full_tiles = 0;  // query tiles with more than 16 live (row, head) pairs: prefill work
+  std::vector<int64_t> tile_splits;  // per query tile of every sequence: the splits its last row sees
+};
+
+// cu_q: the batch's query offsets (num_seqs + 1), kv_len: each sequence's keys (cached and new),
+// as the kernel reads them; group: query heads per KV head; split_tokens: keys per split.
+inline KvGrid kv_grid(const std::vector<int32_t> &cu_q, const std::vector<int32_t> &kv_len, int64_t group, int64_t split_tokens) {
+  const int64_t rows_per_tile = attention_rows_per_tile(static_cast<int>(group));
+  KvGrid g;
+  int64_t max_q = 0, max_kv = 0;
+  for (std::size_t s = 0; s < kv_len.size(); ++s) {
+    const int64_t q_len = cu_q[s + 1] - cu_q[s];
+    max_q = q_len > max_q ? q_len : max_q;
+    max_kv = kv_len[s] > max_kv ? kv_len[s] : max_kv;
+    for (int64_t q0 = 0; q0 < q_len; q0 += rows_per_tile) {
+      const int64_t rows = rows_per_tile < q_len - q0 ? rows_per_tile : q_len - q0;
+      // Query tiles with more than 16 live (row, head) pairs: the ones worth a CTA of their own.
+      g.full_tiles += rows * group > 16;
+      const int64_t last_visible = kv_len[s] - q_len + q0 + rows;
+      g.tile_splits.push_back((last_visible + split_tokens - 1) / split_tokens);
+    }
+  }
+  const int64_t q_tiles = (max_q + rows_per_tile - 1) / rows_per_tile, max_splits = (max_kv + split_tokens - 1) / split_tokens;
+  g.q_tiles = q_tiles > 1 ? q_tiles : 1;
+  g.max_splits = max_splits > 1 ? max_splits : 1;
+  return g;
+}
+
+// whole_rows once the full query tiles (prefill work) alone give every SM two CTAs; splits
+// otherwise (decode: the splits supply the parallelism, and a CTA per split streams KV faster than
+// a CTA walking all of them), and always for D = 256 (whole_rows' merged state would not fit).
+inline bool whole_rows_pays(int64_t head_dim, int64_t full_tiles, int64_t h_kv, int64_t sms) {
+  return head_dim <= 128 && full_tiles * h_kv >= 2 * sms;
+}
+
+// split_groups (the warp-specialised kernel's decode schedule) wherever the wgmma kernel runs and
+// whole_rows is not taken; its softmax steps are 64 keys (the 32-key steps of the planted qtile
+// bug exist in split_per_cta only).
+inline bool split_groups_pays(bool wgmma, int64_t softmax_keys) { return wgmma && softmax_keys == 64; }
+
+// CTA slots of a split schedule: split_groups runs one CTA of two consumers per SM, a consumer
+// being a slot; split_per_cta runs ctas_per_sm() CTAs per SM (its shared memory and registers
+// decide; asked of the device only here).
+template <class CtasPerSm>
+int64_t split_slots(bool split_groups, int64_t sms, CtasPerSm &&ctas_per_sm) {
+  return split_groups ? 2 * sms : sms * ctas_per_sm();
+}
+
+// Splits per CTA (per consumer for split_groups): 1, 2, 4 or 8 consecutive splits. In
+// split-times per CTA slot a choice costs ceil(CTAs / slots) * splits per CTA; the most splits per
+// CTA whose cost is within a tenth of the cheapest is taken (each CTA pays a prologue, its
+// partials and a merge step, about that much of a split).
+inline int64_t splits_per_cta(const std::vector<int64_t> &tile_splits, int64_t h_kv, int64_t slots) {
+  int64_t cost[4], cheapest = 0, chosen = 0;
+  for (int i = 0; i < 4; ++i) {
+    const int64_t spc = int64_t{1} << i;
+    int64_t ctas = 0;
+    for (int64_t n : tile_splits) ctas += (n + spc - 1) / spc;
+    cost[i] = (ctas * h_kv + slots - 1) / slots * spc;
+    if (i == 0 || cost[i] < cheapest) cheapest = cost[i];
+  }
+  for (int i = 0; i < 4; ++i)
+    if (10 * cost[i] <= 11 * cheapest) chosen = int64_t{1} << i;
+  return chosen;
+}
+
+// Rows of a TMA box of the Hopper kernel for pages of `block_size` slots, or 0 where tiles go
+// through cp.async. A box is one page's run of a 64-key tile (a whole page, or 64 slots of a larger
+// one), so pages must divide 64 or be a multiple of it. Boxes then start 1024-byte aligned in
+// shared memory (a whole 128-byte swizzle pattern), and a box of at least 128 / (D / 8) rows (the
+// rows of one producer step) starts at a key whose page the producer's thread 0 already tracks.
+// Slot coordinates are 32-bit (pool_blocks pages of the pool). KvLoads::automatic takes TMA only
+// for whole 64-key boxes: many small boxes from one thread are slower than cp.async.
+inline int tma_box_rows(int head_dim, int block_size, int64_t pool_blocks, KvLoads kv_loads) {
+  constexpr int kKeys = 64;  // keys per K/V tile
+  const int rows_per_step = 128 / (head_dim / 8);
+  const int bs = block_size;
+  const int rows = bs < kKeys ? bs : kKeys;
+  const bool pow2 = (rows & (rows - 1)) == 0;
+  if (kv_loads == KvLoads::cp_async || (kv_loads == KvLoads::automatic && rows < kKeys)) return 0;
+  if (rows < rows_per_step || !pow2 || (bs >= kKeys && bs % kKeys != 0)) return 0;
+  if (pool_blocks * bs > INT32_MAX || pool_blocks <= 0) return 0;
+  return rows;
+}
+
+}  // namespace attention_policy
+}  // namespace detfuzz::attention

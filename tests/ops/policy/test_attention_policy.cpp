@@ -1,0 +1,148 @@
+// The paged-attention launch rules (ops/attention/attention_policy.h) on the CPU: the grid, the
+// schedule, the splits per CTA and the Hopper kernel's K/V loads for named batches on an H100's
+// 132 SMs, as the measurements in docs/perf/attention.md chose them; and the rules' edges.
+#include "ops/attention/attention_policy.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+namespace detfuzz::attention {
+namespace {
+
+using namespace attention_policy;
+
+constexpr int64_t kH100Sms = 132;
+
+// A batch as the kernel's metadata: query offsets and kv lengths.
+struct Batch {
+  std::vector<int32_t> cu_q{0}, kv_len;
+  Batch &add(int32_t q_len, int32_t kv, int count = 1) {
+    for (int i = 0; i < count; ++i) {
+      cu_q.push_back(cu_q.back() + q_len);
+      kv_len.push_back(kv);
+    }
+    return *this;
+  }
+};
+
+// 32 query heads, 8 KV heads (GQA group 4: 16 query rows per tile), 256-key splits.
+KvGrid llama_grid(const Batch &b) { return kv_grid(b.cu_q, b.kv_len, 4, 256); }
+
+TEST(KvGrid, DecodeBatch) {
+  const KvGrid g = llama_grid(Batch().add(1, 4096, 16));
+  EXPECT_EQ(g.q_tiles, 1);
+  EXPECT_EQ(g.max_splits, 16);
+  EXPECT_EQ(g.full_tiles, 0);  // 4 live (row, head) pairs per tile
+  EXPECT_EQ(g.tile_splits, std::vector<int64_t>(16, 16));
+}
+
+TEST(KvGrid, PrefillCountsEachTilesVisibleSplits) {
+  const KvGrid g = llama_grid(Batch().add(1024, 1024));
+  EXPECT_EQ(g.q_tiles, 64);
+  EXPECT_EQ(g.max_splits, 4);
+  EXPECT_EQ(g.full_tiles, 64);
+  ASSERT_EQ(g.tile_splits.size(), 64u);
+  EXPECT_EQ(g.tile_splits[0], 1);    // rows 0..15 see keys 0..15
+  EXPECT_EQ(g.tile_splits[15], 1);   // rows 240..255: keys up to 255
+  EXPECT_EQ(g.tile_splits[16], 2);   // rows 256..271: key 256 starts split 1
+  EXPECT_EQ(g.tile_splits[63], 4);
+  // A chunk of 100 new tokens after 3000 cached: its last tile (4 rows) sees all 3100 keys.
+  const KvGrid chunk = llama_grid(Batch().add(100, 3100));
+  EXPECT_EQ(chunk.q_tiles, 7);
+  EXPECT_EQ(chunk.full_tiles, 6);  // 6 tiles of 16 rows (64 pairs); the last has 4 rows (16 pairs)
+  EXPECT_EQ(chunk.tile_splits.back(), 13);
+}
+
+TEST(KvGrid, EmptyBatchesStillLaunchOneTile) {
+  const KvGrid g = llama_grid(Batch().add(0, 0, 3));
+  EXPECT_EQ(g.q_tiles, 1);
+  EXPECT_EQ(g.max_splits, 1);
+  EXPECT_TRUE(g.tile_splits.empty());
+  EXPECT_EQ(attention_rows_per_tile(1), 64);
+  EXPECT_EQ(attention_rows_per_tile(8), 8);
+  // No GQA: a tile holds 64 rows of one head.
+  EXPECT_EQ(kv_grid(Batch().add(65, 65).cu_q, Batch().add(65, 65).kv_len, 1, 256).q_tiles, 2);
+}
+
+// whole_rows once the full query tiles alone give every SM two CTAs (prefill); decode takes
+// splits; head dim 256 never takes whole_rows.
+TEST(Schedule, WholeRowsForPrefillSplitsForDecode) {
+  const KvGrid prefill = llama_grid(Batch().add(8192, 8192));
+  EXPECT_TRUE(whole_rows_pays(128, prefill.full_tiles, 8, kH100Sms));
+  EXPECT_FALSE(whole_rows_pays(256, prefill.full_tiles, 8, kH100Sms));
+  const KvGrid decode = llama_grid(Batch().add(1, 32768, 64));
+  EXPECT_FALSE(whole_rows_pays(128, decode.full_tiles, 8, kH100Sms));
+  // The threshold: 2 CTAs per SM of full tiles (33 tiles x 8 KV heads = 264 = 2 x 132).
+  EXPECT_TRUE(whole_rows_pays(128, 33, 8, kH100Sms));
+  EXPECT_FALSE(whole_rows_pays(128, 32, 8, kH100Sms));
+  // split_groups on the wgmma kernel with 64-key softmax steps; split_per_cta otherwise.
+  EXPECT_TRUE(split_groups_pays(true, 64));
+  EXPECT_FALSE(split_groups_pays(true, 32));
+  EXPECT_FALSE(split_groups_pays(false, 64));
+}
+
+TEST(SplitSlots, TwoConsumersPerSmOrTheKernelsOccupancy) {
+  EXPECT_EQ(split_slots(true, kH100Sms, []() -> int64_t { throw std::logic_error("asked"); }), 264);
+  EXPECT_EQ(split_slots(false, kH100Sms, [] { return 3; }), 396);
+}
+
+// Decode on an H100, 8 KV heads, 264 slots: the costs the splits-per-CTA rule weighed when it was
+// measured (docs/perf/attention.md).
+TEST(SplitsPerCta, MostSplitsWithinATenthOfTheCheapest) {
+  const int64_t slots = 2 * kH100Sms;
+  // Batch 16 at 4k: 8 at 1, 2, 4 and 8 splits per CTA; 8 ran fastest.
+  EXPECT_EQ(splits_per_cta(llama_grid(Batch().add(1, 4096, 16)).tile_splits, 8, slots), 8);
+  // Batch 1 at 32k: 4, 4, 4, 8: 4.
+  EXPECT_EQ(splits_per_cta(llama_grid(Batch().add(1, 32768)).tile_splits, 8, slots), 4);
+  // Batch 64 at 16k: 125, 126, 128, 128: 8 (the cheapest alone, 1, ran slower).
+  EXPECT_EQ(splits_per_cta(llama_grid(Batch().add(1, 16384, 64)).tile_splits, 8, slots), 8);
+  // One split per tile: grouping saves no CTA, so one split per CTA (1 against 2, 4, 8).
+  EXPECT_EQ(splits_per_cta(std::vector<int64_t>(10, 1), 8, slots), 1);
+  // 13 splits on one slot: 13 at 1, 14 at 2 (within a tenth), 16 at 4 and 8: 2.
+  EXPECT_EQ(splits_per_cta(std::vector<int64_t>(1, 13), 1, 1), 2);
+  // Three tiles of 9 splits on 8 slots: 4, 4, 8, 8: 2.
+  EXPECT_EQ(splits_per_cta(std::vector<int64_t>(3, 9), 1, 8), 2);
+  // No tiles at all: every cost is 0, and the most splits per CTA is as good as any.
+  EXPECT_EQ(splits_per_cta({}, 8, slots), 8);
+}
+
+TEST(SplitsPerCta, PowersOfTwoUpToEight) {
+  for (int64_t n = 1; n <= 200; n += 7)
+    for (int64_t seqs : {1, 3, 16, 64})
+      for (int64_t slots : {1, 16, 132, 264, 528}) {
+        const int64_t spc = splits_per_cta(std::vector<int64_t>(seqs, n), 8, slots);
+        ASSERT_TRUE(spc == 1 || spc == 2 || spc == 4 || spc == 8) << n << " " << seqs << " " << slots;
+      }
+}
+
+// TMA boxes: whole 64-key boxes by default (pages of 64 or a multiple); smaller power-of-two pages
+// only when forced and at least one producer step's rows (8 keys at D = 128, 16 at D = 64).
+TEST(TmaBoxRows, WholeBoxesByDefault) {
+  EXPECT_EQ(tma_box_rows(128, 64, 1000, KvLoads::automatic), 64);
+  EXPECT_EQ(tma_box_rows(128, 128, 1000, KvLoads::automatic), 64);
+  EXPECT_EQ(tma_box_rows(64, 256, 1000, KvLoads::automatic), 64);
+  EXPECT_EQ(tma_box_rows(128, 16, 1000, KvLoads::automatic), 0);  // 16 boxes per tile: cp.async is faster
+  EXPECT_EQ(tma_box_rows(128, 96, 1000, KvLoads::automatic), 0);  // not a multiple of 64
+  EXPECT_EQ(tma_box_rows(128, 64, 1000, KvLoads::cp_async), 0);
+}
+
+TEST(TmaBoxRows, ForcedTmaOnSmallPages) {
+  EXPECT_EQ(tma_box_rows(128, 16, 1000, KvLoads::tma), 16);
+  EXPECT_EQ(tma_box_rows(128, 8, 1000, KvLoads::tma), 8);
+  EXPECT_EQ(tma_box_rows(64, 8, 1000, KvLoads::tma), 0);   // below a producer step's 16 rows
+  EXPECT_EQ(tma_box_rows(64, 16, 1000, KvLoads::tma), 16);
+  EXPECT_EQ(tma_box_rows(128, 48, 1000, KvLoads::tma), 0);  // not a power of two
+  EXPECT_EQ(tma_box_rows(128, 4, 1000, KvLoads::tma), 0);
+}
+
+TEST(TmaBoxRows, SlotCoordinatesAre32Bit) {
+  EXPECT_EQ(tma_box_rows(128, 64, (int64_t{1} << 25) - 1, KvLoads::automatic), 64);
+  EXPECT_EQ(tma_box_rows(128, 64, int64_t{1} << 25, KvLoads::automatic), 0);  // 2^31 slots
+  EXPECT_EQ(tma_box_rows(128, 64, 0, KvLoads::automatic), 0);
+}
+
+}  // namespace
+}  // namespace detfuzz::attention
