@@ -90,8 +90,9 @@ while IFS=$'\t' read -r -d '' kind want text; do
       had_corpus=0; [ -e "$root/corpora/nightly-$day.csv" ] && had_corpus=1
     fi
     [[ "$cmd" =~ (^|[[:space:]])ci/test([[:space:]]|$) ]] && cmd="$cmd -N"
-    # build/ is the binary's build folder, /tmp/ this test's own folder (whole words only).
-    cmd=$(sed -E "s#(^|[[:space:]=])build/#\\1$builddir/#g; s#(^|[[:space:]=])/tmp/#\\1$work/#g" <<<"$cmd")
+    # /tmp/ is this test's own folder, build/ the binary's build folder (whole words only; in this
+    # order, as the build folder may itself lie under /tmp/).
+    cmd=$(sed -E "s#(^|[[:space:]=])/tmp/#\\1$work/#g; s#(^|[[:space:]=])build/#\\1$builddir/#g" <<<"$cmd")
     BUILD_DIR=$builddir DETFUZZ_BUDGET=10s timeout 900 bash -c "$cmd" >"$work/out" 2>&1; got=$?
     shown=$text
     if [ -n "$nightly_dir" ]; then
