@@ -7,8 +7,9 @@
 # and are skipped; so are lines that are only comments. A trailing "# exits N" comment gives the
 # exit code a command must end with (0 otherwise). As run here:
 #   - `build/` names the build folder of DETFUZZ_BINARY, and `/tmp/` a fresh temporary folder;
-#   - the ci/ wrappers get BUILD_DIR (that build folder) and DETFUZZ_BUDGET (10s: a bare
-#     `ci/fuzz` is the 60 s campaign);
+#   - the ci/ wrappers get BUILD_DIR (that build folder), DETFUZZ_PREBUILT=1 (run that build as it
+#     is, no setup or build inside ctest) and DETFUZZ_BUDGET (10s: a bare `ci/fuzz` is the 60 s
+#     campaign);
 #   - `ci/test ...` runs with ctest's -N (list the tests, run none): this test runs inside ctest;
 #   - `ci/nightly` is skipped when today's reports/nightly-<date> already exists (it writes there),
 #     and what it wrote is removed afterwards; so is any report folder a command printed as its
@@ -93,7 +94,7 @@ while IFS=$'\t' read -r -d '' kind want text; do
     # /tmp/ is this test's own folder, build/ the binary's build folder (whole words only; in this
     # order, as the build folder may itself lie under /tmp/).
     cmd=$(sed -E "s#(^|[[:space:]=])/tmp/#\\1$work/#g; s#(^|[[:space:]=])build/#\\1$builddir/#g" <<<"$cmd")
-    BUILD_DIR=$builddir DETFUZZ_BUDGET=10s timeout 900 bash -c "$cmd" >"$work/out" 2>&1; got=$?
+    BUILD_DIR=$builddir DETFUZZ_PREBUILT=1 DETFUZZ_BUDGET=10s timeout 900 bash -c "$cmd" >"$work/out" 2>&1; got=$?
     shown=$text
     if [ -n "$nightly_dir" ]; then
       rm -rf "$nightly_dir"
