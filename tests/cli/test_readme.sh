@@ -8,8 +8,8 @@
 # exit code a command must end with (0 otherwise). As run here:
 #   - `build/` names the build folder of DETFUZZ_BINARY, and `/tmp/` a fresh temporary folder;
 #   - the ci/ wrappers get BUILD_DIR (that build folder), DETFUZZ_PREBUILT=1 (run that build as it
-#     is, no setup or build inside ctest) and DETFUZZ_BUDGET (10s: a bare `ci/fuzz` is the 60 s
-#     campaign);
+#     is, no setup or build inside ctest) and 10 s budgets (DETFUZZ_BUDGET, DETFUZZ_GATE_BUDGET,
+#     DETFUZZ_NIGHTLY_BUDGET) where a command sets none: a bare `ci/nightly` is a 30-minute run;
 #   - `ci/test ...` runs with ctest's -N (list the tests, run none): this test runs inside ctest;
 #   - `ci/nightly` is skipped when today's reports/nightly-<date> already exists (it writes there),
 #     and what it wrote is removed afterwards; so is any report folder a command printed as its
@@ -94,7 +94,8 @@ while IFS=$'\t' read -r -d '' kind want text; do
     # /tmp/ is this test's own folder, build/ the binary's build folder (whole words only; in this
     # order, as the build folder may itself lie under /tmp/).
     cmd=$(sed -E "s#(^|[[:space:]=])/tmp/#\\1$work/#g; s#(^|[[:space:]=])build/#\\1$builddir/#g" <<<"$cmd")
-    BUILD_DIR=$builddir DETFUZZ_PREBUILT=1 DETFUZZ_BUDGET=10s timeout 900 bash -c "$cmd" >"$work/out" 2>&1; got=$?
+    BUILD_DIR=$builddir DETFUZZ_PREBUILT=1 DETFUZZ_BUDGET=10s DETFUZZ_GATE_BUDGET=10s DETFUZZ_NIGHTLY_BUDGET=10s \
+      timeout 900 bash -c "$cmd" >"$work/out" 2>&1; got=$?
     shown=$text
     if [ -n "$nightly_dir" ]; then
       rm -rf "$nightly_dir"
@@ -103,6 +104,8 @@ while IFS=$'\t' read -r -d '' kind want text; do
     # A report written under reports/ (a bare ci/fuzz, ci/gate without DETFUZZ_GATE_OUT) goes again.
     grep -oE "report: $root/reports/[^ ]+" "$work/out" | sed 's/^report: //' | while read -r dir; do
       [ -n "$dir" ] && [ -d "$dir" ] && rm -rf "$dir"
+      # ci/gate's run folder (reports/gate-<time>) holds the fuzz report and, with a GPU, a bench.
+      case "$dir" in "$root"/reports/gate-*/fuzz) rm -rf "$(dirname "$dir")" ;; esac
     done
   fi
   if [ "$got" -eq "$want" ]; then
