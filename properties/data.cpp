@@ -13,7 +13,7 @@
 #include <vector>
 
 #ifdef DETFUZZ_WITH_CUDA
-#include "ops/cuda/cuda_check.h"
+#include <c10/cuda/CUDAException.h>
 #include "properties/cuda/device_kernels.h"
 
 #include <ATen/cuda/CUDAContext.h>
@@ -118,8 +118,8 @@ at::Tensor device_values(uint64_t seed, uint64_t tensor, at::IntArrayRef sizes, 
   device_kernels::launch_counter_fill(out.data_ptr(), type, n, seed, tensor, dist, subnormal, count, scratch.data_ptr<int64_t>() + 1,
                                       capacity, stream);
   unsigned long long flagged = 0;
-  DETFUZZ_CUDA_CHECK(cudaMemcpyAsync(&flagged, count, sizeof flagged, cudaMemcpyDeviceToHost, stream));
-  DETFUZZ_CUDA_CHECK(cudaStreamSynchronize(stream));
+  C10_CUDA_CHECK(cudaMemcpyAsync(&flagged, count, sizeof flagged, cudaMemcpyDeviceToHost, stream));
+  C10_CUDA_CHECK(cudaStreamSynchronize(stream));
   if (flagged == 0) return out;
   if (static_cast<int64_t>(flagged) > capacity) return host_values(seed, tensor, sizes, dtype, dist).to(device);
   const at::Tensor index = scratch.narrow(0, 1, static_cast<int64_t>(flagged)).cpu();

@@ -4,7 +4,7 @@
 #include <stdexcept>
 
 #ifdef DETFUZZ_WITH_CUDA
-#include "ops/cuda/cuda_check.h"
+#include <c10/cuda/CUDAException.h>
 #include "properties/cuda/device_kernels.h"
 
 #include <ATen/cuda/CUDAContext.h>
@@ -63,8 +63,8 @@ DiffStats device_bitwise_diff(const at::Tensor &expected, const at::Tensor &actu
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   device_kernels::launch_bitwise_diff(e.data_ptr(), a.data_ptr(), s.numel, kind, r, stream);
   device_kernels::DeviceDiff host{};
-  DETFUZZ_CUDA_CHECK(cudaMemcpyAsync(&host, r, sizeof host, cudaMemcpyDeviceToHost, stream));
-  DETFUZZ_CUDA_CHECK(cudaStreamSynchronize(stream));
+  C10_CUDA_CHECK(cudaMemcpyAsync(&host, r, sizeof host, cudaMemcpyDeviceToHost, stream));
+  C10_CUDA_CHECK(cudaStreamSynchronize(stream));
   s.differing = static_cast<int64_t>(host.differing);
   if (s.differing == 0) return s;
   s.first_index = host.first_index;
