@@ -9,7 +9,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include "ops/cuda/cuda_ops.h"
+#include "ops/device_memory.h"
 #endif
 
 namespace detfuzz::graph {
@@ -135,14 +135,14 @@ BatchPrefillGraphRunner::BatchPrefillGraphRunner(const Model &model, attention::
 BatchPrefillGraphRunner::~BatchPrefillGraphRunner() {
 #ifdef DETFUZZ_WITH_CUDA
   // The captured graphs' private memory pools stay cached after the graphs go: release them once
-  // the allocator holds too much (see trim_cached_graph_pools), so that a campaign building a
+  // the allocator holds too much (see ops/device_memory.h), so that a campaign building a
   // runner per case does not run out of memory in a later capture.
   const bool had_graphs = !captured_.empty() && model_.device().is_cuda();
   captured_.clear();
   if (had_graphs) {
     try {
       const at::Device d = model_.device();
-      cuda_ops::trim_cached_graph_pools(d.has_index() ? d.index() : c10::cuda::current_device());
+      device_memory::trim_graph_pools(d.has_index() ? d.index() : c10::cuda::current_device());
     } catch (const std::exception &) {
       // A destructor must not throw; the next capture reports the device's state.
     }
