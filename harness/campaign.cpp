@@ -1,5 +1,7 @@
 #include "harness/campaign.h"
 
+#include "harness/device_faults.h"
+#include "harness/minimize.h"
 #include "harness/signals.h"
 #include "properties/properties.h"
 
@@ -7,9 +9,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <limits>
 #include <iostream>
+#include <mutex>
+#include <sstream>
+#include <thread>
 
 namespace detfuzz {
 namespace fs = std::filesystem;
@@ -27,13 +33,167 @@ uint64_t mix(uint64_t a, uint64_t b) {
 }
 
 // Checks a case, turning a malformed (generated) case into an error verdict instead of an exception.
-Verdict check_guarded(const CaseSpec &c) {
+Verdict check_guarded(const CaseSpec &c, bool *malformed = nullptr) {
   try {
     return check_case(c);
   } catch (const std::invalid_argument &e) {
+    if (malformed) *malformed = true;
     return Verdict::error(std::string("malformed case: ") + e.what());
   }
 }
+
+// A thread that watches the case in flight: one running past the timeout calls `expire` (with
+// the lock held, so that the main thread, should the case still return, waits at end()).
+class Watchdog {
+ public:
+  using Expire = std::function<void(const CaseSpec &, Expectation, double age_s)>;
+  Watchdog(double timeout_s, Expire expire) : timeout_s_(timeout_s), expire_(std::move(expire)) {
+    if (timeout_s_ > 0 && expire_) thread_ = std::thread([this] { loop(); });
+  }
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  void begin(const CaseSpec &c, Expectation e) {
+    if (!thread_.joinable()) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    case_ = c;
+    expectation_ = e;
+    since_ = Clock::now();
+    busy_ = true;
+  }
+  void end() {
+    if (!thread_.joinable()) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_ = false;
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!quit_) {
+      cv_.wait_for(lock, std::chrono::milliseconds(50));
+      if (quit_ || !busy_) continue;
+      const double age = seconds_since(since_);
+      if (age <= timeout_s_) continue;
+      expire_(case_, expectation_, age);  // ends the process
+      for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+    }
+  }
+
+  double timeout_s_;
+  Expire expire_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool quit_ = false, busy_ = false;
+  CaseSpec case_;
+  Expectation expectation_ = Expectation::must_hold;
+  Clock::time_point since_;
+};
+
+// Runs every case of the campaign (corpus, fuzz, shrink): the in-flight hook, the watchdog, the
+// check, and after it the device's state. A sticky device error becomes the case's crash record,
+// written to cases.csv, and the runner refuses every later case.
+class CaseRunner {
+ public:
+  struct Checked {
+    Verdict verdict;
+    bool malformed = false;
+    bool fault = false;  // a sticky device error followed this case: the campaign stops
+    double us = 0;
+  };
+
+  CaseRunner(const CampaignConfig &cfg, ReportWriter &report, CampaignResult &result, std::ostream &log, int64_t &index)
+      : cfg_(cfg), report_(report), result_(result), log_(log), index_(index),
+        watchdog_(cfg.case_timeout_s, cfg.on_case_timeout ? Watchdog::Expire([this](const CaseSpec &c, Expectation e, double age) {
+          expire(c, e, age);
+        })
+                                                          : Watchdog::Expire()) {}
+
+  bool faulted() const { return result_.stopped_by_fault; }
+
+  Checked check(const CaseSpec &c, const std::string &source, Expectation e) {
+    Checked k;
+    if (cfg_.before_case) cfg_.before_case(c);
+    watchdog_.begin(c, e);
+    const auto start = Clock::now();
+    try {
+      k.verdict = check_guarded(c, &k.malformed);
+    } catch (const std::exception &ex) {  // e.g. a poisoned context failing the case's data or diff
+      k.verdict = Verdict::error(ex.what());
+    }
+    const std::string sticky = sticky_device_error(c.backend);
+    k.us = seconds_since(start) * 1e6;
+    watchdog_.end();
+    if (!sticky.empty()) {
+      k.fault = true;
+      stop_on_fault(c, sticky, source, e, k.us);
+    }
+    return k;
+  }
+
+  // A corpus record: replay_record's checks, in the same window.
+  ReplayResult replay(const Record &rec, bool *fault) {
+    if (cfg_.before_case) cfg_.before_case(rec.spec);
+    const std::optional<ImplInfo> impl = lookup_impl(rec.spec.op, rec.spec.impl, rec.spec.backend);
+    const Expectation e = impl ? effective_expectation(*impl, cfg_.batch_invariant_mode) : Expectation::must_hold;
+    watchdog_.begin(rec.spec, e);
+    ReplayResult rr;
+    try {
+      rr = replay_record(rec, cfg_.batch_invariant_mode);
+    } catch (const std::invalid_argument &) {  // a malformed record: a usage error, as before
+      watchdog_.end();
+      throw;
+    } catch (const std::exception &ex) {  // e.g. a poisoned context failing the case's data or diff
+      rr.expectation = e;
+      rr.verdict = Verdict::error(ex.what());
+    }
+    const std::string sticky = sticky_device_error(rec.spec.backend);
+    watchdog_.end();
+    *fault = !sticky.empty();
+    if (*fault) stop_on_fault(rec.spec, sticky, "corpus", rr.expectation, rr.elapsed_us);
+    return rr;
+  }
+
+ private:
+  void stop_on_fault(const CaseSpec &c, const std::string &sticky, const std::string &source, Expectation e, double us) {
+    Record r = make_record(c, Verdict::error(sticky));
+    r.outcome = "crash";
+    r.diff = DiffStats{};
+    r.detail = sticky;
+    report_.add_case({index_++, source, r, e, us});
+    result_.stopped_by_fault = true;
+    result_.fault = r;
+    result_.fault_expectation = e;
+    log_ << (e == Expectation::must_hold ? "CRASH (must-hold) " : "crash (observed) ") << c.op << "/" << c.impl << "/" << c.property
+         << "/" << dtype_name(c.dtype) << ": " << sticky << "\n  case: " << c.describe()
+         << "\n  the device context is poisoned: no further case runs in this process\n  repro: " << repro_command(r, cfg_.program)
+         << std::endl;
+  }
+
+  void expire(const CaseSpec &c, Expectation e, double age) {
+    Record r = make_record(c, Verdict{});
+    r.outcome = "timeout";
+    std::ostringstream why;
+    why.precision(3);
+    why << "no result after " << age << " s (--case-timeout " << cfg_.case_timeout_s << "s)";
+    r.detail = why.str();
+    report_.add_case({index_++, "timeout", r, e, age * 1e6});
+    cfg_.on_case_timeout(r, e, result_);
+  }
+
+  const CampaignConfig &cfg_;
+  ReportWriter &report_;
+  CampaignResult &result_;
+  std::ostream &log_;
+  int64_t &index_;
+  Watchdog watchdog_;
+};
 
 void note_failure(TargetStats &s, const Verdict &v) {
   if (v.outcome == Verdict::Outcome::error) ++s.errors; else ++s.failures;
@@ -74,7 +234,8 @@ bool selected(const CampaignConfig &cfg, const CaseSpec &c) {
   });
 }
 
-void replay_corpus(const CampaignConfig &cfg, ReportWriter &report, CampaignResult &result, std::ostream &log, int64_t &index) {
+void replay_corpus(const CampaignConfig &cfg, CaseRunner &runner, ReportWriter &report, CampaignResult &result, std::ostream &log,
+                   int64_t &index) {
   int64_t files = 0;
   size_t record_number = 0;
   for (const auto &root : cfg.corpora) {
@@ -87,9 +248,10 @@ void replay_corpus(const CampaignConfig &cfg, ReportWriter &report, CampaignResu
           ++result.corpus_skipped;
           continue;
         }
-        if (cfg.before_case) cfg.before_case(rec.spec);
-        const ReplayResult rr = replay_record(rec, cfg.batch_invariant_mode);
+        bool fault = false;
+        const ReplayResult rr = runner.replay(rec, &fault);
         ++result.corpus_replayed;
+        if (fault) return;
         const Record now = make_record(rec.spec, rr.verdict);
         report.add_case({index++, "corpus", now, rr.expectation, rr.elapsed_us});
         if (rr.verdict.passed()) continue;
@@ -127,12 +289,19 @@ void load_rapidcheck_config_quietly() {
   std::cerr.rdbuf(saved);
 }
 
+// Whether a candidate's verdict is the failure being minimised: the same outcome, and for an
+// error the same message but for its numbers.
+bool same_failure(const Verdict &v, const Verdict &want) {
+  if (v.outcome != want.outcome) return false;
+  return v.outcome != Verdict::Outcome::error || error_signature(v.detail) == error_signature(want.detail);
+}
+
 // The RapidCheck run of one round of one target.
 class Round {
  public:
-  Round(const CampaignConfig &cfg, TargetStats &stats, ReportWriter &report, CampaignResult &result, int64_t &index,
-        const std::function<bool()> &out_of_budget)
-      : cfg_(cfg), stats_(stats), report_(report), result_(result), index_(index), out_of_budget_(out_of_budget) {}
+  Round(const CampaignConfig &cfg, CaseRunner &runner, TargetStats &stats, ReportWriter &report, CampaignResult &result,
+        int64_t &index, const std::function<bool()> &out_of_budget)
+      : cfg_(cfg), runner_(runner), stats_(stats), report_(report), result_(result), index_(index), out_of_budget_(out_of_budget) {}
 
   // Returns true when the round found (and shrank) the target's first failure. `cases` is the
   // round's number of cases.
@@ -143,14 +312,13 @@ class Round {
       const CaseSpec c = *gen;
       if (shrinking_) return shrink_step(c);
       if (out_of_budget_()) RC_DISCARD("budget spent");
-      if (cfg_.before_case) cfg_.before_case(c);
-      const auto start = Clock::now();
-      const Verdict v = check_guarded(c);
-      const double us = seconds_since(start) * 1e6;
+      const CaseRunner::Checked k = runner_.check(c, "fuzz", t.expectation);
       ++stats_.cases;
       ++result_.cases;
+      if (k.fault) RC_DISCARD("the device context is poisoned");
+      const Verdict &v = k.verdict;
       const Record rec = make_record(c, v);
-      report_.add_case({index_++, "fuzz", rec, t.expectation, us});
+      report_.add_case({index_++, "fuzz", rec, t.expectation, k.us});
       if (v.passed()) return;
       note_failure(stats_, v);
       if (stats_.has_minimal || !cfg_.shrink) {
@@ -159,8 +327,13 @@ class Round {
       }
       shrinking_ = true;
       shrink_started_ = Clock::now();
-      shrink_deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(cfg_.shrink_budget_s));
+      // RapidCheck's shrink gets three quarters of the budget; the size search (minimize) the rest,
+      // and whatever RapidCheck left.
+      const auto budget = std::chrono::duration<double>(cfg_.shrink_budget_s);
+      rc_deadline_ = shrink_started_ + std::chrono::duration_cast<Clock::duration>(budget * 0.75);
+      shrink_deadline_ = shrink_started_ + std::chrono::duration_cast<Clock::duration>(budget);
       last_failure_ = rec;
+      last_verdict_ = v;
       RC_FAIL(v.detail);
     };
     rc::detail::TestParams params;
@@ -173,6 +346,7 @@ class Round {
     SilentListener listener;
     const auto started = Clock::now();
     rc::detail::checkProperty(rc::detail::toProperty(property), meta, params, listener);
+    if (shrinking_ && !runner_.faulted()) minimize_sizes();
     // Everything after the first failure's RC_FAIL is shrinking.
     const double total = seconds_since(started);
     const double shrink = shrinking_ ? seconds_since(shrink_started_) : 0.0;
@@ -185,14 +359,32 @@ class Round {
 
  private:
   void shrink_step(const CaseSpec &c) {
-    // Out of shrink time, or interrupted: accept no further shrinks.
-    if (Clock::now() > shrink_deadline_ || interrupt_signal() != 0) return;
+    // Out of shrink time, interrupted, or the device is poisoned: accept no further shrinks.
+    if (Clock::now() > rc_deadline_ || interrupt_signal() != 0 || runner_.faulted()) return;
     ++stats_.shrink_steps;
-    if (cfg_.before_case) cfg_.before_case(c);
-    const Verdict v = check_guarded(c);
-    if (v.passed()) return;
-    last_failure_ = make_record(c, v);
-    RC_FAIL(v.detail);
+    const CaseRunner::Checked k = runner_.check(c, "shrink", stats_.target.expectation);
+    if (k.fault || k.verdict.passed()) return;
+    last_failure_ = make_record(c, k.verdict);
+    last_verdict_ = k.verdict;
+    RC_FAIL(k.verdict.detail);
+  }
+
+  // Lowers each size of RapidCheck's minimal case alone while the same failure holds.
+  void minimize_sizes() {
+    const Verdict want = last_verdict_;
+    Verdict kept = want;
+    const auto trial = [&](const CaseSpec &c) {
+      ++stats_.shrink_steps;
+      const CaseRunner::Checked k = runner_.check(c, "shrink", stats_.target.expectation);
+      if (k.fault) return Trial::different;
+      if (k.malformed) return Trial::malformed;
+      if (!same_failure(k.verdict, want)) return Trial::different;
+      kept = k.verdict;
+      return Trial::same;
+    };
+    const auto stop = [&] { return Clock::now() > shrink_deadline_ || interrupt_signal() != 0 || runner_.faulted(); };
+    const MinimizeResult m = minimize_case(last_failure_.spec, trial, stop);
+    if (m.lowered > 0) last_failure_ = make_record(m.spec, kept);
   }
 
   void keep_minimal(const Record &r) {
@@ -202,19 +394,37 @@ class Round {
   }
 
   const CampaignConfig &cfg_;
+  CaseRunner &runner_;
   TargetStats &stats_;
   ReportWriter &report_;
   CampaignResult &result_;
   int64_t &index_;
   const std::function<bool()> &out_of_budget_;
   bool shrinking_ = false;
-  Clock::time_point shrink_started_, shrink_deadline_;
+  Clock::time_point shrink_started_, rc_deadline_, shrink_deadline_;
   Record last_failure_;
+  Verdict last_verdict_;
 };
 
 std::string ulp_text(uint64_t u) { return u == std::numeric_limits<uint64_t>::max() ? "inf" : std::to_string(u); }
 
 }  // namespace
+
+void account_crash(CampaignResult &r, const Record &crash, Expectation expectation) {
+  const std::string name = crash.spec.op + "/" + crash.spec.impl + "/" + crash.spec.property + "/" + dtype_name(crash.spec.dtype);
+  auto it = std::find_if(r.targets.begin(), r.targets.end(), [&](const TargetStats &s) { return s.target.name() == name; });
+  if (it == r.targets.end()) {
+    TargetStats s;
+    s.target = {crash.spec.op, crash.spec.impl, crash.spec.property, crash.spec.backend, crash.spec.dtype, expectation};
+    r.targets.push_back(s);
+    it = r.targets.end() - 1;
+  }
+  ++it->failures;
+  if (!it->has_minimal) {
+    it->has_minimal = true;
+    it->minimal = crash;
+  }
+}
 
 bool CampaignResult::must_hold_failed() const {
   if (corpus_must_hold_failures > 0) return true;
@@ -259,8 +469,8 @@ nlohmann::json CampaignResult::to_json() const {
 bool backend_available(Backend b) { return b == Backend::cpu || at::hasCUDA(); }
 
 Expectation effective_expectation(const ImplInfo &impl, bool batch_invariant_mode) {
-  const bool aten_op = impl.op.rfind("aten::", 0) == 0 || impl.op.find("::") == std::string::npos;
-  if (batch_invariant_mode && impl.impl == "torch" && aten_op && impl.op != "paged_attention") return Expectation::must_hold;
+  // The mode overrides aten ops in the dispatcher: an impl that calls through it runs our kernels.
+  if (batch_invariant_mode && impl.through_dispatcher) return Expectation::must_hold;
   return impl.expectation;
 }
 
@@ -297,7 +507,8 @@ CampaignResult run_campaign(const CampaignConfig &cfg, ReportWriter &report, std
   CampaignResult result;
   const auto start = Clock::now();
   int64_t index = 0;
-  replay_corpus(cfg, report, result, log, index);
+  CaseRunner runner(cfg, report, result, log, index);
+  replay_corpus(cfg, runner, report, result, log, index);
 
   // A target keeps its index in the full list (in its rounds' seeds) whichever shard runs it.
   std::vector<size_t> global_index;
@@ -311,7 +522,7 @@ CampaignResult run_campaign(const CampaignConfig &cfg, ReportWriter &report, std
   Progress progress(log, cfg.progress, cfg.budget_s);
   bool stop = false;
   const std::function<bool()> out_of_budget = [&] {
-    return stop || interrupt_signal() != 0 || (cfg.budget_s > 0 && seconds_since(start) >= cfg.budget_s) || (cfg.max_cases > 0 && result.cases >= cfg.max_cases);
+    return stop || runner.faulted() || interrupt_signal() != 0 || (cfg.budget_s > 0 && seconds_since(start) >= cfg.budget_s) || (cfg.max_cases > 0 && result.cases >= cfg.max_cases);
   };
   // Which target runs its next round: in turn when the budget counts cases (the cases checked
   // then depend only on the seed and the budget), else the one that has had the least time so far
@@ -327,7 +538,7 @@ CampaignResult run_campaign(const CampaignConfig &cfg, ReportWriter &report, std
         if (spent(j) < spent(k) || (spent(j) == spent(k) && j < k)) k = j;
       }
     TargetStats &stats = result.targets[k];
-    Round r(cfg, stats, report, result, index, out_of_budget);
+    Round r(cfg, runner, stats, report, result, index, out_of_budget);
     // Timed campaigns start each target with rounds of 1, 2, 4, ... cases up to cases_per_round:
     // a target whose cases take seconds (a baseline planning every new shape) then costs one case,
     // not a full round, before every other target has had its first turn.

@@ -4,6 +4,13 @@
 // them in turn instead, so that its cases depend on the seed alone). A target's first failure is shrunk by RapidCheck to a minimal
 // case, saved as one replayable record and printed with a copy-pastable repro command; later
 // failures of the same target are counted (how often, and by how much) but not shrunk again.
+// After RapidCheck's shrink, each size of the case is lowered alone while the same failure holds
+// (harness/minimize.h), so that the record is a local minimum in every size.
+//
+// After every case the device's state is checked (harness/device_faults.h): a sticky error is
+// named against that case as a `crash` record and the campaign stops, since no further case can
+// run in a poisoned context; the caller shrinks the record in child processes, saves it and writes
+// the report. With a case timeout a watchdog thread ends a campaign whose case never returns.
 #pragma once
 
 #include "harness/report.h"
@@ -18,6 +25,8 @@
 #include <vector>
 
 namespace detfuzz {
+
+struct CampaignResult;
 
 struct CampaignConfig {
   uint64_t seed = 1;
@@ -37,6 +46,13 @@ struct CampaignConfig {
   // Called with each case just before it is checked (corpus, fuzz and shrink cases): a fork-mode
   // worker writes it where the parent finds it if the check crashes or hangs.
   std::function<void(const CaseSpec &)> before_case;
+  // A fork-mode worker: a device fault stops the campaign, and the parent records the crash.
+  bool worker = false;
+  // Longest a case may run in this process (0: no watchdog). Past it, a watchdog thread calls
+  // on_case_timeout with the timeout record (outcome `timeout`), the case's expectation and the
+  // results so far, while the main thread is still inside the case: it must end the process.
+  double case_timeout_s = 0;
+  std::function<void(const Record &timeout, Expectation expectation, CampaignResult &so_far)> on_case_timeout;
 };
 
 struct TargetStats {
@@ -57,9 +73,19 @@ struct CampaignResult {
   int64_t cases = 0;
   double elapsed_s = 0;
   int interrupted_by = 0;  // SIGINT or SIGTERM when the campaign stopped early on one, else 0
+  // Set when a sticky device error stopped the campaign: the crash record of the case that raised
+  // it (outcome `crash`, detail the error) and that case's expectation. Not yet in failures.csv
+  // nor counted in the targets: the caller shrinks it first (account_crash).
+  bool stopped_by_fault = false;
+  Record fault;
+  Expectation fault_expectation = Expectation::must_hold;
   bool must_hold_failed() const;
   nlohmann::json to_json() const;
 };
+
+// Counts a crash or timeout record as a failure of its target (the target is added when the
+// results have none of that name); the record becomes the target's minimal one when it has none.
+void account_crash(CampaignResult &r, const Record &crash, Expectation expectation);
 
 // Runs the campaign, writing cases and failures into `report` and progress/results to `log`.
 CampaignResult run_campaign(const CampaignConfig &config, ReportWriter &report, std::ostream &log);

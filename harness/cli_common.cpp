@@ -34,6 +34,14 @@ double parse_duration(const std::string &s) {
   return v * scale;
 }
 
+double parse_duration_flag(const std::string &flag, const std::string &s) {
+  try {
+    return parse_duration(s);
+  } catch (const UsageError &e) {
+    throw UsageError(flag + ": " + e.what());
+  }
+}
+
 std::string utc_now() {
   const std::time_t now = std::time(nullptr);
   char buf[32];

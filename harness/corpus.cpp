@@ -178,11 +178,32 @@ bool same_diff(const DiffStats &a, const DiffStats &b) {
          a.actual_bits == b.actual_bits;
 }
 
+namespace {
+std::vector<std::string> &replay_options_storage() {
+  static std::vector<std::string> args;
+  return args;
+}
+
+// A word quoted for a POSIX shell when it needs it.
+std::string shell_word(const std::string &s) {
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:=+,@") == std::string::npos)
+    return s;
+  std::string quoted;
+  for (char ch : s) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return "'" + quoted + "'";
+}
+}  // namespace
+
+void set_replay_options(const std::vector<std::string> &args) { replay_options_storage() = args; }
+const std::vector<std::string> &replay_options() { return replay_options_storage(); }
+
 std::string repro_command(const Record &r, const std::string &program) {
   // The command carries the case and what was seen, quoted for a POSIX shell.
   std::string quoted;
   for (char ch : record_row(r)) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return program + " replay --case '" + quoted + "'";
+  std::string cmd = program + " replay --case '" + quoted + "'";
+  for (const auto &a : replay_options()) cmd += " " + shell_word(a);
+  return cmd;
 }
 
 }  // namespace detfuzz

@@ -45,7 +45,13 @@ std::vector<std::filesystem::path> record_files(const std::filesystem::path &pat
 // True when the two diffs describe the same bits: same count, first index and patterns.
 bool same_diff(const DiffStats &a, const DiffStats &b);
 
-// The one-line command that replays the record.
+// The one-line command that replays the record, with the replay options of this process (below).
 std::string repro_command(const Record &r, const std::string &program);
+
+// The `replay` options a record of this process needs besides --case: the kernel libraries and
+// op specs it was fuzzed with, and the mode (--load, --spec, --mode). Set once by the CLI; repro
+// commands end with them, and child replays (crash shrinking, --sanitize) get them.
+void set_replay_options(const std::vector<std::string> &args);
+const std::vector<std::string> &replay_options();
 
 }  // namespace detfuzz

@@ -13,11 +13,14 @@
 #include "harness/campaign.h"
 #include "harness/cli_common.h"
 #include "harness/cpu_threads.h"
+#include "harness/device_faults.h"
 #include "harness/gate.h"
 #include "harness/html_report.h"
 #include "harness/junit.h"
 #include "harness/laps_command.h"
 #include "harness/merge.h"
+#include "harness/report.h"
+#include "harness/sanitize.h"
 #include "harness/shard.h"
 #include "harness/signals.h"
 #include "harness/target_table.h"
@@ -34,6 +37,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <iomanip>
 #include <iostream>
 #include <fstream>
@@ -48,9 +52,21 @@ namespace fs = std::filesystem;
 std::string first_line(const std::string &s) { return s.substr(0, s.find('\n')); }
 
 // The head of every summary.json: what ran, when, and on what (the context block).
-nlohmann::json tool_summary(const std::string &command_line, const std::string &started) {
+// `context`: run_context() taken earlier (a campaign takes it before its first case, while the
+// device is known to be usable), or null to take it now.
+nlohmann::json tool_summary(const std::string &command_line, const std::string &started, nlohmann::json context = nullptr) {
   return {{"tool", "detfuzz"}, {"version", DETFUZZ_VERSION}, {"command", command_line}, {"started", started},
-          {"finished", utc_now()}, {"context", run_context()}};
+          {"finished", utc_now()}, {"context", context.is_null() ? run_context() : context}};
+}
+
+// The replay options of records made with these kernel libraries, op specs and mode (corpus.h).
+void set_replay_options_from(const std::vector<std::string> &libraries, const std::vector<std::string> &specs,
+                             const std::string &mode) {
+  std::vector<std::string> args;
+  for (const auto &l : libraries) args.insert(args.end(), {"--load", l});
+  for (const auto &s : specs) args.insert(args.end(), {"--spec", s});
+  if (mode != "native") args.insert(args.end(), {"--mode", mode});
+  set_replay_options(args);
 }
 
 
@@ -77,7 +93,7 @@ struct FuzzOptions {
   bool no_corpus = false, no_shrink = false, quiet = false, stop_on_failure = false;
   int workers = 0;                        // fork mode (harness/workers.h); 0: in process
   std::string devices;                    // "all" or "0,1,...": fork mode with one worker per GPU
-  double case_timeout = 0;                // seconds; fork mode's watchdog
+  std::string case_timeout = "0";         // a duration: fork mode's watchdog, or one process's
   std::string worker, inflight;           // set by a fork-mode parent for its workers
   int gpu_share = 0;                      // likewise: workers sharing this worker's GPU (0 or 1: none)
   std::vector<std::string> skip_targets;  // likewise: targets that crashed an earlier worker
@@ -111,16 +127,19 @@ std::vector<std::string> worker_args() {
 int run_fuzz(FuzzOptions o, const std::string &program, const std::string &command_line) {
   const Backend backend = resolve_backend(o.sel.backend);
   load_user_ops(o.libraries, o.specs);
+  register_planted_device_error_hooks(o.libraries);
+  set_replay_options_from(o.libraries, o.specs, o.mode);
   o.sel.batch_invariant_mode = parse_mode(o.mode);
   CampaignConfig cfg;
   cfg.targets = select_targets(o.sel, backend);
   cfg.batch_invariant_mode = o.sel.batch_invariant_mode;
   cfg.seed = o.seed.empty() ? std::random_device{}() : std::stoull(o.seed, nullptr, 0);
-  cfg.budget_s = parse_duration(o.budget);
+  cfg.budget_s = parse_duration_flag("--budget", o.budget);
   cfg.max_cases = o.cases;
   if (cfg.budget_s == 0 && cfg.max_cases == 0) throw UsageError("a campaign needs a budget: --budget > 0 or --cases > 0");
   cfg.shrink = !o.no_shrink;
-  cfg.shrink_budget_s = parse_duration(o.shrink_budget);
+  cfg.shrink_budget_s = parse_duration_flag("--shrink-budget", o.shrink_budget);
+  const double case_timeout = parse_duration_flag("--case-timeout", o.case_timeout);
   cfg.program = program;
   cfg.progress = !o.quiet;
   cfg.stop_on_failure = o.stop_on_failure;
@@ -165,7 +184,7 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
     w.child_args = worker_args();
     w.workers = o.workers;
     w.devices = devices;
-    w.case_timeout_s = o.case_timeout;
+    w.case_timeout_s = case_timeout;
     w.budget_s = cfg.budget_s;
     w.max_cases = cfg.max_cases;
     w.seed = cfg.seed;
@@ -181,11 +200,12 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
     std::cout << "Using configuration: seed=" << cfg.seed << " backend=" << to_string(backend) << " budget=" << cfg.budget_s << "s"
               << " targets=" << cfg.targets.size() << " workers=" << o.workers
               << (devices.empty() ? "" : " devices=" + o.devices)
-              << (o.case_timeout > 0 ? " case-timeout=" + std::to_string(o.case_timeout) + "s" : "") << std::endl;
+              << (case_timeout > 0 ? " case-timeout=" + o.case_timeout : "") << std::endl;
     install_interrupt_handlers();
     return run_workers(w, std::cout);
   }
-  if (!o.worker.empty()) {  // a fork-mode worker: shard `worker` of this campaign's shard
+  cfg.worker = !o.worker.empty();
+  if (cfg.worker) {  // a fork-mode worker: shard `worker` of this campaign's shard
     const Shard w = parse_shard(o.worker, "--worker");
     cfg.shard = {cfg.shard.index + cfg.shard.count * w.index, cfg.shard.count * w.count, cfg.shard.source};
 #ifdef DETFUZZ_WITH_CUDA
@@ -207,33 +227,99 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
 
   std::cout << "Using configuration: seed=" << cfg.seed << " backend=" << to_string(backend) << " budget=" << cfg.budget_s << "s"
             << (cfg.max_cases ? " cases=" + std::to_string(cfg.max_cases) : "") << " targets=" << cfg.targets.size()
-            << (cfg.shard.count > 1 ? " shard=" + std::to_string(cfg.shard.index) + "/" + std::to_string(cfg.shard.count) : "") << std::endl;
+            << (cfg.shard.count > 1 ? " shard=" + std::to_string(cfg.shard.index) + "/" + std::to_string(cfg.shard.count) : "")
+            << (case_timeout > 0 && !cfg.worker ? " case-timeout=" + o.case_timeout : "") << std::endl;
   const std::string started = utc_now();
   apply_mode(cfg.batch_invariant_mode);
-  const CampaignResult result = run_campaign(cfg, report, std::cout);
+  // The context is taken before the first case: after a sticky device error the device may not answer.
+  const nlohmann::json context = run_context();
+
+  // Ends the run: the report (and JUnit) with the results as they stand, the table, the verdict.
+  // `stopped`: why the campaign stopped before its budget (a device fault, a timeout), with its record.
+  const auto finish = [&](const CampaignResult &result, int exit_code, const nlohmann::json &stopped) {
+    nlohmann::json summary = tool_summary(command_line, started, context);
+    summary.update({{"seed", cfg.seed},
+                    {"backend", to_string(backend)},
+                    {"budget", {{"seconds", cfg.budget_s}, {"cases", cfg.max_cases}}},
+                    {"selection", selection_json(o.sel)},
+                    {"results", result.to_json()},
+                    {"shard", {{"index", cfg.shard.index}, {"count", cfg.shard.count}, {"source", cfg.shard.source}}},
+                    {"interrupted", result.interrupted_by != 0},
+                    {"exit_code", exit_code}});
+    if (!stopped.is_null()) summary["stopped"] = stopped;
+    report.finish(summary);
+    if (!o.junit.empty())
+      write_junit(o.junit, junit_xml(result, {program, to_string(backend), cfg.seed, started, report.path().string()}));
+    std::cout << "\n";
+    print_target_table(result, std::cout);
+    std::cout << "\n" << result.cases << " cases in " << std::fixed << std::setprecision(1) << result.elapsed_s << "s; report: " << report.path().string()
+              << "\n";
+    if (!stopped.is_null()) std::cout << "STOPPED: " << stopped.value("reason_text", std::string()) << "\n";
+    std::cout << (result.interrupted_by != 0 ? "INTERRUPTED by signal " + std::to_string(result.interrupted_by) + "; "
+                                             : std::string())
+              << (result.must_hold_failed()  ? "MUST-HOLD PROPERTY FAILED"
+                  : stopped.is_null()        ? "every must-hold property held"
+                                             : "no must-hold property failed before the stop")
+              << std::endl;
+  };
+  // A crash or timeout record that stopped the run: shrunk in child processes (this process's
+  // device, or its main thread, is lost), saved, counted against its target.
+  const auto save_stop_record = [&](Record r, Expectation e, CampaignResult &result, double child_timeout_s) {
+    if (cfg.shrink && !cfg.worker) {
+      const Record shrunk = shrink_crash_in_children(r, self_exe(), child_timeout_s, cfg.shrink_budget_s, std::cout);
+      if (shrunk.spec.shape != r.spec.shape || shrunk.spec.params != r.spec.params)
+        std::cout << "  repro: " << repro_command(shrunk, program) << std::endl;
+      r = shrunk;
+    }
+    if (!cfg.worker) {  // a fork-mode parent records its workers' crashes itself
+      report.add_failure(r);
+      account_crash(result, r, e);
+    }
+    return r;
+  };
+  const auto run_start = std::chrono::steady_clock::now();
+  if (case_timeout > 0 && !cfg.worker) {
+    // One process: a case past --case-timeout cannot be taken back from its thread; the
+    // watchdog saves the timeout record and the report, then ends the process (exit 1).
+    cfg.case_timeout_s = case_timeout;
+    cfg.on_case_timeout = [&](const Record &timeout, Expectation e, CampaignResult &so_far) {
+      std::cout << (e == Expectation::must_hold ? "TIMEOUT (must-hold) " : "timeout (observed) ") << timeout.spec.op << "/"
+                << timeout.spec.impl << "/" << timeout.spec.property << "/" << dtype_name(timeout.spec.dtype) << ": "
+                << timeout.detail << "\n  case: " << timeout.spec.describe() << "\n  repro: " << repro_command(timeout, program)
+                << std::endl;
+      const Record saved = save_stop_record(timeout, e, so_far, case_timeout);
+      so_far.interrupted_by = interrupt_signal();
+      so_far.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+      finish(so_far, kExitMustHoldFailed,
+             {{"reason", "timeout"},
+              {"reason_text", "a case ran past --case-timeout " + o.case_timeout + " and never returned: the campaign cannot go on in this process"},
+              {"record", record_row(saved)}});
+      std::cout.flush();
+      std::_Exit(kExitMustHoldFailed);
+    };
+  }
+
+  CampaignResult result = run_campaign(cfg, report, std::cout);
+  if (result.stopped_by_fault) {
+    // A sticky device error: the context cannot run another case. The report says so; a fork-mode
+    // worker leaves the crash record to its parent, which starts a fresh worker.
+    const Record saved = save_stop_record(result.fault, result.fault_expectation, result, case_timeout > 0 ? case_timeout : 30.0);
+    const int exit_code = cfg.worker ? (result.must_hold_failed() ? kExitMustHoldFailed : kExitOk) : kExitMustHoldFailed;
+    finish(result, exit_code,
+           {{"reason", "device_fault"},
+            {"error", device_error_name(result.fault.detail)},
+            {"reason_text", "a sticky device error (" + result.fault.detail + ") followed a case of " + result.fault.spec.op + "/" +
+                                result.fault.spec.impl + "/" + result.fault.spec.property + "; no further case can run in this process"},
+            {"record", record_row(saved)}});
+    // Leave without tearing down libtorch's CUDA state in a poisoned context.
+    std::cout.flush();
+    std::cerr.flush();
+    std::_Exit(exit_code);
+  }
   // Interrupted: the report is still finished (summary.json says so); the exit code is the shell's 128 + signal.
   const int exit_code = result.interrupted_by != 0 ? 128 + result.interrupted_by
                         : result.must_hold_failed() ? kExitMustHoldFailed : kExitOk;
-
-  nlohmann::json summary = tool_summary(command_line, started);
-  summary.update({{"seed", cfg.seed},
-                            {"backend", to_string(backend)},
-                            {"budget", {{"seconds", cfg.budget_s}, {"cases", cfg.max_cases}}},
-                            {"selection", selection_json(o.sel)},
-                            {"results", result.to_json()},
-                            {"shard", {{"index", cfg.shard.index}, {"count", cfg.shard.count}, {"source", cfg.shard.source}}},
-                            {"interrupted", result.interrupted_by != 0},
-                            {"exit_code", exit_code}});
-  report.finish(summary);
-  if (!o.junit.empty())
-    write_junit(o.junit, junit_xml(result, {program, to_string(backend), cfg.seed, started, report.path().string()}));
-  std::cout << "\n";
-  print_target_table(result, std::cout);
-  std::cout << "\n" << result.cases << " cases in " << std::fixed << std::setprecision(1) << result.elapsed_s << "s; report: " << report.path().string()
-            << "\n"
-            << (result.interrupted_by != 0 ? "INTERRUPTED by signal " + std::to_string(result.interrupted_by) + "; "
-                                           : std::string())
-            << (!result.must_hold_failed() ? "every must-hold property held" : "MUST-HOLD PROPERTY FAILED") << std::endl;
+  finish(result, exit_code, nullptr);
   return exit_code;
 }
 
@@ -242,11 +328,23 @@ struct ReplayOptions {
   std::string mode = "native";
   bool expect_reproduce = false;
   int cpu_threads = -1;  // harness/cpu_threads.h
-  double case_timeout = 10;  // for crash and timeout records, which run in a child
+  std::string case_timeout = "10s";  // for crash and timeout records, which run in a child
+  std::string sanitize;              // memcheck, racecheck or initcheck: each record under compute-sanitizer
 };
 
 int run_replay(const ReplayOptions &o, const std::string &program) {
+  const double case_timeout = parse_duration_flag("--case-timeout", o.case_timeout);
+  std::string sanitizer;
+  if (!o.sanitize.empty()) {
+    check_sanitizer_tool(o.sanitize);
+    sanitizer = find_compute_sanitizer();
+    if (sanitizer.empty())
+      throw UsageError("--sanitize " + o.sanitize + ": compute-sanitizer not found (DETFUZZ_COMPUTE_SANITIZER, PATH, $CUDA_HOME/bin, "
+                       "/usr/local/cuda/bin); it comes with the CUDA toolkit");
+  }
   load_user_ops(o.libraries, o.specs);
+  register_planted_device_error_hooks(o.libraries);
+  set_replay_options_from(o.libraries, o.specs, o.mode);
   const bool batch_invariant = parse_mode(o.mode);
   std::vector<Record> records;
   for (const auto &p : o.paths)
@@ -254,14 +352,18 @@ int run_replay(const ReplayOptions &o, const std::string &program) {
       for (auto &r : read_records(f)) records.push_back(std::move(r));
   for (const auto &line : o.cases) records.push_back(parse_record_line(line));
   if (records.empty()) throw UsageError("nothing to replay: give record files or folders, or --case");
+  if (!sanitizer.empty()) return sanitize_records(records, sanitizer, o.sanitize, self_exe(), std::max(120.0, 30 * case_timeout), program, std::cout);
   apply_cpu_threads(o.cpu_threads, std::all_of(records.begin(), records.end(), [](const Record &r) { return r.spec.backend == Backend::cpu; }));
   apply_mode(batch_invariant);
 
   int64_t pass = 0, fail = 0, must_fail = 0, skipped = 0, recorded_fail = 0, reproduced_fail = 0, not_reproduced = 0;
+  size_t replayed = 0;
+  bool poisoned = false;
   for (const Record &r : records) {
+    ++replayed;
     if (is_crash_outcome(r.outcome)) {  // run where a crash cannot take this process down
       ++recorded_fail;
-      const bool back = replay_crash_in_child(r, self_exe(), o.case_timeout, std::cout, program) != 0;
+      const bool back = replay_crash_in_child(r, self_exe(), case_timeout, std::cout, program) != 0;
       if (back) ++reproduced_fail;
       else ++not_reproduced;
       const ImplInfo *impl = find_impl(r.spec.op, r.spec.impl, r.spec.backend);
@@ -269,7 +371,28 @@ int run_replay(const ReplayOptions &o, const std::string &program) {
       else (back ? fail : pass)++;
       continue;
     }
-    const ReplayResult rr = replay_record(r, batch_invariant);
+    ReplayResult rr;
+    try {
+      rr = replay_record(r, batch_invariant);
+    } catch (const std::invalid_argument &) {
+      throw;
+    } catch (const std::exception &e) {  // e.g. a poisoned device failing the case's data
+      rr.verdict = Verdict::error(e.what());
+    }
+    // A sticky device error after the record: it is the record's crash, and nothing more can run here.
+    if (const std::string sticky = rr.skipped ? std::string() : sticky_device_error(r.spec.backend); !sticky.empty()) {
+      ++fail;
+      if (rr.expectation == Expectation::must_hold) ++must_fail;
+      if (is_crash_outcome(r.outcome) || r.outcome == "error") ++recorded_fail, ++reproduced_fail;
+      Record crash = make_record(r.spec, Verdict::error(sticky));
+      crash.outcome = "crash";
+      crash.diff = DiffStats{};
+      crash.detail = sticky;
+      std::cout << "[crash] " << r.spec.describe() << " (" << to_string(rr.expectation) << ")\n  device fault: " << sticky
+                << "\n  repro: " << repro_command(crash, program) << "\n";
+      poisoned = true;
+      break;
+    }
     if (rr.skipped) {
       ++skipped;
       std::cout << "[skipped] " << r.spec.describe() << ": " << rr.skip_reason << "\n";
@@ -291,9 +414,15 @@ int run_replay(const ReplayOptions &o, const std::string &program) {
               << "\n";
     if (!passed && rr.expectation == Expectation::must_hold) std::cout << "  repro: " << repro_command(make_record(r.spec, rr.verdict), program) << "\n";
   }
-  std::cout << "\nreplayed " << records.size() << " records: " << pass << " pass, " << fail << " fail (" << must_fail << " must-hold), "
+  std::cout << "\nreplayed " << replayed << " records: " << pass << " pass, " << fail << " fail (" << must_fail << " must-hold), "
             << skipped << " skipped; " << reproduced_fail << " of " << recorded_fail << " recorded failures reproduced bit for bit"
             << std::endl;
+  if (poisoned) {
+    std::cout << "STOPPED: the device context is poisoned; " << records.size() - replayed
+              << " records left unreplayed (replay them in a fresh process)" << std::endl;
+    std::cout.flush();
+    std::_Exit(kExitMustHoldFailed);
+  }
   if (must_fail > 0) return kExitMustHoldFailed;
   if (o.expect_reproduce && not_reproduced > 0) return kExitMustHoldFailed;
   return kExitOk;
@@ -415,54 +544,59 @@ int main(int argc, char **argv) {
   for (int i = 0; i < argc; ++i) command_line += (i ? " " : "") + std::string(argv[i]);
   g_args.assign(argv, argv + argc);
 
+  // Flags several subcommands share keep one wording and one order (cli_common.h, flag_text).
+  namespace ft = flag_text;
   FuzzOptions fo;
   std::string ops, impls, props, dtypes;
   auto *fuzz = app.add_subcommand("fuzz", "Replay the corpus, then fuzz the selected targets and write a report");
-  fuzz->add_option("--backend", fo.sel.backend, "cpu, cuda or auto (cuda when a GPU is usable)")->default_val("auto");
-  fuzz->add_option("--op", ops, "comma-separated ops (default: all)");
-  fuzz->add_option("--impl", impls, "comma-separated impls (default: every impl but the mutants)");
-  fuzz->add_option("--property", props, "comma-separated properties (default: all of each op's)");
-  fuzz->add_option("--dtype", dtypes, "comma-separated dtypes (default: float32,float16,bfloat16)");
-  fuzz->add_option("--seed", fo.seed, "campaign seed (default: random, printed at start)");
-  fuzz->add_option("--budget", fo.budget, "time budget: 30s, 5m, 1h; 0 for none")->default_val("60s");
-  fuzz->add_option("--cases", fo.cases, "stop after this many cases (0: no limit)");
-  fuzz->add_option("--out", fo.out, "report folder (default: reports/<time>-<backend>-seed<seed>); must not exist or be empty");
-  fuzz->add_option("--corpus", fo.corpora, "record files or folders to replay first (default: corpora/)");
+  fuzz->add_option("--backend", fo.sel.backend, ft::backend)->default_val("auto");
+  fuzz->add_option("--op", ops, ft::ops)->default_str("every op");
+  fuzz->add_option("--impl", impls, ft::impls)->default_str("every impl but the mutants");
+  fuzz->add_option("--property", props, ft::properties)->default_str("every property of each op");
+  fuzz->add_option("--dtype", dtypes, ft::dtypes)->default_str("float32,float16,bfloat16");
+  fuzz->add_option("--seed", fo.seed, ft::seed)->default_str("random");
+  fuzz->add_option("--budget", fo.budget, ft::budget)->default_val("60s");
+  fuzz->add_option("--cases", fo.cases, "stop after this many cases (0: no limit)")->default_val(0);
+  fuzz->add_option("--out", fo.out, ft::out)->default_str("reports/<time>-<backend>-seed<seed>");
+  fuzz->add_option("--junit", fo.junit, "also write JUnit XML here: a testcase per target, failures with their shrunk record and repro");
+  fuzz->add_option("--corpus", fo.corpora, "record files or folders to replay first; repeatable")->default_str("corpora/");
   fuzz->add_flag("--no-corpus", fo.no_corpus, "do not replay any corpus");
   fuzz->add_flag("--no-shrink", fo.no_shrink, "record first failures as found, without shrinking");
-  fuzz->add_option("--shrink-budget", fo.shrink_budget, "time allowed to shrink one failure")->default_val("30s");
+  fuzz->add_option("--shrink-budget", fo.shrink_budget, "time allowed to shrink one failure: 30s, 5m or seconds")->default_val("30s");
+  fuzz->add_flag("--stop-on-failure", fo.stop_on_failure, "end the campaign at the first failure, once it is shrunk");
   fuzz->add_flag("--quiet", fo.quiet, "no progress lines");
-  fuzz->add_option("--cpu-threads", fo.cpu_threads, "ATen threads: default 1 on the CPU backend (many small cases), libtorch's own on CUDA; 0 libtorch's")
-      ->check(CLI::Range(0, 1024));
-  fuzz->add_option("--junit", fo.junit, "also write JUnit XML here: a testcase per target, failures with their shrunk record and repro");
   fuzz->add_option("--shard", fo.shard, "i/n: run shard i of n (targets and corpus records k with k mod n = i); default from "
                                         "DETFUZZ_SHARD, JOB_COMPLETION_INDEX+DETFUZZ_SHARD_COUNT or SLURM_ARRAY_TASK_*");
-  fuzz->add_flag("--stop-on-failure", fo.stop_on_failure, "end the campaign at the first failure, once it is shrunk");
-  fuzz->add_option("--mode", fo.mode, "native, or batch-invariant: our kernels behind libtorch's dispatcher (impl torch then must hold)")
-      ->default_val("native");
-  fuzz->add_option("--workers", fo.workers, "fork mode: run the campaign in N child processes; a crash or hang of one becomes a "
-                                            "crash/timeout record and a fresh worker carries on")->check(CLI::Range(0, 1024));
+  fuzz->add_option("--workers", fo.workers, "fork mode: run the campaign in N child processes; a crash, device fault or hang of one "
+                                            "becomes a crash/timeout record and a fresh worker carries on")->check(CLI::Range(0, 1024));
   fuzz->add_option("--devices", fo.devices, "all or 0,1,...: fork mode with one worker per GPU (CUDA_VISIBLE_DEVICES), one merged report");
-  fuzz->add_option("--case-timeout", fo.case_timeout, "with --workers: seconds a case may run before its worker is killed (0: none)")
-      ->check(CLI::Range(0.0, 1e6));
+  fuzz->add_option("--load", fo.libraries, ft::load);
+  fuzz->add_option("--spec", fo.specs, ft::spec);
+  fuzz->add_option("--mode", fo.mode, ft::mode)->default_val("native");
+  fuzz->add_option("--cpu-threads", fo.cpu_threads, ft::cpu_threads)->check(CLI::Range(0, 1024));
+  fuzz->add_option("--case-timeout", fo.case_timeout, ft::case_timeout)->default_val("0");
   fuzz->add_option("--worker", fo.worker, "(internal) i/n: this process is fork-mode worker i of n")->group("");
   fuzz->add_option("--inflight", fo.inflight, "(internal) file to write each case to before checking it")->group("");
   fuzz->add_option("--gpu-share", fo.gpu_share, "(internal) N fork-mode workers share this worker's GPU")->group("");
   fuzz->add_option("--skip-target", fo.skip_targets, "(internal) targets to leave out")->group("");
-  fuzz->add_option("--load", fo.libraries, "a kernel library registering torch operators (TORCH_LIBRARY), loaded before --spec");
-  fuzz->add_option("--spec", fo.specs, "an op spec file describing operators to fuzz with --op ns::name --impl torch");
+  fuzz->footer("--case-timeout: with --workers the worker running the case is killed and replaced; in one process a watchdog\n"
+               "saves the timeout record and the report, then exits 1. A sticky CUDA error (illegal address, launch failure, a\n"
+               "kernel assert) is a crash record of the case that raised it: one process stops there (exit 1, report written),\n"
+               "a worker is replaced.");
 
   ReplayOptions ro;
   auto *replay = app.add_subcommand("replay", "Re-run saved records and say whether each reproduces bit for bit");
   replay->add_option("paths", ro.paths, "record files (failures.csv, corpora/*.csv) or folders of them");
-  replay->add_option("--case", ro.cases, "one record line, as printed in a repro command");
+  replay->add_option("--case", ro.cases, "one record line, as printed in a repro command; repeatable");
   replay->add_flag("--expect-reproduce", ro.expect_reproduce, "exit 1 unless every record's outcome and diff come back bit for bit");
-  replay->add_option("--mode", ro.mode, "native or batch-invariant, as for fuzz")->default_val("native");
-  replay->add_option("--cpu-threads", ro.cpu_threads, "ATen threads, as for fuzz (default 1 when every record is a CPU one)")->check(CLI::Range(0, 1024));
-  replay->add_option("--case-timeout", ro.case_timeout, "seconds a crash or timeout record may run in its child (default 10)")
-      ->check(CLI::Range(0.0, 1e6));
-  replay->add_option("--load", ro.libraries, "kernel libraries to load first");
-  replay->add_option("--spec", ro.specs, "op spec files to load first");
+  replay->add_option("--sanitize", ro.sanitize, "memcheck, racecheck or initcheck: run each record under compute-sanitizer and "
+                                                "attach its first report to the record");
+  replay->add_option("--load", ro.libraries, ft::load);
+  replay->add_option("--spec", ro.specs, ft::spec);
+  replay->add_option("--mode", ro.mode, ft::mode)->default_val("native");
+  replay->add_option("--cpu-threads", ro.cpu_threads, ft::cpu_threads)->check(CLI::Range(0, 1024));
+  replay->add_option("--case-timeout", ro.case_timeout, ft::case_timeout)->default_val("10s");
+  replay->footer("Crash and timeout records run in a child process (within --case-timeout), so that the replay survives them.");
 
   std::string list_what = "all";
   auto *list = app.add_subcommand("list", "List ops, impls (with expectations) and properties");
@@ -470,62 +604,64 @@ int main(int argc, char **argv) {
 
   BenchOptions bo;
   auto *bench = app.add_subcommand("bench", "Time our CUDA kernels against cuBLAS (mm) and torch (reductions); write bench.csv");
-  bench->add_option("--op", bo.ops, "comma-separated ops: mm, log_softmax, mean, paged_attention")->default_val(bo.ops);
-  bench->add_option("--impl", bo.impls,
-                    "comma-separated impls timed beside the baseline; invariant@PATH forces one matmul path "
-                    "(sm90_persistent, sm90_split, their _64 forms, mma_sync, or a float32 path)")->default_val(bo.impls);
-  bench->add_option("--dtype", bo.dtypes, "comma-separated dtypes")->default_val(bo.dtypes);
+  bench->add_option("--op", bo.ops, ft::ops)->default_val(bo.ops);
+  bench->add_option("--impl", bo.impls, ft::impls)->default_val(bo.impls);
+  bench->add_option("--dtype", bo.dtypes, ft::dtypes)->default_val(bo.dtypes);
   bench->add_option("--shapes", bo.shapes, "CSV with header op,M,N,K replacing the default shape set");
   bench->add_option("--repetitions", bo.repetitions, "repetitions per benchmark (the median is kept)")->default_val(5);
-  bench->add_option("--out", bo.out, "report folder (default: reports/<time>-bench-seed0)");
+  bench->add_option("--out", bo.out, ft::out)->default_str("reports/<time>-bench-seed0");
+  bench->footer("--impl invariant@PATH forces one matmul path (sm90_persistent, sm90_split, their _64 forms, mma_sync, or a\n"
+                "float32 path); invariant@tma, @cp-async, @pingpong, @no-pingpong, @split-per-cta, @split-groups force attention's.");
 
   ScanOptions so;
   std::string merge_out;
-  std::vector<std::string> merge_shards;
+  std::vector<std::string> merge_dirs;
   auto *merge = app.add_subcommand("merge", "Combine the reports of a sharded campaign's shards (fuzz --shard) into one report");
-  merge->add_option("out", merge_out, "the merged report folder (must not exist or be empty)")->required();
-  merge->add_option("shards", merge_shards, "the shards' report folders")->required();
+  merge->add_option("dirs", merge_dirs, "the shards' report folders (without --out: the merged folder, then the shards')")->required();
+  merge->add_option("--out", merge_out, ft::out);
   auto *scan = app.add_subcommand("scan", "For one (N, K, dtype), list every M where an impl's rows differ from the smaller product");
+  scan->add_option("--impl", so.impls, ft::impls)->default_val(so.impls);
+  scan->add_option("--dtype", so.dtypes, ft::dtypes)->default_val(so.dtypes);
   scan->add_option("--n", so.n, "N")->default_val(4096);
   scan->add_option("--k", so.k, "K")->default_val(4096);
   scan->add_option("--max-m", so.max_m, "sweep M from 1 to this")->default_val(1024);
-  scan->add_option("--dtype", so.dtypes, "comma-separated dtypes")->default_val(so.dtypes);
-  scan->add_option("--impl", so.impls, "comma-separated mm impls")->default_val(so.impls);
-  scan->add_option("--out", so.out, "report folder (default: reports/<time>-scan-seed0)");
+  scan->add_option("--out", so.out, ft::out)->default_str("reports/<time>-scan-seed0");
 
   LapsOptions lo;
   auto *laps = app.add_subcommand("laps", "Run a mixed workload under FIFO and LAPS scheduling: compare every request's bits, print TTFT");
-  laps->add_option("--backend", lo.backend, "cpu, cuda or auto")->default_val("auto");
-  laps->add_option("--impl", lo.impl, "engine model impl: invariant, torch, mutant-...")->default_val(lo.impl);
-  laps->add_option("--dtype", lo.dtype, "model dtype (default: the impl's first)");
+  laps->add_option("--backend", lo.backend, ft::backend)->default_val("auto");
+  laps->add_option("--impl", lo.impl, "the engine model's impl, one (see: detfuzz list impls)")->default_val(lo.impl);
+  laps->add_option("--dtype", lo.dtype, "the model's dtype, one")->default_str("the impl's first");
   laps->add_option("--clock", lo.clock, "step durations: model (cost formula), calibrated (the formula fitted to measured forward times), measured (each step's wall time), auto (calibrated on CUDA, model on the CPU)")->default_val("auto");
-  laps->add_option("--seed", lo.seed, "workload and weights seed")->default_val(1);
+  laps->add_option("--seed", lo.seed, ft::seed)->default_val(1);
   laps->add_option("--requests", lo.requests, "requests in the trace")->default_val(lo.requests);
   laps->add_option("--min-len", lo.min_len, "shortest prompt")->default_val(lo.min_len);
   laps->add_option("--short-max", lo.short_max, "longest prompt of the short share (70%)")->default_val(lo.short_max);
   laps->add_option("--max-len", lo.max_len, "longest prompt")->default_val(lo.max_len);
   laps->add_option("--decode-steps", lo.decode_steps, "greedy tokens after the first")->default_val(lo.decode_steps);
-  laps->add_option("--load", lo.load, "arrival rate as a share of the instances' prefill capacity")->default_val(lo.load);
+  laps->add_option("--offered-load", lo.load, "arrival rate as a share of the instances' prefill capacity")->default_val(lo.load);
+  laps->add_option("--load", lo.load, "(old name of --offered-load)")->group("");
   laps->add_option("--instances", lo.instances, "prefill instances")->default_val(lo.instances);
   laps->add_option("--threshold", lo.threshold, "short/long threshold (queues and router), prompt tokens")->default_val(lo.threshold);
-  laps->add_option("--budget", lo.budget, "new tokens per prefill step")->default_val(lo.budget);
+  laps->add_option("--step-tokens", lo.budget, "new tokens per prefill step")->default_val(lo.budget);
+  laps->add_option("--budget", lo.budget, "(old name of --step-tokens)")->group("");
   laps->add_option("--max-running", lo.max_running, "sequences an instance holds")->default_val(lo.max_running);
   laps->add_option("--rebalance-interval-ms", lo.rebalance_interval_ms, "router rebalance interval")->default_val(lo.rebalance_interval_ms);
   laps->add_option("--rebalance-ratio", lo.rebalance_ratio, "pending ratio that moves an instance")->default_val(lo.rebalance_ratio);
-  laps->add_option("--out", lo.out, "report folder (default: reports/<time>-laps-<backend>-seed<seed>)");
+  laps->add_option("--out", lo.out, ft::out)->default_str("reports/<time>-laps-<backend>-seed<seed>");
 
   GateConfig gc;
   std::string gate_baseline;
   std::vector<std::string> gate_runs;
   auto *gate = app.add_subcommand("gate", "Exit 1 when a must-hold property failed in a run, or a bench speedup fell against a stored bench.csv");
-  gate->add_option("--baseline", gate_baseline, "the stored bench.csv, or a report folder holding one (omit: no speed check)");
   gate->add_option("--run", gate_runs, "report folders of the run to judge (fuzz, replay, bench); repeatable")->required();
+  gate->add_option("--baseline", gate_baseline, "the stored bench.csv, or a report folder holding one (omit: no speed check)");
   gate->add_option("--max-slowdown", gc.max_slowdown, "largest allowed fall of a speedup, as a fraction")->default_val(0.1);
 
   HtmlReportOptions ho;
   auto *html = app.add_subcommand("report", "Render report folders (fuzz, bench, scan) as one self-contained HTML file");
   html->add_option("runs", ho.runs, "report folders")->required();
-  html->add_option("--out", ho.out, "the HTML file (default: report.html in the first folder)");
+  html->add_option("--out", ho.out, "the HTML file to write")->default_str("report.html in the first folder");
 
   try {
     app.parse(argc, argv);
@@ -539,7 +675,16 @@ int main(int argc, char **argv) {
     fo.sel.properties = split_list(props);
     fo.sel.dtypes = split_list(dtypes);
     if (*fuzz) return run_fuzz(fo, argv[0], command_line);
-    if (*merge) return merge_reports(merge_out, {merge_shards.begin(), merge_shards.end()}, command_line);
+    if (*merge) {
+      // merge --out DIR SHARDS..., or the positional form merge DIR SHARDS...
+      std::vector<std::string> shards = merge_dirs;
+      if (merge_out.empty()) {
+        if (shards.size() < 2) throw UsageError("merge needs the merged folder and at least one shard folder: merge --out DIR SHARD_DIRS...");
+        merge_out = shards.front();
+        shards.erase(shards.begin());
+      }
+      return merge_reports(merge_out, {shards.begin(), shards.end()}, command_line);
+    }
     if (*replay) return run_replay(ro, argv[0]);
     if (*bench) return run_bench_command(bo, command_line);
     if (*scan) return run_scan_command(so, command_line);

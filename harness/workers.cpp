@@ -1,7 +1,10 @@
 #include "harness/workers.h"
 
+#include "harness/device_faults.h"
 #include "harness/junit.h"
 #include "harness/merge.h"
+#include "harness/minimize.h"
+#include "harness/report.h"
 #include "harness/remove_tree.h"
 #include "harness/signals.h"
 #include "ops/registry.h"
@@ -172,21 +175,35 @@ CampaignResult merged_result(const nlohmann::json &summary, const std::vector<Re
 // How a record's replay in a child ended.
 struct ChildEnd {
   enum Kind { completed, rejected, crashed, timed_out } kind;
-  std::string how;  // crashed: abnormal_end's text
+  std::string how;  // crashed: abnormal_end's text, or "device fault <name>"
 };
+
+// The sticky device error a replay printed ("  device fault: <name>: ..."), or "".
+std::string device_fault_in_log(const fs::path &log) {
+  std::ifstream in(log);
+  const std::string marker = "  device fault: ";
+  for (std::string l; std::getline(in, l);)
+    if (l.rfind(marker, 0) == 0) return device_error_name(l.substr(marker.size()));
+  return "";
+}
 
 ChildEnd run_record_in_child(const Record &r, const std::string &self, double timeout_s, const fs::path &child_log) {
   Record as_run = r;
   as_run.outcome = "error";  // the child replays it as an ordinary case
   as_run.detail.clear();
-  const pid_t pid = spawn({self, "replay", "--case", record_row(as_run)}, child_log);
+  std::vector<std::string> argv = {self, "replay", "--case", record_row(as_run)};
+  argv.insert(argv.end(), replay_options().begin(), replay_options().end());
+  const pid_t pid = spawn(argv, child_log);
   const auto start = Clock::now();
   for (;;) {
     int status = 0;
     if (waitpid(pid, &status, WNOHANG) == pid) {
       if (WIFEXITED(status) && WEXITSTATUS(status) == 2) return {ChildEnd::rejected, "exited with code 2"};
       const std::string how = abnormal_end(status);
-      return how.empty() ? ChildEnd{ChildEnd::completed, ""} : ChildEnd{ChildEnd::crashed, how};
+      if (!how.empty()) return {ChildEnd::crashed, how};
+      // A sticky device error: the child stopped with the case's crash (exit 1).
+      if (const std::string fault = device_fault_in_log(child_log); !fault.empty()) return {ChildEnd::crashed, "device fault " + fault};
+      return {ChildEnd::completed, ""};
     }
     if (timeout_s > 0 && seconds_since(start) > timeout_s) {
       kill(pid, SIGKILL);
@@ -197,13 +214,13 @@ ChildEnd run_record_in_child(const Record &r, const std::string &self, double ti
   }
 }
 
-// Smaller values to try for a size v >= low: the low bound, half, one less (ascending, distinct).
-std::vector<int64_t> smaller_values(int64_t v, int64_t low) {
-  std::vector<int64_t> out;
-  for (int64_t c : {low, v / 2, v - 1})
-    if (c >= low && c < v && std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
-  std::sort(out.begin(), out.end());
-  return out;
+// The summary.json of a finished worker report, or null.
+nlohmann::json worker_summary(const fs::path &dir) {
+  try {
+    return nlohmann::json::parse(read_file(dir / "summary.json"));
+  } catch (const std::exception &) {
+    return nullptr;
+  }
 }
 
 }  // namespace
@@ -219,7 +236,8 @@ int run_workers(const WorkersConfig &cfg, std::ostream &log) {
   std::vector<fs::path> finished;
   std::vector<Record> crashes;
   std::set<std::string> crashed_targets;
-  int forwarded = 0;
+  std::vector<pid_t> dying;  // killed workers not yet reaped (a process with a kernel in flight can take a while to go)
+  int forwarded = 0, hung = 0, faulted = 0;
 
   auto launch = [&](Worker &w) {
     const std::string tag = "w" + std::to_string(w.index) + "-g" + std::to_string(w.generation);
@@ -246,6 +264,13 @@ int run_workers(const WorkersConfig &cfg, std::ostream &log) {
     w.running = true;
   };
 
+  auto note_crash = [&](Record r) {
+    crashes.push_back(r);
+    crashed_targets.insert(target_name(r.spec));
+    log << (must_hold(r.spec) ? "CRASH (must-hold) " : "crash (observed) ") << target_name(r.spec) << ": " << r.outcome << ", "
+        << r.detail << "\n  case: " << r.spec.describe() << "\n  repro: " << repro_command(r, cfg.program) << std::endl;
+  };
+
   auto record_crash = [&](Worker &w, const std::string &outcome, const std::string &why) {
     const std::string line = read_file(w.inflight);
     if (line.find_first_not_of(" \r\n") == std::string::npos) {
@@ -257,10 +282,7 @@ int run_workers(const WorkersConfig &cfg, std::ostream &log) {
     r.outcome = outcome;
     r.diff = DiffStats{};
     r.detail = "worker " + std::to_string(w.index) + " " + why;
-    crashes.push_back(r);
-    crashed_targets.insert(target_name(r.spec));
-    log << (must_hold(r.spec) ? "CRASH (must-hold) " : "crash (observed) ") << target_name(r.spec) << ": " << outcome << ", "
-        << why << "\n  case: " << r.spec.describe() << "\n  repro: " << repro_command(r, cfg.program) << std::endl;
+    note_crash(r);
   };
 
   for (auto &w : slots) {
@@ -275,6 +297,7 @@ int run_workers(const WorkersConfig &cfg, std::ostream &log) {
       for (auto &w : slots)
         if (w.running) kill(w.pid, sig);
     }
+    dying.erase(std::remove_if(dying.begin(), dying.end(), [](pid_t p) { return waitpid(p, nullptr, WNOHANG) != 0; }), dying.end());
     for (auto &w : slots) {
       if (!w.running) continue;
       int status = 0;
@@ -284,16 +307,23 @@ int run_workers(const WorkersConfig &cfg, std::ostream &log) {
         const std::string why = abnormal_end(status);
         if (why.empty()) {
           finished.push_back(w.dir);
-          continue;
-        }
-        if (WIFEXITED(status) && WEXITSTATUS(status) == 2) {  // a usage error: every worker would hit it
+          // A worker that stopped at a sticky device error: its report is kept, its crash recorded,
+          // and a fresh process (a fresh context) takes the shard on.
+          const nlohmann::json ws = worker_summary(w.dir);
+          if (!ws.is_object() || !ws.contains("stopped") || ws["stopped"].value("reason", "") != "device_fault") continue;
+          Record crash = parse_record_line(ws["stopped"].value("record", ""));
+          crash.detail = "worker " + std::to_string(w.index) + " stopped: " + crash.detail;
+          ++faulted;
+          note_crash(crash);
+        } else if (WIFEXITED(status) && WEXITSTATUS(status) == 2) {  // a usage error: every worker would hit it
           log << "fuzz --workers: worker " << w.index << " stopped with a usage error:\n" << tail_lines(w.log, 5);
           for (auto &o : slots)
             if (o.running) kill(o.pid, SIGKILL), waitpid(o.pid, nullptr, 0), o.running = false;
           remove_tree(root.string());
           return 2;
+        } else {
+          record_crash(w, "crash", why);
         }
-        record_crash(w, "crash", why);
       } else if (cfg.case_timeout_s > 0) {
         std::error_code ec;
         const auto mtime = fs::last_write_time(w.inflight, ec);
@@ -306,11 +336,14 @@ int run_workers(const WorkersConfig &cfg, std::ostream &log) {
           any = true;
           continue;
         }
+        // Killed and left to die: a process with a GPU kernel in flight ends when the driver has
+        // torn its context down, and the other workers are not held up meanwhile.
         kill(w.pid, SIGKILL);
-        waitpid(w.pid, nullptr, 0);
+        dying.push_back(w.pid);
         w.running = false;
+        ++hung;
         std::ostringstream why;
-        why << "made no progress for " << std::setprecision(3) << age << " s (--case-timeout " << cfg.case_timeout_s << ")";
+        why << "made no progress for " << std::setprecision(3) << age << " s (--case-timeout " << cfg.case_timeout_s << "s)";
         record_crash(w, "timeout", why.str());
       } else {
         any = true;
@@ -338,11 +371,28 @@ int run_workers(const WorkersConfig &cfg, std::ostream &log) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  // Killed workers are reaped before the report is written (at most a minute: a process stuck in
+  // the driver is left behind, said so).
+  for (const auto until = Clock::now() + std::chrono::seconds(60); !dying.empty() && Clock::now() < until;) {
+    dying.erase(std::remove_if(dying.begin(), dying.end(), [](pid_t p) { return waitpid(p, nullptr, WNOHANG) != 0; }), dying.end());
+    if (!dying.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  for (pid_t p : dying) log << "fuzz --workers: killed worker process " << p << " has not ended after 60 s; not waited for" << std::endl;
 
+  // Every worker hung or crashed before finishing a report: the run still ends with one, made of
+  // the crash records alone.
   if (finished.empty()) {
-    remove_tree(root.string());
-    log << "fuzz --workers: no worker finished a report" << std::endl;
-    return forwarded ? 128 + forwarded : 2;
+    log << "fuzz --workers: no worker finished a report (" << crashes.size() << " crashes or timeouts); "
+        << "the merged report holds the crash records alone" << std::endl;
+    const fs::path none = root / "none";
+    ReportWriter empty(none);
+    empty.finish({{"tool", "detfuzz"},
+                  {"results", {{"cases", 0}, {"elapsed_s", seconds_since(start)},
+                               {"corpus", {{"replayed", 0}, {"skipped", 0}, {"must_hold_failures", 0}, {"observed_failures", 0}}},
+                               {"targets", nlohmann::json::array()}}},
+                  {"interrupted", forwarded != 0},
+                  {"exit_code", 0}});
+    finished.push_back(none);
   }
   // Each crash shrunk in children while no signal asked the campaign to stop.
   if (forwarded == 0 && cfg.crash_shrink_s > 0)
@@ -373,7 +423,8 @@ int run_workers(const WorkersConfig &cfg, std::ostream &log) {
                           {"detail", r.detail}, {"record", record_row(r)}});
   if (crash_must_hold && code == 0) code = 1;
   if (forwarded) code = 128 + forwarded;
-  summary["workers"] = {{"count", cfg.workers}, {"case_timeout_s", cfg.case_timeout_s}, {"crashes", crash_list}};
+  summary["workers"] = {{"count", cfg.workers}, {"case_timeout_s", cfg.case_timeout_s}, {"crashes", crash_list},
+                        {"hung", hung}, {"device_faults", faulted}};
   if (!cfg.devices.empty()) summary["workers"]["devices"] = cfg.devices;  // worker i ran on devices[i]
   summary["interrupted"] = forwarded != 0;
   summary["exit_code"] = code;
@@ -412,65 +463,42 @@ Record shrink_crash_in_children(const Record &r, const std::string &self, double
   const auto start = Clock::now();
   const fs::path child_log = fs::temp_directory_path() / ("detfuzz-shrink-" + std::to_string(getpid()) + ".log");
   const bool timeout_record = r.outcome == "timeout";
-  // The end to reproduce: a timeout, or the crash's own signal (learnt from the first run).
+  // The end to reproduce: a timeout, or the crash's own signal or device fault (learnt from the first run).
   std::string wanted;
   if (!timeout_record) {
     const ChildEnd first = run_record_in_child(r, self, timeout_s, child_log);
     if (first.kind != ChildEnd::crashed) {
       fs::remove(child_log);
-      return r;  // does not crash alone in a child: nothing to shrink against
+      log << "  " << target_name(r.spec) << ": the case does not crash alone in a fresh process ("
+          << (first.kind == ChildEnd::timed_out ? "no result within " + std::to_string(timeout_s) + " s"
+              : first.kind == ChildEnd::rejected ? "the child rejected it"
+                                                 : "it completed")
+          << "): kept as recorded" << std::endl;
+      Record kept = r;
+      kept.detail += "; did not crash when replayed alone in a fresh process";
+      return kept;
     }
     wanted = first.how;
   }
-  auto same_end = [&](const Record &c) {
-    const ChildEnd e = run_record_in_child(c, self, timeout_s, child_log);
-    return timeout_record ? e.kind == ChildEnd::timed_out : e.kind == ChildEnd::crashed && e.how == wanted;
+  const auto trial = [&](const CaseSpec &c) {
+    Record x = r;
+    x.spec = c;
+    const ChildEnd e = run_record_in_child(x, self, timeout_s, child_log);
+    if (e.kind == ChildEnd::rejected) return Trial::malformed;
+    const bool same = timeout_record ? e.kind == ChildEnd::timed_out : e.kind == ChildEnd::crashed && e.how == wanted;
+    return same ? Trial::same : Trial::different;
   };
-  Record best = r;
-  int runs = 0, kept = 0;
-  bool progress = true;
-  while (progress && seconds_since(start) < budget_s) {
-    progress = false;
-    // Candidates: the slice indices first (they bound the sizes), then each shape dimension.
-    std::vector<Record> candidates;
-    for (const char *key : {"i", "j"}) {
-      const auto it = best.spec.params.find(key);
-      if (it == best.spec.params.end()) continue;
-      int64_t v = 0;
-      try {
-        v = std::stoll(it->second);
-      } catch (const std::exception &) {
-        continue;
-      }
-      for (int64_t c : smaller_values(v, key[0] == 'i' ? 0 : 1)) {
-        Record x = best;
-        x.spec.params[key] = std::to_string(c);
-        candidates.push_back(x);
-      }
-    }
-    for (size_t d = 0; d < best.spec.shape.size(); ++d)
-      for (int64_t c : smaller_values(best.spec.shape[d], 1)) {
-        Record x = best;
-        x.spec.shape[d] = c;
-        candidates.push_back(x);
-      }
-    for (const Record &c : candidates) {
-      if (seconds_since(start) >= budget_s) break;
-      ++runs;
-      if (same_end(c)) {
-        best = c;
-        ++kept;
-        progress = true;
-        break;
-      }
-    }
-  }
+  const auto stop = [&] { return seconds_since(start) >= budget_s || interrupt_signal() != 0; };
+  const MinimizeResult m = minimize_case(r.spec, trial, stop);
   fs::remove(child_log);
-  if (kept > 0) {
-    best.detail = r.detail + "; shrunk from " + r.spec.shape_string() + " " + r.spec.params_string() + " in " +
-                  std::to_string(runs) + " child runs";
-    log << "shrunk " << target_name(r.spec) << " (" << r.outcome << ") from " << r.spec.shape_string() << " to "
-        << best.spec.shape_string() << " " << best.spec.params_string() << " in " << runs << " child runs" << std::endl;
+  Record best = r;
+  if (m.lowered > 0) {
+    best.spec = m.spec;
+    const auto sizes = [](const CaseSpec &c) { return c.shape_string() + (c.params.empty() ? "" : " " + c.params_string()); };
+    best.detail = r.detail + "; shrunk from " + sizes(r.spec) + " in " + std::to_string(m.trials) + " child runs" +
+                  (m.stopped ? " (out of shrink time)" : "");
+    log << "shrunk " << target_name(r.spec) << " (" << r.outcome << ") from " << sizes(r.spec) << " to " << sizes(best.spec) << " in "
+        << m.trials << " child runs" << std::endl;
   }
   return best;
 }

@@ -11,6 +11,14 @@
 // processes (shrink_crash_in_children). SIGINT/SIGTERM are passed on to the workers,
 // whose reports are then merged as usual. With --devices, worker i runs on GPU devices[i] alone
 // and the merged summary's `workers.devices` says which worker had which GPU.
+//
+// A worker whose case left a sticky device error (harness/device_faults.h) stops at once: it
+// writes its report with a `stopped` block naming the error and the case, and exits; the parent
+// keeps that report, records the case as a `crash` (its detail the error) and starts a fresh
+// worker, whose process has a fresh CUDA context. A hung worker is killed and left to die without
+// holding the others up (a process with a kernel in flight ends once the driver has torn its
+// context down), and replaced. However many workers crashed or hung, the run ends with a merged
+// report and summary.json (`workers.crashes`, `workers.hung`, `workers.device_faults`).
 #pragma once
 
 #include "harness/corpus.h"
@@ -52,13 +60,14 @@ int run_workers(const WorkersConfig &cfg, std::ostream &log);
 int replay_crash_in_child(const Record &r, const std::string &self, double timeout_s, std::ostream &log,
                           const std::string &program);
 
-// Shrinks a crash or timeout record without risking this process: candidate records with one
-// size made smaller (a shape dimension, or the slice indices i and j of the batch properties:
-// towards the low bound, by half, by one) each run in a child (`self replay`); a candidate
-// is kept when its child ends the same way (the same signal, or no result within timeout_s for a
-// timeout), and the search starts again from it, until no candidate is kept or `budget_s` is spent.
-// A child that completes, or rejects the record (exit 2), is not the same end. Returns the
-// smallest record found (r itself when none), its detail saying what it was shrunk from.
+// Shrinks a crash or timeout record without risking this process: the size search of
+// harness/minimize.h, each candidate run in a child (`self replay`, with the replay options of
+// corpus.h); a candidate is kept when its child ends the same way (the same signal, the same
+// sticky device error, or no result within timeout_s for a timeout), until no size can be lowered
+// or `budget_s` is spent. A child that completes is not the same end; one that rejects the record
+// (exit 2) is a malformed candidate. Returns the smallest record found (r itself when none), its
+// detail saying what it was shrunk from; a crash that does not come back alone in a fresh
+// process is returned as recorded, its detail saying so.
 Record shrink_crash_in_children(const Record &r, const std::string &self, double timeout_s, double budget_s,
                                 std::ostream &log);
 

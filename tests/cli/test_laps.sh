@@ -31,7 +31,7 @@ requests=$(awk -F, 'NR == 2' "$work/mut/failures.csv" | grep -o 'len=[0-9.]*' | 
 check "mutant record replays" 1 "$bin" replay "$work/mut/failures.csv" --expect-reproduce
 grep -q "matches the record bit for bit" "$work/out" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL replay differs"; cat "$work/out"; }
 
-check "laps fifo vs laps" 0 "$bin" laps --backend cpu --requests 120 --max-len 1024 --instances 3 --budget 512 --seed 2 \
+check "laps fifo vs laps" 0 "$bin" laps --backend cpu --requests 120 --max-len 1024 --instances 3 --step-tokens 512 --seed 2 \
   --out "$work/laps"
 for f in cases.csv ttft.csv requests.csv summary.json; do
   [ -s "$work/laps/$f" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL laps wrote no $f"; }

@@ -67,6 +67,16 @@ assert len(m["results"]["targets"]) == sum(len(s["results"]["targets"]) for s in
 assert [s["shard"]["index"] for s in m["shards"]] == [0, 1, 2, 3]
 assert m["exit_code"] == rc == max(s["exit_code"] for s in ss)
 PY
+# merge --out DIR SHARDS... is the same merge as the positional form.
+"$bin" merge --out "$work/merged-out" "$work/s0" "$work/s1" "$work/s2" "$work/s3" >/dev/null 2>"$work/err"
+[ $? -eq "$merge_rc" ] && ok || { bad "merge --out exit"; cat "$work/err"; }
+python3 - "$work" <<'PY' && ok || bad "merge --out differs from the positional merge"
+import json, sys
+w = sys.argv[1]
+a, b = (json.load(open(f"{w}/{d}/summary.json")) for d in ("merged", "merged-out"))
+assert a["results"] == b["results"] and a["exit_code"] == b["exit_code"]
+assert open(f"{w}/merged/cases.csv").read() == open(f"{w}/merged-out/cases.csv").read()
+PY
 "$bin" merge "$work/merged2" "$work/s0" "$work/nothing" >/dev/null 2>"$work/err"; [ $? -eq 2 ] && ok || bad "merge of a missing shard should exit 2"
 [ -e "$work/merged2" ] && bad "a failed merge left its output" || ok
 
