@@ -27,7 +27,7 @@
 #include "harness/workers.h"
 #include "ops/torch/batch_invariant_mode.h"
 #ifdef DETFUZZ_WITH_CUDA
-#include "ops/cuda/cuda_ops.h"
+#include "ops/device_memory.h"
 #endif
 #include "properties/properties.h"
 
@@ -209,9 +209,9 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
     const Shard w = parse_shard(o.worker, "--worker");
     cfg.shard = {cfg.shard.index + cfg.shard.count * w.index, cfg.shard.count * w.count, cfg.shard.source};
 #ifdef DETFUZZ_WITH_CUDA
-    // Workers sharing a GPU each keep to an equal part of its memory (cuda_ops.h says why); 15%
+    // Workers sharing a GPU each keep to an equal part of its memory (ops/device_memory.h says why); 15%
     // is left for their CUDA contexts and libraries' workspaces.
-    if (backend == Backend::cuda && o.gpu_share > 1) cuda_ops::cap_device_memory_share(0.85 / o.gpu_share);
+    if (backend == Backend::cuda && o.gpu_share > 1) device_memory::cap_share(0.85 / o.gpu_share);
 #endif
   }
   cfg.skip_targets.insert(o.skip_targets.begin(), o.skip_targets.end());
