@@ -46,7 +46,7 @@ Verdict check_guarded(const CaseSpec &c, bool *malformed = nullptr) {
 // the lock held, so that the main thread, should the case still return, waits at end()).
 class Watchdog {
  public:
-  using Expire = std::function<void(const CaseSpec &, Expectation, double age_s)>;
+  using Expire = std::function<void(const CaseSpec &, Expectation, const std::string &source, double age_s)>;
   Watchdog(double timeout_s, Expire expire) : timeout_s_(timeout_s), expire_(std::move(expire)) {
     if (timeout_s_ > 0 && expire_) thread_ = std::thread([this] { loop(); });
   }
@@ -58,11 +58,12 @@ class Watchdog {
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
   }
-  void begin(const CaseSpec &c, Expectation e) {
+  void begin(const CaseSpec &c, Expectation e, const std::string &source) {
     if (!thread_.joinable()) return;
     std::lock_guard<std::mutex> lock(mu_);
     case_ = c;
     expectation_ = e;
+    source_ = source;
     since_ = Clock::now();
     busy_ = true;
   }
@@ -80,7 +81,7 @@ class Watchdog {
       if (quit_ || !busy_) continue;
       const double age = seconds_since(since_);
       if (age <= timeout_s_) continue;
-      expire_(case_, expectation_, age);  // ends the process
+      expire_(case_, expectation_, source_, age);  // ends the process
       for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
     }
   }
@@ -93,6 +94,7 @@ class Watchdog {
   bool quit_ = false, busy_ = false;
   CaseSpec case_;
   Expectation expectation_ = Expectation::must_hold;
+  std::string source_;
   Clock::time_point since_;
 };
 
@@ -110,9 +112,8 @@ class CaseRunner {
 
   CaseRunner(const CampaignConfig &cfg, ReportWriter &report, CampaignResult &result, std::ostream &log, int64_t &index)
       : cfg_(cfg), report_(report), result_(result), log_(log), index_(index),
-        watchdog_(cfg.case_timeout_s, cfg.on_case_timeout ? Watchdog::Expire([this](const CaseSpec &c, Expectation e, double age) {
-          expire(c, e, age);
-        })
+        watchdog_(cfg.case_timeout_s, cfg.on_case_timeout ? Watchdog::Expire([this](const CaseSpec &c, Expectation e, const std::string &source,
+                                                                                            double age) { expire(c, e, source, age); })
                                                           : Watchdog::Expire()) {}
 
   bool faulted() const { return result_.stopped_by_fault; }
@@ -120,7 +121,7 @@ class CaseRunner {
   Checked check(const CaseSpec &c, const std::string &source, Expectation e) {
     Checked k;
     if (cfg_.before_case) cfg_.before_case(c);
-    watchdog_.begin(c, e);
+    watchdog_.begin(c, e, source);
     const auto start = Clock::now();
     try {
       k.verdict = check_guarded(c, &k.malformed);
@@ -142,7 +143,7 @@ class CaseRunner {
     if (cfg_.before_case) cfg_.before_case(rec.spec);
     const std::optional<ImplInfo> impl = lookup_impl(rec.spec.op, rec.spec.impl, rec.spec.backend);
     const Expectation e = impl ? effective_expectation(*impl, cfg_.batch_invariant_mode) : Expectation::must_hold;
-    watchdog_.begin(rec.spec, e);
+    watchdog_.begin(rec.spec, e, "corpus");
     ReplayResult rr;
     try {
       rr = replay_record(rec, cfg_.batch_invariant_mode);
@@ -176,14 +177,19 @@ class CaseRunner {
          << std::endl;
   }
 
-  void expire(const CaseSpec &c, Expectation e, double age) {
+  void expire(const CaseSpec &c, Expectation e, const std::string &source, double age) {
     Record r = make_record(c, Verdict{});
     r.outcome = "timeout";
     std::ostringstream why;
     why.precision(3);
     why << "no result after " << age << " s (--case-timeout " << cfg_.case_timeout_s << "s)";
     r.detail = why.str();
-    report_.add_case({index_++, "timeout", r, e, age * 1e6});
+    report_.add_case({index_++, source, r, e, age * 1e6});
+    // The case counts as checked, in its target when it is a fuzz or shrink case.
+    ++result_.cases;
+    const std::string name = c.op + "/" + c.impl + "/" + c.property + "/" + dtype_name(c.dtype);
+    for (auto &s : result_.targets)
+      if (s.target.name() == name) ++s.cases;
     cfg_.on_case_timeout(r, e, result_);
   }
 
