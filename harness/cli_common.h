@@ -33,7 +33,8 @@ inline constexpr const char *budget = "time budget: 30s, 5m, 1h or seconds; 0 fo
 inline constexpr const char *out = "report folder; must not exist or be empty";
 inline constexpr const char *load = "kernel library registering torch operators (TORCH_LIBRARY), loaded first; repeatable";
 inline constexpr const char *spec = "op spec file: where the batch is in a loaded library's operators; repeatable";
-inline constexpr const char *mode = "native, or batch-invariant: our kernels behind libtorch's dispatcher (impl torch then must hold)";
+inline constexpr const char *mode = "native, batch-invariant (our kernels behind libtorch's dispatcher) or MODULE:ENABLE_FN (a user's Python mode, "
+                                    "enabled by calling it); with a mode on, impl torch of the aten ops must hold";
 inline constexpr const char *cpu_threads = "ATen threads: 1 where every case is on the CPU, else libtorch's own; 0: libtorch's";
 inline constexpr const char *case_timeout = "longest a case may run: 10s, 2m or seconds (0: no limit); past it the case is a timeout record";
 }  // namespace flag_text

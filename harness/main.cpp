@@ -19,6 +19,8 @@
 #include "harness/junit.h"
 #include "harness/laps_command.h"
 #include "harness/merge.h"
+#include "harness/cli_main.h"
+#include "harness/python_hooks.h"
 #include "harness/report.h"
 #include "harness/sanitize.h"
 #include "harness/shard.h"
@@ -62,7 +64,7 @@ nlohmann::json tool_summary(const std::string &command_line, const std::string &
 // The replay options of records made with these kernel libraries, op specs and mode (corpus.h).
 void set_replay_options_from(const std::vector<std::string> &libraries, const std::vector<std::string> &specs,
                              const std::string &mode) {
-  std::vector<std::string> args;
+  std::vector<std::string> args = python_replay_options();  // --import first: it registers ops that specs name
   for (const auto &l : libraries) args.insert(args.end(), {"--load", l});
   for (const auto &s : specs) args.insert(args.end(), {"--spec", s});
   if (mode != "native") args.insert(args.end(), {"--mode", mode});
@@ -75,11 +77,12 @@ void set_replay_options_from(const std::vector<std::string> &libraries, const st
 bool parse_mode(const std::string &mode) {
   if (mode == "native") return false;
   if (mode == "batch-invariant") return true;
-  throw UsageError("mode '" + mode + "' (expected native or batch-invariant)");
+  if (is_python_mode(mode)) return true;  // a user's Python mode, enabled by prepare_python (python_hooks.h)
+  throw UsageError("mode '" + mode + "' (expected native, batch-invariant or MODULE:ENABLE_FN)");
 }
 
 void apply_mode(bool batch_invariant) {
-  if (batch_invariant) enable_batch_invariant_mode();
+  if (batch_invariant && !python_mode_enabled()) enable_batch_invariant_mode();
 }
 
 struct FuzzOptions {
@@ -102,7 +105,10 @@ struct FuzzOptions {
 // This process's command line, for fork mode's workers.
 std::vector<std::string> g_args;
 
-std::string self_exe() { return fs::read_symlink("/proc/self/exe").string(); }
+std::string self_exe() {
+  const std::string python = python_self_program();  // in Python, /proc/self/exe is the interpreter
+  return python.empty() ? fs::read_symlink("/proc/self/exe").string() : python;
+}
 
 // The fuzz arguments a fork-mode worker gets: the user's, less those the parent sets per worker.
 std::vector<std::string> worker_args() {
@@ -535,7 +541,7 @@ int run_list(const std::string &what) {
 }  // namespace
 }  // namespace detfuzz
 
-int main(int argc, char **argv) {
+int detfuzz::cli_main(int argc, char **argv) {
   using namespace detfuzz;
   CLI::App app{"detfuzz: proves bit for bit that inference kernels give a row the same result alone as in a batch,\n"
                "and shrinks the cases where they do not. Exit: 0 all must-hold properties held, 1 one failed, 2 usage error."};
@@ -571,6 +577,8 @@ int main(int argc, char **argv) {
                                             "becomes a crash/timeout record and a fresh worker carries on")->check(CLI::Range(0, 1024));
   fuzz->add_option("--devices", fo.devices, "all or 0,1,...: fork mode with one worker per GPU (CUDA_VISIBLE_DEVICES), one merged report");
   fuzz->add_option("--load", fo.libraries, ft::load);
+  std::vector<std::string> imports;  // --import, of fuzz, replay or bench (python_hooks.h)
+  fuzz->add_option("--import", imports, kImportFlagText);
   fuzz->add_option("--spec", fo.specs, ft::spec);
   fuzz->add_option("--mode", fo.mode, ft::mode)->default_val("native");
   fuzz->add_option("--cpu-threads", fo.cpu_threads, ft::cpu_threads)->check(CLI::Range(0, 1024));
@@ -592,6 +600,7 @@ int main(int argc, char **argv) {
   replay->add_option("--sanitize", ro.sanitize, "memcheck, racecheck or initcheck: run each record under compute-sanitizer and "
                                                 "attach its first report to the record");
   replay->add_option("--load", ro.libraries, ft::load);
+  replay->add_option("--import", imports, kImportFlagText);
   replay->add_option("--spec", ro.specs, ft::spec);
   replay->add_option("--mode", ro.mode, ft::mode)->default_val("native");
   replay->add_option("--cpu-threads", ro.cpu_threads, ft::cpu_threads)->check(CLI::Range(0, 1024));
@@ -610,6 +619,7 @@ int main(int argc, char **argv) {
   bench->add_option("--shapes", bo.shapes, "CSV with header op,M,N,K replacing the default shape set");
   bench->add_option("--repetitions", bo.repetitions, "repetitions per benchmark (the median is kept)")->default_val(5);
   bench->add_option("--out", bo.out, ft::out)->default_str("reports/<time>-bench-seed0");
+  bench->add_option("--import", imports, kImportFlagText);
   bench->footer("--impl invariant@PATH forces one matmul path (sm90_persistent, sm90_split, their _64 forms, mma_sync, or a\n"
                 "float32 path); invariant@tma, @cp-async, @pingpong, @no-pingpong, @split-per-cta, @split-groups force attention's.");
 
@@ -674,6 +684,7 @@ int main(int argc, char **argv) {
     fo.sel.impls = split_list(impls);
     fo.sel.properties = split_list(props);
     fo.sel.dtypes = split_list(dtypes);
+    if (*fuzz || *replay || *bench) prepare_python(imports, *fuzz ? fo.mode : *replay ? ro.mode : "native");
     if (*fuzz) return run_fuzz(fo, argv[0], command_line);
     if (*merge) {
       // merge --out DIR SHARDS..., or the positional form merge DIR SHARDS...
