@@ -2,6 +2,8 @@
 errors, and the batch-invariant mode API (run by tests/python/test_frontend.sh)."""
 import os
 import re
+import threading
+import time
 
 import pytest
 import torch
@@ -96,3 +98,24 @@ def test_batch_invariant_mode_api():
     detfuzz.enable_batch_invariant_mode()
     detfuzz.disable_batch_invariant_mode()
     assert not detfuzz.is_batch_invariant_mode_enabled()
+
+
+def test_gil_is_released_while_the_engine_runs(tmp_path):
+    """A Python thread keeps running while a campaign of a C++ impl runs in another."""
+    done = threading.Event()
+    codes = []
+
+    def run():
+        codes.append(detfuzz.main(["fuzz", "--op", "mm", "--impl", "invariant", "--backend", "cpu", "--no-corpus", "--quiet",
+                                   "--budget", "2s", "--out", str(tmp_path / "gil")]))
+        done.set()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    ticks = 0
+    while not done.is_set():
+        ticks += 1
+        time.sleep(0.001)
+    thread.join()
+    assert codes == [0]
+    assert ticks > 200, f"the main thread ran {ticks} times in 2 s: the GIL was held"
