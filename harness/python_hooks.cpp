@@ -108,7 +108,17 @@ int exec_python_if_needed(int argc, char **argv) {
     const std::string value = package_dir.string() + (old && *old ? ":" + std::string(old) : std::string());
     setenv("PYTHONPATH", value.c_str(), 1);
   }
-  std::vector<char *> args = {const_cast<char *>(python.c_str()), const_cast<char *>("-m"), const_cast<char *>("detfuzz")};
+  // `python -m detfuzz`, with a one-line error (exit 2) where the package or torch does not import.
+  static const char *launcher =
+      "import sys\n"
+      "try:\n"
+      "    from detfuzz._frontend import run_cli\n"
+      "except ImportError as e:\n"
+      "    sys.stderr.write(f'detfuzz: error: --import and --mode MODULE:ENABLE_FN need the detfuzz Python package "
+      "(build/python or pip install .): {type(e).__name__}: {e}\\n')\n"
+      "    sys.exit(2)\n"
+      "sys.exit(run_cli(sys.argv[1:]))\n";
+  std::vector<char *> args = {const_cast<char *>(python.c_str()), const_cast<char *>("-c"), const_cast<char *>(launcher)};
   for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
   args.push_back(nullptr);
   std::cout.flush();

@@ -53,9 +53,10 @@ std::vector<std::string> python_replay_options();
 std::string python_self_program();
 
 // The executable's entry: when argv's subcommand is fuzz, replay or bench and it has --import or
-// a --mode MODULE:ENABLE_FN, execs `python3 -m detfuzz` with argv[1..] (python: $DETFUZZ_PYTHON,
-// else the python the build found, else python3 on PATH; the build's python/ folder prepended
-// to PYTHONPATH) and returns only if that exec failed (with exit code 2, the reason printed).
+// a --mode MODULE:ENABLE_FN, execs python with argv[1..] as `python -m detfuzz` would run them
+// (python: $DETFUZZ_PYTHON, else the python the build found, else python3 on PATH; the build's
+// python/ folder prepended to PYTHONPATH; a package that does not import is a one-line error,
+// exit 2) and returns only if that exec failed (with exit code 2, the reason printed).
 // Returns -1 when argv needs no interpreter.
 int exec_python_if_needed(int argc, char **argv);
 
