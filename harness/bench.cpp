@@ -75,7 +75,8 @@ std::vector<BenchShape> read_bench_shapes(const std::string &path) {
   std::vector<std::string> kinds;
   for (const auto &op : builtin_row_ops())
     if (row_bench(op)) kinds.push_back(op);
-  for (const auto &f : property_families()) kinds.insert(kinds.end(), f.bench_shape_kinds.begin(), f.bench_shape_kinds.end());
+  for (const auto &f : property_families())
+    kinds.insert(kinds.end(), f.bench_shape_kinds.begin(), f.bench_shape_kinds.end());
   std::vector<BenchShape> out;
   try {
     io::CSVReader<5, io::trim_chars<' ', '\t'>> in(path);
@@ -171,7 +172,8 @@ BenchPlan plan_bench(const BenchConfig &cfg) {
 #else
     const std::string hint = " (this detfuzz was built without CUDA)";
 #endif
-    if (!anywhere) throw std::invalid_argument("bench: impl '" + impl + "' is not a CUDA impl of any selected op" + hint);
+    if (!anywhere)
+      throw std::invalid_argument("bench: impl '" + impl + "' is not a CUDA impl of any selected op" + hint);
   }
   return plan;
 }
@@ -214,7 +216,8 @@ const ImplInfo &cuda_impl(const std::string &op, const std::string &impl) {
 // batch_slice on the benchmark's own inputs: a few row ranges, compared bitwise.
 bool batch_slice_holds(const ImplInfo &impl, const OpArgs &args, int64_t rows) {
   const at::Tensor full = impl.run(args);
-  const std::pair<int64_t, int64_t> ranges[] = {{0, 1}, {rows / 2, rows / 2 + 1}, {rows - 1, rows}, {0, (rows + 1) / 2}};
+  const std::pair<int64_t, int64_t> ranges[] = {
+      {0, 1}, {rows / 2, rows / 2 + 1}, {rows - 1, rows}, {0, (rows + 1) / 2}};
   for (auto [i, j] : ranges) {
     OpArgs part = args;
     part.tensors[0] = args.tensors[0].narrow(0, i, j - i);
@@ -258,7 +261,8 @@ std::string run_bench(const BenchConfig &cfg, std::ostream &log, std::string *st
   gen.set_current_seed(20261121);
 
   std::ostringstream csv;
-  csv << "op,impl,dtype,M,N,K,median_us,tflops,gbps,baseline_impl,cublas_median_us,speedup_vs_cublas,invariant_verified,"
+  csv << "op,impl,dtype,M,N,K,median_us,tflops,gbps,baseline_impl,cublas_median_us,speedup_vs_cublas,invariant_"
+         "verified,"
          "d2d_gbps,bandwidth_share_of_d2d,page\n";
   // The dispatcher rows: impl `torch` (at::mm, ...) run with the batch-invariant mode on, made
   // per op on first use.
@@ -314,14 +318,18 @@ std::string run_bench(const BenchConfig &cfg, std::ostream &log, std::string *st
           for (int w = 0; w < 3; ++w) impl.run(args[w % sets]);  // warm-up: module load, handles, autotune caches
           mode_off();
           const double once_us = time_one_call_us([&] { impl.run(args[0]); }, clock);
-          const int64_t iters = static_cast<int64_t>(std::clamp(cfg.seconds_per_repetition * 1e6 / std::max(once_us, 1.0), 3.0, 2000.0));
-          benchmark::RegisterBenchmark(name.c_str(), [&, impl_ptr = &impl, dispatch = name == kDispatchImpl](benchmark::State &st) {
-            // Interleaved with the dispatcher row, whose calls turn the batch-invariant mode on:
-            // every other impl runs with it off.
-            if (!dispatch) mode_off();
-            int k = 0;
-            for (auto _ : st) st.SetIterationTime(time_one_call_us([&] { impl_ptr->run(args[k++ % sets]); }, clock) * 1e-6);
-          })
+          const int64_t iters =
+              static_cast<int64_t>(std::clamp(cfg.seconds_per_repetition * 1e6 / std::max(once_us, 1.0), 3.0, 2000.0));
+          benchmark::RegisterBenchmark(
+              name.c_str(),
+              [&, impl_ptr = &impl, dispatch = name == kDispatchImpl](benchmark::State &st) {
+                // Interleaved with the dispatcher row, whose calls turn the batch-invariant mode on:
+                // every other impl runs with it off.
+                if (!dispatch) mode_off();
+                int k = 0;
+                for (auto _ : st)
+                  st.SetIterationTime(time_one_call_us([&] { impl_ptr->run(args[k++ % sets]); }, clock) * 1e-6);
+              })
               ->UseManualTime()
               ->Iterations(iters)
               ->Repetitions(cfg.repetitions)
@@ -337,7 +345,8 @@ std::string run_bench(const BenchConfig &cfg, std::ostream &log, std::string *st
         const double bytes = def.bytes(s, dtype);
         double d2d_gbps = NAN;
         if (def.against_copy(s)) {
-          const at::Tensor src = at::empty({static_cast<int64_t>(bytes)}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA));
+          const at::Tensor src =
+              at::empty({static_cast<int64_t>(bytes)}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA));
           const at::Tensor dst = at::empty_like(src);
           dst.copy_(src);
           std::vector<double> t;
@@ -351,25 +360,27 @@ std::string run_bench(const BenchConfig &cfg, std::ostream &log, std::string *st
           const double flops = def.flops(s);
           const double gbps = bytes / us * 1e-3;
           const double speedup = base_us / us;
-          csv << s.op << ',' << name << ',' << dtype_name(dtype) << ',' << s.m << ',' << s.n << ',' << s.k << ',' << fmt(us) << ','
-              << (flops > 0 ? fmt(flops / us * 1e-6, "%.2f") : "") << ',' << (bytes > 0 ? fmt(bytes / us * 1e-3, "%.1f") : "") << ','
-              << baseline << ',' << fmt(base_us) << ',' << fmt(speedup, "%.4f") << ',' << (verified[name] ? "yes" : "no") << ','
+          csv << s.op << ',' << name << ',' << dtype_name(dtype) << ',' << s.m << ',' << s.n << ',' << s.k << ','
+              << fmt(us) << ',' << (flops > 0 ? fmt(flops / us * 1e-6, "%.2f") : "") << ','
+              << (bytes > 0 ? fmt(bytes / us * 1e-3, "%.1f") : "") << ',' << baseline << ',' << fmt(base_us) << ','
+              << fmt(speedup, "%.4f") << ',' << (verified[name] ? "yes" : "no") << ','
               << (std::isnan(d2d_gbps) ? "" : fmt(d2d_gbps, "%.1f")) << ','
               << (std::isnan(d2d_gbps) ? "" : fmt(gbps / d2d_gbps, "%.4f")) << ",\n";
           if (name != baseline) speedups[s.op + "/" + name + "/" + dtype_name(dtype)].push_back({s.m, speedup});
-          log << "[" << done << "/" << total << "] " << s.op << " " << name << " " << dtype_name(dtype) << " M=" << s.m << " N=" << s.n
-              << " K=" << s.k << ": " << fmt(us, "%.1f") << " us, "
+          log << "[" << done << "/" << total << "] " << s.op << " " << name << " " << dtype_name(dtype) << " M=" << s.m
+              << " N=" << s.n << " K=" << s.k << ": " << fmt(us, "%.1f") << " us, "
               << (flops > 0 ? fmt(flops / us * 1e-6, "%.0f") + " TFLOP/s, " : std::string())
               << (std::isnan(d2d_gbps) ? std::string() : fmt(100.0 * gbps / d2d_gbps, "%.0f") + "% of a D2D copy, ")
-              << fmt(speedup, "%.2f") << "x " << baseline
-              << (verified[name] ? "" : "  (batch_slice FAILED)") << std::endl;
+              << fmt(speedup, "%.2f") << "x " << baseline << (verified[name] ? "" : "  (batch_slice FAILED)")
+              << std::endl;
         }
       }
     }
     // The families that bench themselves (paged attention), where an op of theirs is selected.
     for (const auto &f : property_families()) {
       if (!f.bench) continue;
-      const bool selected = std::any_of(plan.pairs.begin(), plan.pairs.end(), [&](const auto &p) { return f.owns(p.first); });
+      const bool selected =
+          std::any_of(plan.pairs.begin(), plan.pairs.end(), [&](const auto &p) { return f.owns(p.first); });
       if (selected) f.bench({cfg.impls, cfg.dtypes, cfg.shapes, cfg.repetitions}, csv, log);
     }
   } catch (const std::exception &e) {
@@ -412,7 +423,8 @@ std::string speedup_summary(const std::map<std::string, std::vector<SpeedupSampl
       if (small.n)
         out << "; M <= 32: " << fmt(small.geomean, "%.3f") << "x (lowest " << fmt(small.lowest, "%.3f") << "x, "
             << small.below_one << " of " << small.n << " below 1.0x)";
-      if (large.n) out << "; M >= 128: " << fmt(large.geomean, "%.3f") << "x (lowest " << fmt(large.lowest, "%.3f") << "x)";
+      if (large.n)
+        out << "; M >= 128: " << fmt(large.geomean, "%.3f") << "x (lowest " << fmt(large.lowest, "%.3f") << "x)";
     }
     out << "\n";
   }
@@ -447,12 +459,13 @@ std::string run_scan(const ScanConfig &cfg, std::ostream &log) {
         if (!prefix_same) prefix_differing = bitwise_diff(prev.cpu(), out.narrow(0, 0, m - 1).cpu()).differing;
         if (!row0_same) row0_changes.push_back(m);
         if (!prefix_same) prefix_changes.push_back(m);
-        csv << name << ',' << dtype_name(dtype) << ',' << cfg.n << ',' << cfg.k << ',' << m << ',' << (row0_same ? 0 : 1) << ',' << ulp << ','
-            << (prefix_same ? 0 : 1) << ',' << prefix_differing << '\n';
+        csv << name << ',' << dtype_name(dtype) << ',' << cfg.n << ',' << cfg.k << ',' << m << ','
+            << (row0_same ? 0 : 1) << ',' << ulp << ',' << (prefix_same ? 0 : 1) << ',' << prefix_differing << '\n';
         prev = out;
       }
-      log << name << " " << dtype_name(dtype) << " N=" << cfg.n << " K=" << cfg.k << ": row 0 differs from the 1-row product at "
-          << row0_changes.size() << " of " << cfg.max_m << " M; the first M-1 rows change at M =";
+      log << name << " " << dtype_name(dtype) << " N=" << cfg.n << " K=" << cfg.k
+          << ": row 0 differs from the 1-row product at " << row0_changes.size() << " of " << cfg.max_m
+          << " M; the first M-1 rows change at M =";
       for (size_t i = 0; i < prefix_changes.size() && i < 40; ++i) log << ' ' << prefix_changes[i];
       if (prefix_changes.size() > 40) log << " ... (" << prefix_changes.size() << " in all)";
       if (prefix_changes.empty()) log << " (never)";

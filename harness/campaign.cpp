@@ -111,10 +111,16 @@ class CaseRunner {
   };
 
   CaseRunner(const CampaignConfig &cfg, ReportWriter &report, CampaignResult &result, std::ostream &log, int64_t &index)
-      : cfg_(cfg), report_(report), result_(result), log_(log), index_(index),
-        watchdog_(cfg.case_timeout_s, cfg.on_case_timeout ? Watchdog::Expire([this](const CaseSpec &c, Expectation e, const std::string &source,
-                                                                                            double age) { expire(c, e, source, age); })
-                                                          : Watchdog::Expire()) {}
+      : cfg_(cfg),
+        report_(report),
+        result_(result),
+        log_(log),
+        index_(index),
+        watchdog_(cfg.case_timeout_s,
+                  cfg.on_case_timeout
+                      ? Watchdog::Expire([this](const CaseSpec &c, Expectation e, const std::string &source,
+                                                double age) { expire(c, e, source, age); })
+                      : Watchdog::Expire()) {}
 
   bool faulted() const { return result_.stopped_by_fault; }
 
@@ -162,7 +168,8 @@ class CaseRunner {
   }
 
  private:
-  void stop_on_fault(const CaseSpec &c, const std::string &sticky, const std::string &source, Expectation e, double us) {
+  void stop_on_fault(const CaseSpec &c, const std::string &sticky, const std::string &source, Expectation e,
+                     double us) {
     Record r = make_record(c, Verdict::error(sticky));
     r.outcome = "crash";
     r.diff = DiffStats{};
@@ -171,10 +178,10 @@ class CaseRunner {
     result_.stopped_by_fault = true;
     result_.fault = r;
     result_.fault_expectation = e;
-    log_ << (e == Expectation::must_hold ? "CRASH (must-hold) " : "crash (observed) ") << c.op << "/" << c.impl << "/" << c.property
-         << "/" << dtype_name(c.dtype) << ": " << sticky << "\n  case: " << c.describe()
-         << "\n  the device context is poisoned: no further case runs in this process\n  repro: " << repro_command(r, cfg_.program)
-         << std::endl;
+    log_ << (e == Expectation::must_hold ? "CRASH (must-hold) " : "crash (observed) ") << c.op << "/" << c.impl << "/"
+         << c.property << "/" << dtype_name(c.dtype) << ": " << sticky << "\n  case: " << c.describe()
+         << "\n  the device context is poisoned: no further case runs in this process\n  repro: "
+         << repro_command(r, cfg_.program) << std::endl;
   }
 
   void expire(const CaseSpec &c, Expectation e, const std::string &source, double age) {
@@ -202,7 +209,10 @@ class CaseRunner {
 };
 
 void note_failure(TargetStats &s, const Verdict &v) {
-  if (v.outcome == Verdict::Outcome::error) ++s.errors; else ++s.failures;
+  if (v.outcome == Verdict::Outcome::error)
+    ++s.errors;
+  else
+    ++s.failures;
   s.max_ulp = std::max(s.max_ulp, v.diff.max_ulp);
   if (v.diff.max_abs_diff > s.max_abs_diff || std::isnan(v.diff.max_abs_diff)) s.max_abs_diff = v.diff.max_abs_diff;
 }
@@ -235,13 +245,12 @@ class Progress {
 };
 
 bool selected(const CampaignConfig &cfg, const CaseSpec &c) {
-  return std::any_of(cfg.targets.begin(), cfg.targets.end(), [&](const Target &t) {
-    return t.backend == c.backend && t.op == c.op && t.impl == c.impl;
-  });
+  return std::any_of(cfg.targets.begin(), cfg.targets.end(),
+                     [&](const Target &t) { return t.backend == c.backend && t.op == c.op && t.impl == c.impl; });
 }
 
-void replay_corpus(const CampaignConfig &cfg, CaseRunner &runner, ReportWriter &report, CampaignResult &result, std::ostream &log,
-                   int64_t &index) {
+void replay_corpus(const CampaignConfig &cfg, CaseRunner &runner, ReportWriter &report, CampaignResult &result,
+                   std::ostream &log, int64_t &index) {
   int64_t files = 0;
   size_t record_number = 0;
   for (const auto &root : cfg.corpora) {
@@ -264,8 +273,8 @@ void replay_corpus(const CampaignConfig &cfg, CaseRunner &runner, ReportWriter &
         report.add_failure(now);
         if (rr.expectation == Expectation::must_hold) {
           ++result.corpus_must_hold_failures;
-          log << "corpus: MUST-HOLD FAILURE " << rec.spec.describe() << ": " << rr.verdict.detail << "\n  repro: "
-              << repro_command(now, cfg.program) << "\n";
+          log << "corpus: MUST-HOLD FAILURE " << rec.spec.describe() << ": " << rr.verdict.detail
+              << "\n  repro: " << repro_command(now, cfg.program) << "\n";
         } else {
           ++result.corpus_observed_failures;
         }
@@ -273,9 +282,9 @@ void replay_corpus(const CampaignConfig &cfg, CaseRunner &runner, ReportWriter &
     }
   }
   if (!cfg.corpora.empty())
-    log << "corpus: replayed " << result.corpus_replayed << " records from " << files << " files (" << result.corpus_skipped
-        << " for other targets or backends skipped): " << result.corpus_must_hold_failures << " must-hold failures, "
-        << result.corpus_observed_failures << " observed failures" << std::endl;
+    log << "corpus: replayed " << result.corpus_replayed << " records from " << files << " files ("
+        << result.corpus_skipped << " for other targets or backends skipped): " << result.corpus_must_hold_failures
+        << " must-hold failures, " << result.corpus_observed_failures << " observed failures" << std::endl;
 }
 
 // RapidCheck reports through a listener; the campaign keeps its own log, so this one is silent
@@ -307,7 +316,13 @@ class Round {
  public:
   Round(const CampaignConfig &cfg, CaseRunner &runner, TargetStats &stats, ReportWriter &report, CampaignResult &result,
         int64_t &index, const std::function<bool()> &out_of_budget)
-      : cfg_(cfg), runner_(runner), stats_(stats), report_(report), result_(result), index_(index), out_of_budget_(out_of_budget) {}
+      : cfg_(cfg),
+        runner_(runner),
+        stats_(stats),
+        report_(report),
+        result_(result),
+        index_(index),
+        out_of_budget_(out_of_budget) {}
 
   // Returns true when the round found (and shrank) the target's first failure. `cases` is the
   // round's number of cases.
@@ -417,8 +432,10 @@ std::string ulp_text(uint64_t u) { return u == std::numeric_limits<uint64_t>::ma
 }  // namespace
 
 void account_crash(CampaignResult &r, const Record &crash, Expectation expectation) {
-  const std::string name = crash.spec.op + "/" + crash.spec.impl + "/" + crash.spec.property + "/" + dtype_name(crash.spec.dtype);
-  auto it = std::find_if(r.targets.begin(), r.targets.end(), [&](const TargetStats &s) { return s.target.name() == name; });
+  const std::string name =
+      crash.spec.op + "/" + crash.spec.impl + "/" + crash.spec.property + "/" + dtype_name(crash.spec.dtype);
+  auto it =
+      std::find_if(r.targets.begin(), r.targets.end(), [&](const TargetStats &s) { return s.target.name() == name; });
   if (it == r.targets.end()) {
     TargetStats s;
     s.target = {crash.spec.op, crash.spec.impl, crash.spec.property, crash.spec.backend, crash.spec.dtype, expectation};
@@ -490,7 +507,8 @@ ReplayResult replay_record(const Record &r, bool batch_invariant_mode) {
       rr.skip_reason = "needs a CUDA GPU (this build or machine has none)";
       return rr;
     }
-    throw std::invalid_argument("record names no known impl: op '" + c.op + "', impl '" + c.impl + "', backend " + to_string(c.backend));
+    throw std::invalid_argument("record names no known impl: op '" + c.op + "', impl '" + c.impl + "', backend " +
+                                to_string(c.backend));
   }
   const auto props = properties_for(c.op);
   if (std::find(props.begin(), props.end(), c.property) == props.end())
@@ -504,7 +522,8 @@ ReplayResult replay_record(const Record &r, bool batch_invariant_mode) {
   const auto start = Clock::now();
   rr.verdict = check_case(c);
   rr.elapsed_us = seconds_since(start) * 1e6;
-  rr.reproduced = to_string(rr.verdict.outcome) == r.outcome && (r.outcome != "fail" || same_diff(rr.verdict.diff, r.diff));
+  rr.reproduced =
+      to_string(rr.verdict.outcome) == r.outcome && (r.outcome != "fail" || same_diff(rr.verdict.diff, r.diff));
   return rr;
 }
 
@@ -528,7 +547,9 @@ CampaignResult run_campaign(const CampaignConfig &cfg, ReportWriter &report, std
   Progress progress(log, cfg.progress, cfg.budget_s);
   bool stop = false;
   const std::function<bool()> out_of_budget = [&] {
-    return stop || runner.faulted() || interrupt_signal() != 0 || (cfg.budget_s > 0 && seconds_since(start) >= cfg.budget_s) || (cfg.max_cases > 0 && result.cases >= cfg.max_cases);
+    return stop || runner.faulted() || interrupt_signal() != 0 ||
+           (cfg.budget_s > 0 && seconds_since(start) >= cfg.budget_s) ||
+           (cfg.max_cases > 0 && result.cases >= cfg.max_cases);
   };
   // Which target runs its next round: in turn when the budget counts cases (the cases checked
   // then depend only on the seed and the budget), else the one that has had the least time so far
@@ -548,13 +569,14 @@ CampaignResult run_campaign(const CampaignConfig &cfg, ReportWriter &report, std
     // Timed campaigns start each target with rounds of 1, 2, 4, ... cases up to cases_per_round:
     // a target whose cases take seconds (a baseline planning every new shape) then costs one case,
     // not a full round, before every other target has had its first turn.
-    const int cases = time_fair ? static_cast<int>(std::min<uint64_t>(cfg.cases_per_round, uint64_t(1) << std::min<uint64_t>(rounds[k], 20)))
+    const int cases = time_fair ? static_cast<int>(std::min<uint64_t>(cfg.cases_per_round,
+                                                                      uint64_t(1) << std::min<uint64_t>(rounds[k], 20)))
                                 : cfg.cases_per_round;
     if (r.run(mix(mix(cfg.seed, global_index[k]), rounds[k]++), cases)) {
       const bool must = stats.target.expectation == Expectation::must_hold;
-      log << (must ? "FAILURE (must-hold) " : "failure (observed) ") << stats.target.name() << ", shrunk in " << stats.shrink_steps
-          << " steps to: " << stats.minimal.spec.describe() << "\n  " << stats.minimal.detail << "\n  repro: "
-          << repro_command(stats.minimal, cfg.program) << std::endl;
+      log << (must ? "FAILURE (must-hold) " : "failure (observed) ") << stats.target.name() << ", shrunk in "
+          << stats.shrink_steps << " steps to: " << stats.minimal.spec.describe() << "\n  " << stats.minimal.detail
+          << "\n  repro: " << repro_command(stats.minimal, cfg.program) << std::endl;
       stop = cfg.stop_on_failure;
     }
     progress.tick(result, start);

@@ -30,19 +30,21 @@ struct CampaignResult;
 
 struct CampaignConfig {
   uint64_t seed = 1;
-  double budget_s = 60;      // 0: no time limit (then max_cases must be set)
-  int64_t max_cases = 0;     // 0: no case limit
+  double budget_s = 60;   // 0: no time limit (then max_cases must be set)
+  int64_t max_cases = 0;  // 0: no case limit
   std::vector<Target> targets;
-  std::vector<std::filesystem::path> corpora;  // replayed first; records not matching the targets' (backend, op, impl) are skipped
+  std::vector<std::filesystem::path>
+      corpora;  // replayed first; records not matching the targets' (backend, op, impl) are skipped
   bool shrink = true;
   double shrink_budget_s = 30;  // per failure
   int cases_per_round = 10;
   std::string program = "detfuzz";  // how repro commands name the binary
   bool progress = true;
-  bool stop_on_failure = false;  // end the campaign once a failure has been found (and shrunk)
+  bool stop_on_failure = false;       // end the campaign once a failure has been found (and shrunk)
   bool batch_invariant_mode = false;  // corpus records of impl `torch` are then must-hold
-  Shard shard;  // this campaign's share of the targets and corpus records (harness/shard.h)
-  std::set<std::string> skip_targets;  // target names left out (a fork-mode worker's crashed targets); indices unchanged
+  Shard shard;                        // this campaign's share of the targets and corpus records (harness/shard.h)
+  std::set<std::string>
+      skip_targets;  // target names left out (a fork-mode worker's crashed targets); indices unchanged
   // Called with each case just before it is checked (corpus, fuzz and shrink cases): a fork-mode
   // worker writes it where the parent finds it if the check crashes or hangs.
   std::function<void(const CaseSpec &)> before_case;
@@ -94,9 +96,9 @@ CampaignResult run_campaign(const CampaignConfig &config, ReportWriter &report, 
 struct ReplayResult {
   Verdict verdict;
   Expectation expectation = Expectation::must_hold;
-  bool skipped = false;        // e.g. a CUDA record on a machine with no GPU
+  bool skipped = false;  // e.g. a CUDA record on a machine with no GPU
   std::string skip_reason;
-  bool reproduced = false;     // the recorded outcome and diff came back bit for bit
+  bool reproduced = false;  // the recorded outcome and diff came back bit for bit
   double elapsed_us = 0;
 };
 bool backend_available(Backend b);

@@ -30,7 +30,8 @@ double parse_duration(const std::string &s) {
   }
   const std::string unit = s.substr(used);
   const double scale = unit.empty() || unit == "s" ? 1 : unit == "m" ? 60 : unit == "h" ? 3600 : -1;
-  if (used == 0 || scale < 0 || v < 0) throw UsageError("duration '" + s + "' is not a number of seconds (e.g. 30s, 5m, 1h)");
+  if (used == 0 || scale < 0 || v < 0)
+    throw UsageError("duration '" + s + "' is not a number of seconds (e.g. 30s, 5m, 1h)");
   return v * scale;
 }
 
@@ -58,7 +59,8 @@ Backend resolve_backend(const std::string &name) {
     throw UsageError(e.what());
   }
 #ifndef DETFUZZ_WITH_CUDA
-  if (b == Backend::cuda) throw UsageError("backend cuda: this detfuzz was built without CUDA (configure with nvcc present)");
+  if (b == Backend::cuda)
+    throw UsageError("backend cuda: this detfuzz was built without CUDA (configure with nvcc present)");
 #endif
   if (!backend_available(b)) throw UsageError("backend cuda needs a CUDA GPU: none found");
   return b;
@@ -70,7 +72,8 @@ std::vector<Target> select_targets(const Selection &sel, Backend backend) {
     if (!is_known_op(op)) {
       std::string known;
       for (const auto &o : ops) known += (known.empty() ? "" : ", ") + o;
-      throw UsageError("unknown op '" + op + "' (known: " + known + ", aten::mm and the other built-in specs, and ops of --spec files)");
+      throw UsageError("unknown op '" + op + "' (known: " + known +
+                       ", aten::mm and the other built-in specs, and ops of --spec files)");
     }
   std::vector<at::ScalarType> dtypes;
   for (const auto &d : sel.dtypes) {
@@ -91,14 +94,18 @@ std::vector<Target> select_targets(const Selection &sel, Backend backend) {
     std::vector<ImplInfo> candidates;
     for (const ImplInfo &impl : all_impls())
       if (impl.op == op && impl.backend == backend) candidates.push_back(impl);
-    if (auto spec_impl = lookup_impl(op, "torch", backend); spec_impl && candidates.empty()) candidates.push_back(*spec_impl);
+    if (auto spec_impl = lookup_impl(op, "torch", backend); spec_impl && candidates.empty())
+      candidates.push_back(*spec_impl);
     for (const ImplInfo &impl : candidates) {
-      const bool wanted = sel.impls.empty() ? impl.impl.rfind("mutant-", 0) != 0
-                                            : std::find(sel.impls.begin(), sel.impls.end(), impl.impl) != sel.impls.end();
+      const bool wanted = sel.impls.empty()
+                              ? impl.impl.rfind("mutant-", 0) != 0
+                              : std::find(sel.impls.begin(), sel.impls.end(), impl.impl) != sel.impls.end();
       if (!wanted) continue;
       impls_seen.insert(impl.impl);
       for (const auto &p : props) {
-        if (!sel.properties.empty() && std::find(sel.properties.begin(), sel.properties.end(), p) == sel.properties.end()) continue;
+        if (!sel.properties.empty() &&
+            std::find(sel.properties.begin(), sel.properties.end(), p) == sel.properties.end())
+          continue;
         if (!property_applies(op, impl.impl, p)) continue;
         props_seen.insert(p);
         for (at::ScalarType d : dtypes) {
@@ -110,18 +117,23 @@ std::vector<Target> select_targets(const Selection &sel, Backend backend) {
     }
   }
   for (const auto &i : sel.impls)
-    if (!impls_seen.count(i)) throw UsageError("unknown impl '" + i + "' for the selected ops on backend " + to_string(backend) + " (see: detfuzz list impls)");
+    if (!impls_seen.count(i))
+      throw UsageError("unknown impl '" + i + "' for the selected ops on backend " + to_string(backend) +
+                       " (see: detfuzz list impls)");
   for (const auto &p : sel.properties)
-    if (!props_seen.count(p)) throw UsageError("unknown property '" + p + "' for the selected ops (see: detfuzz list properties)");
+    if (!props_seen.count(p))
+      throw UsageError("unknown property '" + p + "' for the selected ops (see: detfuzz list properties)");
   if (!all_dtypes)
     for (at::ScalarType d : dtypes)
       if (!dtypes_seen.count(d)) throw UsageError("dtype " + dtype_name(d) + " is not supported by any selected impl");
-  if (targets.empty()) throw UsageError("the selection names no target (op x impl x property x dtype) on backend " + std::string(to_string(backend)));
+  if (targets.empty())
+    throw UsageError("the selection names no target (op x impl x property x dtype) on backend " +
+                     std::string(to_string(backend)));
   return targets;
 }
 
 nlohmann::json selection_json(const Selection &sel) {
-  return {{"backend", sel.backend}, {"ops", sel.ops},     {"impls", sel.impls},
+  return {{"backend", sel.backend},       {"ops", sel.ops},       {"impls", sel.impls},
           {"properties", sel.properties}, {"dtypes", sel.dtypes}, {"batch_invariant_mode", sel.batch_invariant_mode}};
 }
 

@@ -27,23 +27,28 @@ inline constexpr const char *backend = "cpu, cuda or auto (auto: cuda when a GPU
 inline constexpr const char *ops = "ops, comma-separated (see: detfuzz list ops)";
 inline constexpr const char *impls = "impls, comma-separated (see: detfuzz list impls)";
 inline constexpr const char *properties = "properties, comma-separated (see: detfuzz list properties)";
-inline constexpr const char *dtypes = "dtypes, comma-separated: float32, float16, bfloat16 (and int32, int64 where an op takes them)";
+inline constexpr const char *dtypes =
+    "dtypes, comma-separated: float32, float16, bfloat16 (and int32, int64 where an op takes them)";
 inline constexpr const char *seed = "the run's seed, printed at start: the same seed repeats the run";
 inline constexpr const char *budget = "time budget: 30s, 5m, 1h or seconds; 0 for none";
 inline constexpr const char *out = "report folder; must not exist or be empty";
-inline constexpr const char *load = "kernel library registering torch operators (TORCH_LIBRARY), loaded first; repeatable";
+inline constexpr const char *load =
+    "kernel library registering torch operators (TORCH_LIBRARY), loaded first; repeatable";
 inline constexpr const char *spec = "op spec file: where the batch is in a loaded library's operators; repeatable";
-inline constexpr const char *mode = "native, batch-invariant (our kernels behind libtorch's dispatcher) or MODULE:ENABLE_FN (a user's Python mode, "
-                                    "enabled by calling it); with a mode on, impl torch of the aten ops must hold";
-inline constexpr const char *cpu_threads = "ATen threads: 1 where every case is on the CPU, else libtorch's own; 0: libtorch's";
-inline constexpr const char *case_timeout = "longest a case may run: 10s, 2m or seconds (0: no limit); past it the case is a timeout record";
+inline constexpr const char *mode =
+    "native, batch-invariant (our kernels behind libtorch's dispatcher) or MODULE:ENABLE_FN (a user's Python mode, "
+    "enabled by calling it); with a mode on, impl torch of the aten ops must hold";
+inline constexpr const char *cpu_threads =
+    "ATen threads: 1 where every case is on the CPU, else libtorch's own; 0: libtorch's";
+inline constexpr const char *case_timeout =
+    "longest a case may run: 10s, 2m or seconds (0: no limit); past it the case is a timeout record";
 }  // namespace flag_text
 
 std::vector<std::string> split_list(const std::string &s);  // "a,b" -> {a, b}; "" -> {}
-double parse_duration(const std::string &s);                 // "90", "90s", "5m", "1h" -> seconds
+double parse_duration(const std::string &s);                // "90", "90s", "5m", "1h" -> seconds
 // parse_duration of a flag's value; the error names the flag: "--case-timeout: duration 'x' ...".
 double parse_duration_flag(const std::string &flag, const std::string &s);
-std::string utc_now();                                        // ISO 8601
+std::string utc_now();  // ISO 8601
 
 struct Selection {
   std::string backend = "auto";

@@ -50,7 +50,8 @@ Record record_from_fields(const std::vector<std::string> &f) {
   c.op = f[0];
   c.impl = f[1];
   c.property = f[2];
-  if (c.op.empty() || c.impl.empty() || c.property.empty()) throw std::invalid_argument("op, impl and property must not be empty");
+  if (c.op.empty() || c.impl.empty() || c.property.empty())
+    throw std::invalid_argument("op, impl and property must not be empty");
   c.backend = backend_from_string(f[3]);
   c.dtype = dtype_from_string(f[4]);
   c.shape = parse_shape(f[5]);
@@ -68,13 +69,17 @@ Record record_from_fields(const std::vector<std::string> &f) {
   r.diff.actual_bits = f[15].empty() ? 0 : parse_hex(f[15], "actual_bits");
   // The patterns' width is the compared (output) dtype's: 4, 8 or 16 hex digits.
   const size_t digits = f[14].size() > 2 ? f[14].size() - 2 : 8;
-  r.diff.dtype = digits == 4 ? (at::elementSize(c.dtype) == 2 ? c.dtype : at::kHalf) : digits == 16 ? at::kDouble : at::kFloat;
+  r.diff.dtype = digits == 4    ? (at::elementSize(c.dtype) == 2 ? c.dtype : at::kHalf)
+                 : digits == 16 ? at::kDouble
+                                : at::kFloat;
   try {
     r.diff.max_abs_diff = f[16].empty() ? 0 : std::stod(f[16]);
   } catch (const std::exception &) {
     throw std::invalid_argument("max_abs_diff '" + f[16] + "' is not a number");
   }
-  r.diff.max_ulp = f[17].empty() ? 0 : (f[17] == "inf" ? std::numeric_limits<uint64_t>::max() : static_cast<uint64_t>(parse_int(f[17], "max_ulp")));
+  r.diff.max_ulp = f[17].empty() ? 0
+                                 : (f[17] == "inf" ? std::numeric_limits<uint64_t>::max()
+                                                   : static_cast<uint64_t>(parse_int(f[17], "max_ulp")));
   r.detail = f[18];
   return r;
 }
@@ -84,13 +89,15 @@ std::vector<Record> read_with(Reader &in, const std::string &name, bool header) 
   std::vector<std::string> f(kColumns);
   try {
     if (header)
-      in.read_header(io::ignore_no_column, "op", "impl", "property", "backend", "dtype", "shape", "layout", "dist", "seed", "params",
-                     "outcome", "differing", "numel", "first_diff", "expected_bits", "actual_bits", "max_abs_diff", "max_ulp", "detail");
+      in.read_header(io::ignore_no_column, "op", "impl", "property", "backend", "dtype", "shape", "layout", "dist",
+                     "seed", "params", "outcome", "differing", "numel", "first_diff", "expected_bits", "actual_bits",
+                     "max_abs_diff", "max_ulp", "detail");
     else
-      in.set_header("op", "impl", "property", "backend", "dtype", "shape", "layout", "dist", "seed", "params", "outcome", "differing",
-                    "numel", "first_diff", "expected_bits", "actual_bits", "max_abs_diff", "max_ulp", "detail");
-    while (in.read_row(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10], f[11], f[12], f[13], f[14], f[15], f[16],
-                       f[17], f[18])) {
+      in.set_header("op", "impl", "property", "backend", "dtype", "shape", "layout", "dist", "seed", "params",
+                    "outcome", "differing", "numel", "first_diff", "expected_bits", "actual_bits", "max_abs_diff",
+                    "max_ulp", "detail");
+    while (in.read_row(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10], f[11], f[12], f[13], f[14],
+                       f[15], f[16], f[17], f[18])) {
       try {
         out.push_back(record_from_fields(f));
       } catch (const std::invalid_argument &e) {
@@ -118,7 +125,8 @@ Record make_record(const CaseSpec &c, const Verdict &v) {
 
 const std::string &record_header() {
   static const std::string h =
-      "op,impl,property,backend,dtype,shape,layout,dist,seed,params,outcome,differing,numel,first_diff,expected_bits,actual_bits,"
+      "op,impl,property,backend,dtype,shape,layout,dist,seed,params,outcome,differing,numel,first_diff,expected_bits,"
+      "actual_bits,"
       "max_abs_diff,max_ulp,detail";
   return h;
 }
@@ -138,11 +146,25 @@ std::string record_row(const Record &r) {
   const CaseSpec &c = r.spec;
   const DiffStats &d = r.diff;
   const bool differs = d.differing > 0;
-  std::vector<std::string> f = {c.op, c.impl, c.property, to_string(c.backend), dtype_name(c.dtype), c.shape_string(), c.layout, c.dist,
-                                hex64(c.seed), c.params_string(), r.outcome, std::to_string(d.differing), std::to_string(d.numel),
-                                d.first_coords, differs ? hex_bits(d.expected_bits, d.dtype) : "",
-                                differs ? hex_bits(d.actual_bits, d.dtype) : "", format_double(d.max_abs_diff),
-                                d.max_ulp == std::numeric_limits<uint64_t>::max() ? "inf" : std::to_string(d.max_ulp), r.detail};
+  std::vector<std::string> f = {c.op,
+                                c.impl,
+                                c.property,
+                                to_string(c.backend),
+                                dtype_name(c.dtype),
+                                c.shape_string(),
+                                c.layout,
+                                c.dist,
+                                hex64(c.seed),
+                                c.params_string(),
+                                r.outcome,
+                                std::to_string(d.differing),
+                                std::to_string(d.numel),
+                                d.first_coords,
+                                differs ? hex_bits(d.expected_bits, d.dtype) : "",
+                                differs ? hex_bits(d.actual_bits, d.dtype) : "",
+                                format_double(d.max_abs_diff),
+                                d.max_ulp == std::numeric_limits<uint64_t>::max() ? "inf" : std::to_string(d.max_ulp),
+                                r.detail};
   std::string line;
   for (size_t i = 0; i < f.size(); ++i) line += (i ? "," : "") + csv_field(f[i]);
   return line;
@@ -158,7 +180,8 @@ std::vector<Record> read_records(const fs::path &file) {
 Record parse_record_line(const std::string &line) {
   Reader in("--case", line.data(), line.data() + line.size());
   auto records = read_with(in, "--case", false);
-  if (records.size() != 1) throw CorpusError("--case: expected exactly one record line, got " + std::to_string(records.size()));
+  if (records.size() != 1)
+    throw CorpusError("--case: expected exactly one record line, got " + std::to_string(records.size()));
   return records.front();
 }
 
@@ -186,7 +209,8 @@ std::vector<std::string> &replay_options_storage() {
 
 // A word quoted for a POSIX shell when it needs it.
 std::string shell_word(const std::string &s) {
-  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:=+,@") == std::string::npos)
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:=+,@") ==
+                        std::string::npos)
     return s;
   std::string quoted;
   for (char ch : s) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);

@@ -34,8 +34,8 @@ Record make_record(const CaseSpec &c, const Verdict &v);
 // ("crash") or was killed after --case-timeout ("timeout"). `replay` runs such records in a child.
 inline bool is_crash_outcome(const std::string &outcome) { return outcome == "crash" || outcome == "timeout"; }
 const std::string &record_header();
-std::string record_row(const Record &r);            // one CSV line, no newline
-std::string csv_field(const std::string &s);        // quoted when needed
+std::string record_row(const Record &r);      // one CSV line, no newline
+std::string csv_field(const std::string &s);  // quoted when needed
 
 std::vector<Record> read_records(const std::filesystem::path &file);
 Record parse_record_line(const std::string &line);  // a single row without header (for --case)

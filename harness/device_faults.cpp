@@ -40,7 +40,8 @@ std::string sticky_cuda_error() {
 
 std::string sticky_device_error(Backend backend) {
   for (PlantedHook hook : planted_hooks())
-    if (const char *planted = hook(); planted && *planted) return std::string(planted) + ": planted by a loaded library";
+    if (const char *planted = hook(); planted && *planted)
+      return std::string(planted) + ": planted by a loaded library";
 #ifdef DETFUZZ_WITH_CUDA
   if (backend == Backend::cuda) return sticky_cuda_error();
 #else
@@ -49,7 +50,9 @@ std::string sticky_device_error(Backend backend) {
   return "";
 }
 
-std::string device_error_name(const std::string &sticky_error) { return sticky_error.substr(0, sticky_error.find(':')); }
+std::string device_error_name(const std::string &sticky_error) {
+  return sticky_error.substr(0, sticky_error.find(':'));
+}
 
 void register_planted_device_error_hooks(const std::vector<std::string> &libraries) {
   for (const auto &lib : libraries) {

@@ -32,10 +32,27 @@ int64_t ordered(uint64_t bits, int width) {
 
 double value_of(uint64_t bits, at::ScalarType t) {
   switch (t) {
-    case at::kHalf: { c10::Half h; h.x = static_cast<uint16_t>(bits); return static_cast<float>(h); }
-    case at::kBFloat16: { c10::BFloat16 b; b.x = static_cast<uint16_t>(bits); return static_cast<float>(b); }
-    case at::kFloat: { float f; uint32_t u = static_cast<uint32_t>(bits); std::memcpy(&f, &u, 4); return f; }
-    case at::kDouble: { double d; std::memcpy(&d, &bits, 8); return d; }
+    case at::kHalf: {
+      c10::Half h;
+      h.x = static_cast<uint16_t>(bits);
+      return static_cast<float>(h);
+    }
+    case at::kBFloat16: {
+      c10::BFloat16 b;
+      b.x = static_cast<uint16_t>(bits);
+      return static_cast<float>(b);
+    }
+    case at::kFloat: {
+      float f;
+      uint32_t u = static_cast<uint32_t>(bits);
+      std::memcpy(&f, &u, 4);
+      return f;
+    }
+    case at::kDouble: {
+      double d;
+      std::memcpy(&d, &bits, 8);
+      return d;
+    }
     case at::kInt: return static_cast<double>(static_cast<int32_t>(bits));
     case at::kLong: return static_cast<double>(static_cast<int64_t>(bits));
     default: return std::numeric_limits<double>::quiet_NaN();
@@ -80,7 +97,8 @@ DiffStats bitwise_diff(const at::Tensor &expected, const at::Tensor &actual) {
   if (expected.scalar_type() != actual.scalar_type() || !expected.sizes().equals(actual.sizes())) {
     s.shape_mismatch = true;
     std::ostringstream os;
-    os << "expected " << expected.scalar_type() << expected.sizes() << ", got " << actual.scalar_type() << actual.sizes();
+    os << "expected " << expected.scalar_type() << expected.sizes() << ", got " << actual.scalar_type()
+       << actual.sizes();
     s.shape_detail = os.str();
     return s;
   }
@@ -103,7 +121,8 @@ DiffStats bitwise_diff(const at::Tensor &expected, const at::Tensor &actual) {
       s.actual_bits = y;
     }
     const double vx = value_of(x, dtype), vy = value_of(y, dtype);
-    const double d = (std::isfinite(vx) && std::isfinite(vy)) ? std::fabs(vx - vy) : std::numeric_limits<double>::infinity();
+    const double d =
+        (std::isfinite(vx) && std::isfinite(vy)) ? std::fabs(vx - vy) : std::numeric_limits<double>::infinity();
     if (d > s.max_abs_diff || std::isnan(d)) s.max_abs_diff = d;
     const uint64_t u = ulp_distance(x, y, dtype);
     if (u > s.max_ulp) s.max_ulp = u;
@@ -117,8 +136,12 @@ std::string DiffStats::summary() const {
   if (differing == 0) return "bitwise equal (" + std::to_string(numel) + " elements)";
   std::ostringstream os;
   os << differing << "/" << numel << " elements differ; first at " << first_coords << " (expected "
-     << hex_bits(expected_bits, dtype) << ", got " << hex_bits(actual_bits, dtype) << "); max |diff| " << max_abs_diff << ", max ULP ";
-  if (max_ulp == std::numeric_limits<uint64_t>::max()) os << "inf(NaN)"; else os << max_ulp;
+     << hex_bits(expected_bits, dtype) << ", got " << hex_bits(actual_bits, dtype) << "); max |diff| " << max_abs_diff
+     << ", max ULP ";
+  if (max_ulp == std::numeric_limits<uint64_t>::max())
+    os << "inf(NaN)";
+  else
+    os << max_ulp;
   return os.str();
 }
 

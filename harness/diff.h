@@ -18,9 +18,9 @@ struct DiffStats {
   std::string first_coords;    // the same as "[i,j,...]"
   uint64_t expected_bits = 0;  // bit patterns at first_index (zero-extended)
   uint64_t actual_bits = 0;
-  double max_abs_diff = 0;     // over differing pairs that are both finite; inf when a non-finite pair differs
-  uint64_t max_ulp = 0;        // over differing pairs; UINT64_MAX when one side is NaN
-  bool shape_mismatch = false; // shapes or dtypes differ: nothing element-wise was compared
+  double max_abs_diff = 0;      // over differing pairs that are both finite; inf when a non-finite pair differs
+  uint64_t max_ulp = 0;         // over differing pairs; UINT64_MAX when one side is NaN
+  bool shape_mismatch = false;  // shapes or dtypes differ: nothing element-wise was compared
   std::string shape_detail;
 
   bool equal() const { return !shape_mismatch && differing == 0; }
@@ -35,6 +35,7 @@ DiffStats bitwise_diff(const at::Tensor &expected, const at::Tensor &actual);
 uint64_t ulp_distance(uint64_t a_bits, uint64_t b_bits, at::ScalarType dtype);
 
 std::string hex_bits(uint64_t bits, at::ScalarType dtype);
-std::string coords_string(int64_t linear, at::IntArrayRef sizes);  // "[i,j,...]" of a row-major index  // "0x3f800000", width of the dtype
+std::string coords_string(
+    int64_t linear, at::IntArrayRef sizes);  // "[i,j,...]" of a row-major index  // "0x3f800000", width of the dtype
 
 }  // namespace detfuzz

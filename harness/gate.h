@@ -18,8 +18,8 @@
 namespace detfuzz {
 
 struct GateConfig {
-  std::filesystem::path baseline;            // a bench.csv or a report folder holding one; empty: no speed check
-  std::vector<std::filesystem::path> runs;   // fuzz/replay/bench report folders (or bench.csv files)
+  std::filesystem::path baseline;           // a bench.csv or a report folder holding one; empty: no speed check
+  std::vector<std::filesystem::path> runs;  // fuzz/replay/bench report folders (or bench.csv files)
   double max_slowdown = 0.1;
 };
 

@@ -37,7 +37,8 @@ int render_html_report(const HtmlReportOptions &o) {
   const int status = pclose(p);
   while (!output.empty() && output.back() == '\n') output.pop_back();
   if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 127) throw std::invalid_argument("report: python3 is not installed");
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
+      throw std::invalid_argument("report: python3 is not installed");
     std::string last = output.substr(output.rfind('\n') == std::string::npos ? 0 : output.rfind('\n') + 1);
     const std::string prefix = "html_report: error: ";
     if (last.rfind(prefix, 0) == 0) last = last.substr(prefix.size());

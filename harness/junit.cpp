@@ -25,8 +25,10 @@ std::string xml_escape(const std::string &s) {
       case '"': out += "&quot;"; break;
       case '\'': out += "&apos;"; break;
       default:
-        if (static_cast<unsigned char>(ch) < 0x20 && ch != '\n' && ch != '\t') out += '?';
-        else out += ch;
+        if (static_cast<unsigned char>(ch) < 0x20 && ch != '\n' && ch != '\t')
+          out += '?';
+        else
+          out += ch;
     }
   }
   return out;
@@ -48,15 +50,18 @@ struct Counts {
 std::string target_case(const TargetStats &s, const JunitContext &ctx, Counts &n) {
   const Target &t = s.target;
   std::ostringstream x;
-  x << "    <testcase classname=\"" << xml_escape("detfuzz." + std::string(to_string(t.backend)) + "." + t.op + "." + t.impl) << "\" name=\""
-    << xml_escape(t.property + "/" + dtype_name(t.dtype)) << "\" time=\"" << seconds_text(s.seconds + s.shrink_seconds) << "\">\n";
+  x << "    <testcase classname=\""
+    << xml_escape("detfuzz." + std::string(to_string(t.backend)) + "." + t.op + "." + t.impl) << "\" name=\""
+    << xml_escape(t.property + "/" + dtype_name(t.dtype)) << "\" time=\"" << seconds_text(s.seconds + s.shrink_seconds)
+    << "\">\n";
   ++n.tests;
   const int64_t failed = s.failures + s.errors;
-  const std::string counts = std::to_string(failed) + " of " + std::to_string(s.cases) + " cases failed (max ULP " + ulp_text(s.max_ulp) + ")";
+  const std::string counts =
+      std::to_string(failed) + " of " + std::to_string(s.cases) + " cases failed (max ULP " + ulp_text(s.max_ulp) + ")";
   std::string evidence;
   if (s.has_minimal)
-    evidence = "shrunk record (" + ctx.report_dir + "/failures.csv):\n" + record_row(s.minimal) + "\n" + s.minimal.detail +
-               "\nrepro: " + repro_command(s.minimal, ctx.program) + "\n";
+    evidence = "shrunk record (" + ctx.report_dir + "/failures.csv):\n" + record_row(s.minimal) + "\n" +
+               s.minimal.detail + "\nrepro: " + repro_command(s.minimal, ctx.program) + "\n";
   if (s.cases == 0) {
     ++n.skipped;
     x << "      <skipped message=\"no case ran (the budget was spent on other targets)\"/>\n";
@@ -65,9 +70,12 @@ std::string target_case(const TargetStats &s, const JunitContext &ctx, Counts &n
     ++(error ? n.errors : n.failures);
     const std::string tag = error ? "error" : "failure";
     const std::string message = t.name() + ": " + counts + (s.has_minimal ? "; " + s.minimal.detail : "");
-    x << "      <" << tag << " type=\"must-hold\" message=\"" << xml_escape(message) << "\">" << xml_escape(evidence) << "</" << tag << ">\n";
+    x << "      <" << tag << " type=\"must-hold\" message=\"" << xml_escape(message) << "\">" << xml_escape(evidence)
+      << "</" << tag << ">\n";
   } else if (failed > 0) {
-    x << "      <system-out>" << xml_escape("observed (a baseline: reported, never fails the run): " + counts + "\n" + evidence) << "</system-out>\n";
+    x << "      <system-out>"
+      << xml_escape("observed (a baseline: reported, never fails the run): " + counts + "\n" + evidence)
+      << "</system-out>\n";
   }
   x << "    </testcase>\n";
   return x.str();
@@ -81,7 +89,8 @@ std::string corpus_case(const CampaignResult &r, const JunitContext &ctx, Counts
     ++n.failures;
     const std::string message = std::to_string(r.corpus_must_hold_failures) + " must-hold corpus records failed";
     x << "      <failure type=\"must-hold\" message=\"" << xml_escape(message) << "\">"
-      << xml_escape("their records and repro commands are in " + ctx.report_dir + "/failures.csv and the run's log\n") << "</failure>\n";
+      << xml_escape("their records and repro commands are in " + ctx.report_dir + "/failures.csv and the run's log\n")
+      << "</failure>\n";
   } else if (r.corpus_replayed == 0) {
     ++n.skipped;
     x << "      <skipped message=\"no corpus record for the selected targets\"/>\n";
@@ -100,12 +109,13 @@ std::string junit_xml(const CampaignResult &r, const JunitContext &ctx) {
   gethostname(hostname, sizeof hostname - 1);
   std::ostringstream x;
   const std::string suite = "detfuzz." + ctx.backend;
-  const std::string totals = "tests=\"" + std::to_string(n.tests) + "\" failures=\"" + std::to_string(n.failures) + "\" errors=\"" +
-                             std::to_string(n.errors) + "\" skipped=\"" + std::to_string(n.skipped) + "\" time=\"" + seconds_text(r.elapsed_s) + "\"";
+  const std::string totals = "tests=\"" + std::to_string(n.tests) + "\" failures=\"" + std::to_string(n.failures) +
+                             "\" errors=\"" + std::to_string(n.errors) + "\" skipped=\"" + std::to_string(n.skipped) +
+                             "\" time=\"" + seconds_text(r.elapsed_s) + "\"";
   x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
     << "<testsuites name=\"detfuzz\" " << totals << ">\n"
-    << "  <testsuite name=\"" << xml_escape(suite) << "\" " << totals << " timestamp=\"" << xml_escape(ctx.timestamp) << "\" hostname=\""
-    << xml_escape(hostname) << "\">\n"
+    << "  <testsuite name=\"" << xml_escape(suite) << "\" " << totals << " timestamp=\"" << xml_escape(ctx.timestamp)
+    << "\" hostname=\"" << xml_escape(hostname) << "\">\n"
     << "    <properties>\n"
     << "      <property name=\"seed\" value=\"" << ctx.seed << "\"/>\n"
     << "      <property name=\"cases\" value=\"" << r.cases << "\"/>\n"
@@ -120,7 +130,8 @@ void check_junit_path(const fs::path &path) {
   if (fs::is_directory(path, ec)) throw ReportError("--junit " + path.string() + " is a folder, not a file");
   const fs::path parent = path.has_parent_path() ? path.parent_path() : fs::path(".");
   if (!fs::is_directory(parent, ec) || access(parent.c_str(), W_OK) != 0)
-    throw ReportError("cannot write the JUnit file " + path.string() + ": its folder " + parent.string() + " is not a writable folder");
+    throw ReportError("cannot write the JUnit file " + path.string() + ": its folder " + parent.string() +
+                      " is not a writable folder");
 }
 
 void write_junit(const fs::path &path, const std::string &xml) {

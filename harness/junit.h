@@ -18,8 +18,8 @@ struct JunitContext {
   std::string program = "detfuzz";  // how repro commands name the binary
   std::string backend;              // "cpu" | "cuda": the suite's name is detfuzz.<backend>
   uint64_t seed = 0;
-  std::string timestamp;            // ISO 8601, the start of the run
-  std::string report_dir;           // where failures.csv lives
+  std::string timestamp;   // ISO 8601, the start of the run
+  std::string report_dir;  // where failures.csv lives
 };
 
 std::string junit_xml(const CampaignResult &r, const JunitContext &ctx);

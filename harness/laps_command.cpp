@@ -113,12 +113,12 @@ std::string requests_csv(const laps_case::Comparison &r, int64_t threshold) {
     const auto &req = r.base_trace[i];
     const auto &a = r.base.outputs[i], &b = r.variant.outputs[i];
     const bool bits = a.finished && b.finished && bitwise_diff(a.final_logprobs, b.final_logprobs).equal();
-    std::snprintf(line, sizeof line, "%lld,%zu,%s,%.3f,%lld,%.3f,%lld,%.3f,%lld,%lld,%d,%d\n", static_cast<long long>(req.id),
-                  req.prompt.size(), static_cast<int64_t>(req.prompt.size()) <= threshold ? "short" : "long",
-                  req.arrival_s * 1e3, static_cast<long long>(a.instance), (a.first_token_s - req.arrival_s) * 1e3,
-                  static_cast<long long>(b.instance), (b.first_token_s - req.arrival_s) * 1e3,
-                  static_cast<long long>(b.cached_tokens), static_cast<long long>(b.prefill_chunks),
-                  a.tokens == b.tokens ? 1 : 0, bits ? 1 : 0);
+    std::snprintf(
+        line, sizeof line, "%lld,%zu,%s,%.3f,%lld,%.3f,%lld,%.3f,%lld,%lld,%d,%d\n", static_cast<long long>(req.id),
+        req.prompt.size(), static_cast<int64_t>(req.prompt.size()) <= threshold ? "short" : "long", req.arrival_s * 1e3,
+        static_cast<long long>(a.instance), (a.first_token_s - req.arrival_s) * 1e3, static_cast<long long>(b.instance),
+        (b.first_token_s - req.arrival_s) * 1e3, static_cast<long long>(b.cached_tokens),
+        static_cast<long long>(b.prefill_chunks), a.tokens == b.tokens ? 1 : 0, bits ? 1 : 0);
     s += line;
   }
   return s;
@@ -133,7 +133,8 @@ int run_laps_command(const LapsOptions &o, const std::string &command_line, std:
     std::string known;
     for (const auto &m : engine::model_impls())
       if (m.backend == backend) known += (known.empty() ? "" : ", ") + m.impl;
-    throw UsageError("laps: no engine model impl '" + o.impl + "' on " + to_string(backend) + " (known: " + known + ")");
+    throw UsageError("laps: no engine model impl '" + o.impl + "' on " + to_string(backend) + " (known: " + known +
+                     ")");
   }
   at::ScalarType dtype = impl->dtypes.front();
   if (!o.dtype.empty()) {
@@ -160,7 +161,8 @@ int run_laps_command(const LapsOptions &o, const std::string &command_line, std:
   engine::CostModel cost;
   cost.measured = clock == "measured";
   if (clock == "calibrated") cost = calibrated_cost(*model, std::max(o.max_len, o.budget), log);
-  const double step_s = cost.measured ? measured_step_seconds(*model, o.budget) : cost.seconds(prefill_shape(o.budget), 0);
+  const double step_s =
+      cost.measured ? measured_step_seconds(*model, o.budget) : cost.seconds(prefill_shape(o.budget), 0);
   engine::WorkloadConfig probe;
   probe.seed = o.seed;
   probe.requests = o.requests;
@@ -183,22 +185,24 @@ int run_laps_command(const LapsOptions &o, const std::string &command_line, std:
   c.shape = engine::default_model_shape(backend);
   c.layout = "c";
   c.seed = o.seed;
-  c.params = parse_params("wl=" + std::to_string(o.seed) + "." + std::to_string(o.requests) + "." + std::to_string(o.min_len) +
-                          "." + std::to_string(o.short_max) + "." + std::to_string(o.max_len) + "." + std::to_string(rate) + "." +
-                          std::to_string(o.decode_steps) + " base=fifo policy=laps thr=" + std::to_string(o.threshold) +
-                          " inst=" + std::to_string(o.instances) + " glaps=1 rthr=" + std::to_string(o.threshold) +
-                          " ivl=" + std::to_string(std::llround(o.rebalance_interval_ms)) + " ratio=" + double_to_hex(o.rebalance_ratio) +
-                          " budget=" + std::to_string(o.budget) + " run=" + std::to_string(o.max_running) +
-                          " page=16 reuse=1 clock=" + std::string(cost.measured ? "measured" : "model") +
-                          (clock == "calibrated" ? " cstep=" + double_to_hex(cost.step_s) + " cseq=" + double_to_hex(cost.seq_s) +
-                                                       " ctok=" + double_to_hex(cost.token_s) + " cpair=" + double_to_hex(cost.pair_s)
-                                                 : std::string()));
+  c.params = parse_params(
+      "wl=" + std::to_string(o.seed) + "." + std::to_string(o.requests) + "." + std::to_string(o.min_len) + "." +
+      std::to_string(o.short_max) + "." + std::to_string(o.max_len) + "." + std::to_string(rate) + "." +
+      std::to_string(o.decode_steps) + " base=fifo policy=laps thr=" + std::to_string(o.threshold) +
+      " inst=" + std::to_string(o.instances) + " glaps=1 rthr=" + std::to_string(o.threshold) +
+      " ivl=" + std::to_string(std::llround(o.rebalance_interval_ms)) + " ratio=" + double_to_hex(o.rebalance_ratio) +
+      " budget=" + std::to_string(o.budget) + " run=" + std::to_string(o.max_running) +
+      " page=16 reuse=1 clock=" + std::string(cost.measured ? "measured" : "model") +
+      (clock == "calibrated" ? " cstep=" + double_to_hex(cost.step_s) + " cseq=" + double_to_hex(cost.seq_s) +
+                                   " ctok=" + double_to_hex(cost.token_s) + " cpair=" + double_to_hex(cost.pair_s)
+                             : std::string()));
 
-  ReportWriter report(o.out.empty() ? default_report_dir(std::string("laps-") + to_string(backend), o.seed) : std::filesystem::path(o.out));
+  ReportWriter report(o.out.empty() ? default_report_dir(std::string("laps-") + to_string(backend), o.seed)
+                                    : std::filesystem::path(o.out));
   log << "Using configuration: seed=" << o.seed << " backend=" << to_string(backend) << " impl=" << o.impl
       << " dtype=" << dtype_name(dtype) << " clock=" << clock << "\n"
-      << "workload: " << laps_case::workload(c, model->vocab()).describe() << " (offered load " << o.load
-      << " of " << std::llround(capacity) << " prefill tokens/s over " << o.instances << " instances)" << std::endl;
+      << "workload: " << laps_case::workload(c, model->vocab()).describe() << " (offered load " << o.load << " of "
+      << std::llround(capacity) << " prefill tokens/s over " << o.instances << " instances)" << std::endl;
   const auto t0 = Clock::now();
   const laps_case::Comparison r = laps_case::compare(c, *model);
   const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -215,30 +219,46 @@ int run_laps_command(const LapsOptions &o, const std::string &command_line, std:
   const bool failed = !r.verdict.passed() && expect == Expectation::must_hold;
   const int exit_code = failed ? kExitMustHoldFailed : kExitOk;
   auto stats = [](const engine::EngineStats &s) {
-    return nlohmann::json{{"steps", s.steps},       {"prefill_steps", s.prefill_steps}, {"decode_steps", s.decode_steps},
-                          {"graph_steps", s.graph_steps}, {"reused_tokens", s.reused_tokens},
-                          {"chunked_prefills", s.chunked_prefills}, {"simulated_s", s.end_s},
+    return nlohmann::json{{"steps", s.steps},
+                          {"prefill_steps", s.prefill_steps},
+                          {"decode_steps", s.decode_steps},
+                          {"graph_steps", s.graph_steps},
+                          {"reused_tokens", s.reused_tokens},
+                          {"chunked_prefills", s.chunked_prefills},
+                          {"simulated_s", s.end_s},
                           {"laps_status", nlohmann::json::parse(s.router.json())}};
   };
-  nlohmann::json summary = {{"tool", "detfuzz"},      {"version", DETFUZZ_VERSION}, {"command", command_line},
-                            {"started", started},     {"finished", utc_now()},      {"context", run_context()},
-                            {"seed", o.seed},         {"backend", to_string(backend)},
-                            {"case", record_row(rec)}, {"outcome", to_string(r.verdict.outcome)},
-                            {"requests_compared", r.compared}, {"requests_changed_bits", r.bit_changes},
-                            {"requests_changed_tokens", r.token_changes}, {"arrival_rate_per_s", rate},
-                            {"fifo", stats(r.base.stats)}, {"laps", stats(r.variant.stats)},
-                            {"elapsed_s", elapsed},   {"exit_code", exit_code}};
+  nlohmann::json summary = {{"tool", "detfuzz"},
+                            {"version", DETFUZZ_VERSION},
+                            {"command", command_line},
+                            {"started", started},
+                            {"finished", utc_now()},
+                            {"context", run_context()},
+                            {"seed", o.seed},
+                            {"backend", to_string(backend)},
+                            {"case", record_row(rec)},
+                            {"outcome", to_string(r.verdict.outcome)},
+                            {"requests_compared", r.compared},
+                            {"requests_changed_bits", r.bit_changes},
+                            {"requests_changed_tokens", r.token_changes},
+                            {"arrival_rate_per_s", rate},
+                            {"fifo", stats(r.base.stats)},
+                            {"laps", stats(r.variant.stats)},
+                            {"elapsed_s", elapsed},
+                            {"exit_code", exit_code}};
   report.finish(summary);
 
-  log << "\n" << engine::ttft_table(rows) << "\n"
-      << "fifo: " << r.base.stats.steps << " steps (" << r.base.stats.graph_steps << " graph replays); laps: "
-      << r.variant.stats.steps << " steps (" << r.variant.stats.graph_steps << " graph replays), /laps_status at the end "
-      << r.variant.stats.router.json() << "\n"
+  log << "\n"
+      << engine::ttft_table(rows) << "\n"
+      << "fifo: " << r.base.stats.steps << " steps (" << r.base.stats.graph_steps
+      << " graph replays); laps: " << r.variant.stats.steps << " steps (" << r.variant.stats.graph_steps
+      << " graph replays), /laps_status at the end " << r.variant.stats.router.json() << "\n"
       << "bits: " << r.compared << " requests compared, " << r.bit_changes << " changed log-probability bits, "
       << r.token_changes << " changed tokens (" << to_string(expect) << ")\n"
       << r.verdict.detail << "\n"
       << "report: " << report.path().string() << " (" << std::fixed << elapsed << " s)\n"
-      << (failed ? "MUST-HOLD PROPERTY FAILED" : "schedule_invariance: " + std::string(r.verdict.passed() ? "held" : "failed (observed)"))
+      << (failed ? "MUST-HOLD PROPERTY FAILED"
+                 : "schedule_invariance: " + std::string(r.verdict.passed() ? "held" : "failed (observed)"))
       << std::endl;
   if (!r.verdict.passed()) log << "  repro: " << repro_command(rec, "build/detfuzz") << std::endl;
   return exit_code;

@@ -56,9 +56,10 @@ std::string first_line(const std::string &s) { return s.substr(0, s.find('\n'));
 // The head of every summary.json: what ran, when, and on what (the context block).
 // `context`: run_context() taken earlier (a campaign takes it before its first case, while the
 // device is known to be usable), or null to take it now.
-nlohmann::json tool_summary(const std::string &command_line, const std::string &started, nlohmann::json context = nullptr) {
-  return {{"tool", "detfuzz"}, {"version", DETFUZZ_VERSION}, {"command", command_line}, {"started", started},
-          {"finished", utc_now()}, {"context", context.is_null() ? run_context() : context}};
+nlohmann::json tool_summary(const std::string &command_line, const std::string &started,
+                            nlohmann::json context = nullptr) {
+  return {{"tool", "detfuzz"},  {"version", DETFUZZ_VERSION}, {"command", command_line},
+          {"started", started}, {"finished", utc_now()},      {"context", context.is_null() ? run_context() : context}};
 }
 
 // The replay options of records made with these kernel libraries, op specs and mode (corpus.h).
@@ -70,7 +71,6 @@ void set_replay_options_from(const std::vector<std::string> &libraries, const st
   if (mode != "native") args.insert(args.end(), {"--mode", mode});
   set_replay_options(args);
 }
-
 
 // --mode: native (libtorch's own kernels behind impl `torch`) or batch-invariant (ours, through
 // libtorch's dispatcher, as an engine would run them).
@@ -112,7 +112,8 @@ std::string self_exe() {
 
 // The fuzz arguments a fork-mode worker gets: the user's, less those the parent sets per worker.
 std::vector<std::string> worker_args() {
-  static const std::set<std::string> with_value = {"--workers", "--devices", "--case-timeout", "--out", "--seed", "--budget", "--cases", "--junit"};
+  static const std::set<std::string> with_value = {"--workers", "--devices", "--case-timeout", "--out",
+                                                   "--seed",    "--budget",  "--cases",        "--junit"};
   static const std::set<std::string> flags = {"--quiet", "--no-corpus"};
   std::vector<std::string> out;
   size_t i = 0;
@@ -142,7 +143,8 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
   cfg.seed = o.seed.empty() ? std::random_device{}() : std::stoull(o.seed, nullptr, 0);
   cfg.budget_s = parse_duration_flag("--budget", o.budget);
   cfg.max_cases = o.cases;
-  if (cfg.budget_s == 0 && cfg.max_cases == 0) throw UsageError("a campaign needs a budget: --budget > 0 or --cases > 0");
+  if (cfg.budget_s == 0 && cfg.max_cases == 0)
+    throw UsageError("a campaign needs a budget: --budget > 0 or --cases > 0");
   cfg.shrink = !o.no_shrink;
   cfg.shrink_budget_s = parse_duration_flag("--shrink-budget", o.shrink_budget);
   const double case_timeout = parse_duration_flag("--case-timeout", o.case_timeout);
@@ -179,12 +181,14 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
       }
     }
     if (o.workers > 0 && o.workers != static_cast<int>(devices.size()))
-      throw UsageError("--devices runs one worker per GPU: leave out --workers or give it " + std::to_string(devices.size()));
+      throw UsageError("--devices runs one worker per GPU: leave out --workers or give it " +
+                       std::to_string(devices.size()));
     o.workers = static_cast<int>(devices.size());
   }
   if (o.workers > 0) {
     if (!o.junit.empty()) check_junit_path(o.junit);
-    if (fs::exists(out) && !fs::is_empty(out)) throw UsageError("report folder " + out.string() + " exists and is not empty");
+    if (fs::exists(out) && !fs::is_empty(out))
+      throw UsageError("report folder " + out.string() + " exists and is not empty");
     WorkersConfig w;
     w.self = self_exe();
     w.child_args = worker_args();
@@ -203,7 +207,8 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
     w.started = utc_now();
     w.progress = !o.quiet;
     w.crash_shrink_s = o.no_shrink ? 0 : cfg.shrink_budget_s;
-    std::cout << "Using configuration: seed=" << cfg.seed << " backend=" << to_string(backend) << " budget=" << cfg.budget_s << "s"
+    std::cout << "Using configuration: seed=" << cfg.seed << " backend=" << to_string(backend)
+              << " budget=" << cfg.budget_s << "s"
               << " targets=" << cfg.targets.size() << " workers=" << o.workers
               << (devices.empty() ? "" : " devices=" + o.devices)
               << (case_timeout > 0 ? " case-timeout=" + o.case_timeout : "") << std::endl;
@@ -231,9 +236,12 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
   ReportWriter report(out);
   install_interrupt_handlers();  // from here on, SIGINT/SIGTERM end the campaign with a finished report
 
-  std::cout << "Using configuration: seed=" << cfg.seed << " backend=" << to_string(backend) << " budget=" << cfg.budget_s << "s"
-            << (cfg.max_cases ? " cases=" + std::to_string(cfg.max_cases) : "") << " targets=" << cfg.targets.size()
-            << (cfg.shard.count > 1 ? " shard=" + std::to_string(cfg.shard.index) + "/" + std::to_string(cfg.shard.count) : "")
+  std::cout << "Using configuration: seed=" << cfg.seed << " backend=" << to_string(backend)
+            << " budget=" << cfg.budget_s << "s" << (cfg.max_cases ? " cases=" + std::to_string(cfg.max_cases) : "")
+            << " targets=" << cfg.targets.size()
+            << (cfg.shard.count > 1
+                    ? " shard=" + std::to_string(cfg.shard.index) + "/" + std::to_string(cfg.shard.count)
+                    : "")
             << (case_timeout > 0 && !cfg.worker ? " case-timeout=" + o.case_timeout : "") << std::endl;
   const std::string started = utc_now();
   apply_mode(cfg.batch_invariant_mode);
@@ -258,14 +266,15 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
       write_junit(o.junit, junit_xml(result, {program, to_string(backend), cfg.seed, started, report.path().string()}));
     std::cout << "\n";
     print_target_table(result, std::cout);
-    std::cout << "\n" << result.cases << " cases in " << std::fixed << std::setprecision(1) << result.elapsed_s << "s; report: " << report.path().string()
-              << "\n";
+    std::cout << "\n"
+              << result.cases << " cases in " << std::fixed << std::setprecision(1) << result.elapsed_s
+              << "s; report: " << report.path().string() << "\n";
     if (!stopped.is_null()) std::cout << "STOPPED: " << stopped.value("reason_text", std::string()) << "\n";
     std::cout << (result.interrupted_by != 0 ? "INTERRUPTED by signal " + std::to_string(result.interrupted_by) + "; "
                                              : std::string())
-              << (result.must_hold_failed()  ? "MUST-HOLD PROPERTY FAILED"
-                  : stopped.is_null()        ? "every must-hold property held"
-                                             : "no must-hold property failed before the stop")
+              << (result.must_hold_failed() ? "MUST-HOLD PROPERTY FAILED"
+                  : stopped.is_null()       ? "every must-hold property held"
+                                            : "no must-hold property failed before the stop")
               << std::endl;
   };
   // A crash or timeout record that stopped the run: shrunk in child processes (this process's
@@ -289,16 +298,17 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
     // watchdog saves the timeout record and the report, then ends the process (exit 1).
     cfg.case_timeout_s = case_timeout;
     cfg.on_case_timeout = [&](const Record &timeout, Expectation e, CampaignResult &so_far) {
-      std::cout << (e == Expectation::must_hold ? "TIMEOUT (must-hold) " : "timeout (observed) ") << timeout.spec.op << "/"
-                << timeout.spec.impl << "/" << timeout.spec.property << "/" << dtype_name(timeout.spec.dtype) << ": "
-                << timeout.detail << "\n  case: " << timeout.spec.describe() << "\n  repro: " << repro_command(timeout, program)
-                << std::endl;
+      std::cout << (e == Expectation::must_hold ? "TIMEOUT (must-hold) " : "timeout (observed) ") << timeout.spec.op
+                << "/" << timeout.spec.impl << "/" << timeout.spec.property << "/" << dtype_name(timeout.spec.dtype)
+                << ": " << timeout.detail << "\n  case: " << timeout.spec.describe()
+                << "\n  repro: " << repro_command(timeout, program) << std::endl;
       const Record saved = save_stop_record(timeout, e, so_far, case_timeout);
       so_far.interrupted_by = interrupt_signal();
       so_far.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
       finish(so_far, kExitMustHoldFailed,
              {{"reason", "timeout"},
-              {"reason_text", "a case ran past --case-timeout " + o.case_timeout + " and never returned: the campaign cannot go on in this process"},
+              {"reason_text", "a case ran past --case-timeout " + o.case_timeout +
+                                  " and never returned: the campaign cannot go on in this process"},
               {"record", record_row(saved)}});
       std::cout.flush();
       std::_Exit(kExitMustHoldFailed);
@@ -309,13 +319,16 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
   if (result.stopped_by_fault) {
     // A sticky device error: the context cannot run another case. The report says so; a fork-mode
     // worker leaves the crash record to its parent, which starts a fresh worker.
-    const Record saved = save_stop_record(result.fault, result.fault_expectation, result, case_timeout > 0 ? case_timeout : 30.0);
-    const int exit_code = cfg.worker ? (result.must_hold_failed() ? kExitMustHoldFailed : kExitOk) : kExitMustHoldFailed;
+    const Record saved =
+        save_stop_record(result.fault, result.fault_expectation, result, case_timeout > 0 ? case_timeout : 30.0);
+    const int exit_code =
+        cfg.worker ? (result.must_hold_failed() ? kExitMustHoldFailed : kExitOk) : kExitMustHoldFailed;
     finish(result, exit_code,
            {{"reason", "device_fault"},
             {"error", device_error_name(result.fault.detail)},
-            {"reason_text", "a sticky device error (" + result.fault.detail + ") followed a case of " + result.fault.spec.op + "/" +
-                                result.fault.spec.impl + "/" + result.fault.spec.property + "; no further case can run in this process"},
+            {"reason_text", "a sticky device error (" + result.fault.detail + ") followed a case of " +
+                                result.fault.spec.op + "/" + result.fault.spec.impl + "/" + result.fault.spec.property +
+                                "; no further case can run in this process"},
             {"record", record_row(saved)}});
     // Leave without tearing down libtorch's CUDA state in a poisoned context.
     std::cout.flush();
@@ -323,8 +336,9 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
     std::_Exit(exit_code);
   }
   // Interrupted: the report is still finished (summary.json says so); the exit code is the shell's 128 + signal.
-  const int exit_code = result.interrupted_by != 0 ? 128 + result.interrupted_by
-                        : result.must_hold_failed() ? kExitMustHoldFailed : kExitOk;
+  const int exit_code = result.interrupted_by != 0  ? 128 + result.interrupted_by
+                        : result.must_hold_failed() ? kExitMustHoldFailed
+                                                    : kExitOk;
   finish(result, exit_code, nullptr);
   return exit_code;
 }
@@ -333,7 +347,7 @@ struct ReplayOptions {
   std::vector<std::string> paths, cases, libraries, specs;
   std::string mode = "native";
   bool expect_reproduce = false;
-  int cpu_threads = -1;  // harness/cpu_threads.h
+  int cpu_threads = -1;              // harness/cpu_threads.h
   std::string case_timeout = "10s";  // for crash and timeout records, which run in a child
   std::string sanitize;              // memcheck, racecheck or initcheck: each record under compute-sanitizer
 };
@@ -345,7 +359,8 @@ int run_replay(const ReplayOptions &o, const std::string &program) {
     check_sanitizer_tool(o.sanitize);
     sanitizer = find_compute_sanitizer();
     if (sanitizer.empty())
-      throw UsageError("--sanitize " + o.sanitize + ": compute-sanitizer not found (DETFUZZ_COMPUTE_SANITIZER, PATH, $CUDA_HOME/bin, "
+      throw UsageError("--sanitize " + o.sanitize +
+                       ": compute-sanitizer not found (DETFUZZ_COMPUTE_SANITIZER, PATH, $CUDA_HOME/bin, "
                        "/usr/local/cuda/bin); it comes with the CUDA toolkit");
   }
   load_user_ops(o.libraries, o.specs);
@@ -358,8 +373,11 @@ int run_replay(const ReplayOptions &o, const std::string &program) {
       for (auto &r : read_records(f)) records.push_back(std::move(r));
   for (const auto &line : o.cases) records.push_back(parse_record_line(line));
   if (records.empty()) throw UsageError("nothing to replay: give record files or folders, or --case");
-  if (!sanitizer.empty()) return sanitize_records(records, sanitizer, o.sanitize, self_exe(), std::max(120.0, 30 * case_timeout), program, std::cout);
-  apply_cpu_threads(o.cpu_threads, std::all_of(records.begin(), records.end(), [](const Record &r) { return r.spec.backend == Backend::cpu; }));
+  if (!sanitizer.empty())
+    return sanitize_records(records, sanitizer, o.sanitize, self_exe(), std::max(120.0, 30 * case_timeout), program,
+                            std::cout);
+  apply_cpu_threads(o.cpu_threads, std::all_of(records.begin(), records.end(),
+                                               [](const Record &r) { return r.spec.backend == Backend::cpu; }));
   apply_mode(batch_invariant);
 
   int64_t pass = 0, fail = 0, must_fail = 0, skipped = 0, recorded_fail = 0, reproduced_fail = 0, not_reproduced = 0;
@@ -370,11 +388,15 @@ int run_replay(const ReplayOptions &o, const std::string &program) {
     if (is_crash_outcome(r.outcome)) {  // run where a crash cannot take this process down
       ++recorded_fail;
       const bool back = replay_crash_in_child(r, self_exe(), case_timeout, std::cout, program) != 0;
-      if (back) ++reproduced_fail;
-      else ++not_reproduced;
+      if (back)
+        ++reproduced_fail;
+      else
+        ++not_reproduced;
       const ImplInfo *impl = find_impl(r.spec.op, r.spec.impl, r.spec.backend);
-      if (back && (!impl || effective_expectation(*impl, batch_invariant) == Expectation::must_hold)) ++must_fail, ++fail;
-      else (back ? fail : pass)++;
+      if (back && (!impl || effective_expectation(*impl, batch_invariant) == Expectation::must_hold))
+        ++must_fail, ++fail;
+      else
+        (back ? fail : pass)++;
       continue;
     }
     ReplayResult rr;
@@ -394,8 +416,8 @@ int run_replay(const ReplayOptions &o, const std::string &program) {
       crash.outcome = "crash";
       crash.diff = DiffStats{};
       crash.detail = sticky;
-      std::cout << "[crash] " << r.spec.describe() << " (" << to_string(rr.expectation) << ")\n  device fault: " << sticky
-                << "\n  repro: " << repro_command(crash, program) << "\n";
+      std::cout << "[crash] " << r.spec.describe() << " (" << to_string(rr.expectation)
+                << ")\n  device fault: " << sticky << "\n  repro: " << repro_command(crash, program) << "\n";
       poisoned = true;
       break;
     }
@@ -412,17 +434,19 @@ int run_replay(const ReplayOptions &o, const std::string &program) {
       if (rr.reproduced) ++reproduced_fail;
     }
     if (!rr.reproduced) ++not_reproduced;
-    std::cout << "[" << to_string(rr.verdict.outcome) << "] " << r.spec.describe() << " (" << to_string(rr.expectation) << ")\n  "
-              << (rr.verdict.detail.empty() ? rr.verdict.diff.summary() : rr.verdict.detail) << "\n  "
-              << (rr.reproduced ? "matches the record bit for bit"
-                                : "differs from the record (recorded " + r.outcome + ": " + std::to_string(r.diff.differing) +
-                                      " differing, first at " + r.diff.first_coords + ")")
+    std::cout << "[" << to_string(rr.verdict.outcome) << "] " << r.spec.describe() << " (" << to_string(rr.expectation)
+              << ")\n  " << (rr.verdict.detail.empty() ? rr.verdict.diff.summary() : rr.verdict.detail) << "\n  "
+              << (rr.reproduced
+                      ? "matches the record bit for bit"
+                      : "differs from the record (recorded " + r.outcome + ": " + std::to_string(r.diff.differing) +
+                            " differing, first at " + r.diff.first_coords + ")")
               << "\n";
-    if (!passed && rr.expectation == Expectation::must_hold) std::cout << "  repro: " << repro_command(make_record(r.spec, rr.verdict), program) << "\n";
+    if (!passed && rr.expectation == Expectation::must_hold)
+      std::cout << "  repro: " << repro_command(make_record(r.spec, rr.verdict), program) << "\n";
   }
-  std::cout << "\nreplayed " << replayed << " records: " << pass << " pass, " << fail << " fail (" << must_fail << " must-hold), "
-            << skipped << " skipped; " << reproduced_fail << " of " << recorded_fail << " recorded failures reproduced bit for bit"
-            << std::endl;
+  std::cout << "\nreplayed " << replayed << " records: " << pass << " pass, " << fail << " fail (" << must_fail
+            << " must-hold), " << skipped << " skipped; " << reproduced_fail << " of " << recorded_fail
+            << " recorded failures reproduced bit for bit" << std::endl;
   if (poisoned) {
     std::cout << "STOPPED: the device context is poisoned; " << records.size() - replayed
               << " records left unreplayed (replay them in a fresh process)" << std::endl;
@@ -447,7 +471,8 @@ std::vector<at::ScalarType> parse_dtypes(const std::string &list) {
 }
 
 struct BenchOptions {
-  std::string ops = "mm,log_softmax,mean,paged_attention", impls = "invariant", dtypes = "bfloat16,float16,float32", shapes, out;
+  std::string ops = "mm,log_softmax,mean,paged_attention", impls = "invariant", dtypes = "bfloat16,float16,float32",
+              shapes, out;
   int repetitions = 5;
 };
 
@@ -466,7 +491,10 @@ int run_bench_command(const BenchOptions &o, const std::string &command_line) {
   std::string stopped;
   report.add_file("bench.csv", run_bench(cfg, std::cout, &stopped));
   nlohmann::json summary = tool_summary(command_line, started);
-  summary["bench"] = {{"ops", cfg.ops}, {"impls", cfg.impls}, {"dtypes", split_list(o.dtypes)}, {"repetitions", cfg.repetitions},
+  summary["bench"] = {{"ops", cfg.ops},
+                      {"impls", cfg.impls},
+                      {"dtypes", split_list(o.dtypes)},
+                      {"repetitions", cfg.repetitions},
                       {"shapes", o.shapes.empty() ? "default" : o.shapes}};
   if (!stopped.empty()) summary["bench"]["stopped"] = stopped;
   report.finish(summary);
@@ -493,7 +521,8 @@ int run_scan_command(const ScanOptions &o, const std::string &command_line) {
   const std::string started = utc_now();
   report.add_file("scan.csv", run_scan(cfg, std::cout));
   nlohmann::json summary = tool_summary(command_line, started);
-  summary["scan"] = {{"n", cfg.n}, {"k", cfg.k}, {"max_m", cfg.max_m}, {"dtypes", split_list(o.dtypes)}, {"impls", cfg.impls}};
+  summary["scan"] = {
+      {"n", cfg.n}, {"k", cfg.k}, {"max_m", cfg.max_m}, {"dtypes", split_list(o.dtypes)}, {"impls", cfg.impls}};
   report.finish(summary);
   std::cout << "report: " << report.path().string() << std::endl;
   return kExitOk;
@@ -517,8 +546,9 @@ int run_list(const std::string &what) {
   if (what == "impls" || what == "all") {
     std::cout << "impls (backend, expectation, dtypes):\n";
     for (const auto &i : all_impls())
-      std::cout << "  " << std::left << std::setw(16) << i.op << std::setw(24) << i.impl << std::setw(6) << to_string(i.backend) << std::setw(11)
-                << to_string(i.expectation) << std::setw(40) << join(i.dtypes) << i.description << "\n";
+      std::cout << "  " << std::left << std::setw(16) << i.op << std::setw(24) << i.impl << std::setw(6)
+                << to_string(i.backend) << std::setw(11) << to_string(i.expectation) << std::setw(40) << join(i.dtypes)
+                << i.description << "\n";
   }
   if (what == "properties" || what == "all") {
     std::cout << "properties (checked bitwise; accuracy against a float64 reference):\n"
@@ -526,7 +556,8 @@ int run_list(const std::string &what) {
                  "  batch_compose         rows keep their bits when other rows change or rows are added\n"
                  "  permute               permuting rows permutes the result\n"
                  "  repeat                two runs (on CUDA: two streams) give the same bits\n"
-                 "  variant_agree         another layout of the same values (and on CUDA a graph replay) gives the same bits\n"
+                 "  variant_agree         another layout of the same values (and on CUDA a graph replay) gives the "
+                 "same bits\n"
                  "  accuracy              within a per-dtype bound of a float64 reference\n"
                  "  seq_alone_vs_batched  paged attention: a sequence alone == inside a mixed batch\n"
                  "  block_placement       paged attention: permuted or shared physical pages change nothing\n"
@@ -543,8 +574,9 @@ int run_list(const std::string &what) {
 
 int detfuzz::cli_main(int argc, char **argv) {
   using namespace detfuzz;
-  CLI::App app{"detfuzz: proves bit for bit that inference kernels give a row the same result alone as in a batch,\n"
-               "and shrinks the cases where they do not. Exit: 0 all must-hold properties held, 1 one failed, 2 usage error."};
+  CLI::App app{
+      "detfuzz: proves bit for bit that inference kernels give a row the same result alone as in a batch,\n"
+      "and shrinks the cases where they do not. Exit: 0 all must-hold properties held, 1 one failed, 2 usage error."};
   app.require_subcommand(1);
   std::string command_line;
   for (int i = 0; i < argc; ++i) command_line += (i ? " " : "") + std::string(argv[i]);
@@ -564,18 +596,25 @@ int detfuzz::cli_main(int argc, char **argv) {
   fuzz->add_option("--budget", fo.budget, ft::budget)->default_val("60s");
   fuzz->add_option("--cases", fo.cases, "stop after this many cases (0: no limit)")->default_val(0);
   fuzz->add_option("--out", fo.out, ft::out)->default_str("reports/<time>-<backend>-seed<seed>");
-  fuzz->add_option("--junit", fo.junit, "also write JUnit XML here: a testcase per target, failures with their shrunk record and repro");
-  fuzz->add_option("--corpus", fo.corpora, "record files or folders to replay first; repeatable")->default_str("corpora/");
+  fuzz->add_option("--junit", fo.junit,
+                   "also write JUnit XML here: a testcase per target, failures with their shrunk record and repro");
+  fuzz->add_option("--corpus", fo.corpora, "record files or folders to replay first; repeatable")
+      ->default_str("corpora/");
   fuzz->add_flag("--no-corpus", fo.no_corpus, "do not replay any corpus");
   fuzz->add_flag("--no-shrink", fo.no_shrink, "record first failures as found, without shrinking");
-  fuzz->add_option("--shrink-budget", fo.shrink_budget, "time allowed to shrink one failure: 30s, 5m or seconds")->default_val("30s");
+  fuzz->add_option("--shrink-budget", fo.shrink_budget, "time allowed to shrink one failure: 30s, 5m or seconds")
+      ->default_val("30s");
   fuzz->add_flag("--stop-on-failure", fo.stop_on_failure, "end the campaign at the first failure, once it is shrunk");
   fuzz->add_flag("--quiet", fo.quiet, "no progress lines");
-  fuzz->add_option("--shard", fo.shard, "i/n: run shard i of n (targets and corpus records k with k mod n = i); default from "
-                                        "DETFUZZ_SHARD, JOB_COMPLETION_INDEX+DETFUZZ_SHARD_COUNT or SLURM_ARRAY_TASK_*");
-  fuzz->add_option("--workers", fo.workers, "fork mode: run the campaign in N child processes; a crash, device fault or hang of one "
-                                            "becomes a crash/timeout record and a fresh worker carries on")->check(CLI::Range(0, 1024));
-  fuzz->add_option("--devices", fo.devices, "all or 0,1,...: fork mode with one worker per GPU (CUDA_VISIBLE_DEVICES), one merged report");
+  fuzz->add_option("--shard", fo.shard,
+                   "i/n: run shard i of n (targets and corpus records k with k mod n = i); default from "
+                   "DETFUZZ_SHARD, JOB_COMPLETION_INDEX+DETFUZZ_SHARD_COUNT or SLURM_ARRAY_TASK_*");
+  fuzz->add_option("--workers", fo.workers,
+                   "fork mode: run the campaign in N child processes; a crash, device fault or hang of one "
+                   "becomes a crash/timeout record and a fresh worker carries on")
+      ->check(CLI::Range(0, 1024));
+  fuzz->add_option("--devices", fo.devices,
+                   "all or 0,1,...: fork mode with one worker per GPU (CUDA_VISIBLE_DEVICES), one merged report");
   fuzz->add_option("--load", fo.libraries, ft::load);
   std::vector<std::string> imports;  // --import, of fuzz, replay or bench (python_hooks.h)
   fuzz->add_option("--import", imports, kImportFlagText);
@@ -587,32 +626,37 @@ int detfuzz::cli_main(int argc, char **argv) {
   fuzz->add_option("--inflight", fo.inflight, "(internal) file to write each case to before checking it")->group("");
   fuzz->add_option("--gpu-share", fo.gpu_share, "(internal) N fork-mode workers share this worker's GPU")->group("");
   fuzz->add_option("--skip-target", fo.skip_targets, "(internal) targets to leave out")->group("");
-  fuzz->footer("--case-timeout: with --workers the worker running the case is killed and replaced; in one process a watchdog\n"
-               "saves the timeout record and the report, then exits 1. A sticky CUDA error (illegal address, launch failure, a\n"
-               "kernel assert) is a crash record of the case that raised it: one process stops there (exit 1, report written),\n"
-               "a worker is replaced.");
+  fuzz->footer(
+      "--case-timeout: with --workers the worker running the case is killed and replaced; in one process a watchdog\n"
+      "saves the timeout record and the report, then exits 1. A sticky CUDA error (illegal address, launch failure, a\n"
+      "kernel assert) is a crash record of the case that raised it: one process stops there (exit 1, report written),\n"
+      "a worker is replaced.");
 
   ReplayOptions ro;
   auto *replay = app.add_subcommand("replay", "Re-run saved records and say whether each reproduces bit for bit");
   replay->add_option("paths", ro.paths, "record files (failures.csv, corpora/*.csv) or folders of them");
   replay->add_option("--case", ro.cases, "one record line, as printed in a repro command; repeatable");
-  replay->add_flag("--expect-reproduce", ro.expect_reproduce, "exit 1 unless every record's outcome and diff come back bit for bit");
-  replay->add_option("--sanitize", ro.sanitize, "memcheck, racecheck or initcheck: run each record under compute-sanitizer and "
-                                                "attach its first report to the record");
+  replay->add_flag("--expect-reproduce", ro.expect_reproduce,
+                   "exit 1 unless every record's outcome and diff come back bit for bit");
+  replay->add_option("--sanitize", ro.sanitize,
+                     "memcheck, racecheck or initcheck: run each record under compute-sanitizer and "
+                     "attach its first report to the record");
   replay->add_option("--load", ro.libraries, ft::load);
   replay->add_option("--import", imports, kImportFlagText);
   replay->add_option("--spec", ro.specs, ft::spec);
   replay->add_option("--mode", ro.mode, ft::mode)->default_val("native");
   replay->add_option("--cpu-threads", ro.cpu_threads, ft::cpu_threads)->check(CLI::Range(0, 1024));
   replay->add_option("--case-timeout", ro.case_timeout, ft::case_timeout)->default_val("10s");
-  replay->footer("Crash and timeout records run in a child process (within --case-timeout), so that the replay survives them.");
+  replay->footer(
+      "Crash and timeout records run in a child process (within --case-timeout), so that the replay survives them.");
 
   std::string list_what = "all";
   auto *list = app.add_subcommand("list", "List ops, impls (with expectations) and properties");
   list->add_option("what", list_what, "ops, impls, properties or all")->default_val("all");
 
   BenchOptions bo;
-  auto *bench = app.add_subcommand("bench", "Time our CUDA kernels against cuBLAS (mm) and torch (reductions); write bench.csv");
+  auto *bench =
+      app.add_subcommand("bench", "Time our CUDA kernels against cuBLAS (mm) and torch (reductions); write bench.csv");
   bench->add_option("--op", bo.ops, ft::ops)->default_val(bo.ops);
   bench->add_option("--impl", bo.impls, ft::impls)->default_val(bo.impls);
   bench->add_option("--dtype", bo.dtypes, ft::dtypes)->default_val(bo.dtypes);
@@ -620,16 +664,23 @@ int detfuzz::cli_main(int argc, char **argv) {
   bench->add_option("--repetitions", bo.repetitions, "repetitions per benchmark (the median is kept)")->default_val(5);
   bench->add_option("--out", bo.out, ft::out)->default_str("reports/<time>-bench-seed0");
   bench->add_option("--import", imports, kImportFlagText);
-  bench->footer("--impl invariant@PATH forces one matmul path (sm90_persistent, sm90_split, their _64 forms, mma_sync, or a\n"
-                "float32 path); invariant@tma, @cp-async, @pingpong, @no-pingpong, @split-per-cta, @split-groups force attention's.");
+  bench->footer(
+      "--impl invariant@PATH forces one matmul path (sm90_persistent, sm90_split, their _64 forms, mma_sync, or a\n"
+      "float32 path); invariant@tma, @cp-async, @pingpong, @no-pingpong, @split-per-cta, @split-groups force "
+      "attention's.");
 
   ScanOptions so;
   std::string merge_out;
   std::vector<std::string> merge_dirs;
-  auto *merge = app.add_subcommand("merge", "Combine the reports of a sharded campaign's shards (fuzz --shard) into one report");
-  merge->add_option("dirs", merge_dirs, "the shards' report folders (without --out: the merged folder, then the shards')")->required();
+  auto *merge =
+      app.add_subcommand("merge", "Combine the reports of a sharded campaign's shards (fuzz --shard) into one report");
+  merge
+      ->add_option("dirs", merge_dirs,
+                   "the shards' report folders (without --out: the merged folder, then the shards')")
+      ->required();
   merge->add_option("--out", merge_out, ft::out);
-  auto *scan = app.add_subcommand("scan", "For one (N, K, dtype), list every M where an impl's rows differ from the smaller product");
+  auto *scan = app.add_subcommand(
+      "scan", "For one (N, K, dtype), list every M where an impl's rows differ from the smaller product");
   scan->add_option("--impl", so.impls, ft::impls)->default_val(so.impls);
   scan->add_option("--dtype", so.dtypes, ft::dtypes)->default_val(so.dtypes);
   scan->add_option("--n", so.n, "N")->default_val(4096);
@@ -638,38 +689,51 @@ int detfuzz::cli_main(int argc, char **argv) {
   scan->add_option("--out", so.out, ft::out)->default_str("reports/<time>-scan-seed0");
 
   LapsOptions lo;
-  auto *laps = app.add_subcommand("laps", "Run a mixed workload under FIFO and LAPS scheduling: compare every request's bits, print TTFT");
+  auto *laps = app.add_subcommand(
+      "laps", "Run a mixed workload under FIFO and LAPS scheduling: compare every request's bits, print TTFT");
   laps->add_option("--backend", lo.backend, ft::backend)->default_val("auto");
   laps->add_option("--impl", lo.impl, "the engine model's impl, one (see: detfuzz list impls)")->default_val(lo.impl);
   laps->add_option("--dtype", lo.dtype, "the model's dtype, one")->default_str("the impl's first");
-  laps->add_option("--clock", lo.clock, "step durations: model (cost formula), calibrated (the formula fitted to measured forward times), measured (each step's wall time), auto (calibrated on CUDA, model on the CPU)")->default_val("auto");
+  laps->add_option("--clock", lo.clock,
+                   "step durations: model (cost formula), calibrated (the formula fitted to measured forward times), "
+                   "measured (each step's wall time), auto (calibrated on CUDA, model on the CPU)")
+      ->default_val("auto");
   laps->add_option("--seed", lo.seed, ft::seed)->default_val(1);
   laps->add_option("--requests", lo.requests, "requests in the trace")->default_val(lo.requests);
   laps->add_option("--min-len", lo.min_len, "shortest prompt")->default_val(lo.min_len);
   laps->add_option("--short-max", lo.short_max, "longest prompt of the short share (70%)")->default_val(lo.short_max);
   laps->add_option("--max-len", lo.max_len, "longest prompt")->default_val(lo.max_len);
   laps->add_option("--decode-steps", lo.decode_steps, "greedy tokens after the first")->default_val(lo.decode_steps);
-  laps->add_option("--offered-load", lo.load, "arrival rate as a share of the instances' prefill capacity")->default_val(lo.load);
+  laps->add_option("--offered-load", lo.load, "arrival rate as a share of the instances' prefill capacity")
+      ->default_val(lo.load);
   laps->add_option("--load", lo.load, "(old name of --offered-load)")->group("");
   laps->add_option("--instances", lo.instances, "prefill instances")->default_val(lo.instances);
-  laps->add_option("--threshold", lo.threshold, "short/long threshold (queues and router), prompt tokens")->default_val(lo.threshold);
+  laps->add_option("--threshold", lo.threshold, "short/long threshold (queues and router), prompt tokens")
+      ->default_val(lo.threshold);
   laps->add_option("--step-tokens", lo.budget, "new tokens per prefill step")->default_val(lo.budget);
   laps->add_option("--budget", lo.budget, "(old name of --step-tokens)")->group("");
   laps->add_option("--max-running", lo.max_running, "sequences an instance holds")->default_val(lo.max_running);
-  laps->add_option("--rebalance-interval-ms", lo.rebalance_interval_ms, "router rebalance interval")->default_val(lo.rebalance_interval_ms);
-  laps->add_option("--rebalance-ratio", lo.rebalance_ratio, "pending ratio that moves an instance")->default_val(lo.rebalance_ratio);
+  laps->add_option("--rebalance-interval-ms", lo.rebalance_interval_ms, "router rebalance interval")
+      ->default_val(lo.rebalance_interval_ms);
+  laps->add_option("--rebalance-ratio", lo.rebalance_ratio, "pending ratio that moves an instance")
+      ->default_val(lo.rebalance_ratio);
   laps->add_option("--out", lo.out, ft::out)->default_str("reports/<time>-laps-<backend>-seed<seed>");
 
   GateConfig gc;
   std::string gate_baseline;
   std::vector<std::string> gate_runs;
-  auto *gate = app.add_subcommand("gate", "Exit 1 when a must-hold property failed in a run, or a bench speedup fell against a stored bench.csv");
-  gate->add_option("--run", gate_runs, "report folders of the run to judge (fuzz, replay, bench); repeatable")->required();
-  gate->add_option("--baseline", gate_baseline, "the stored bench.csv, or a report folder holding one (omit: no speed check)");
-  gate->add_option("--max-slowdown", gc.max_slowdown, "largest allowed fall of a speedup, as a fraction")->default_val(0.1);
+  auto *gate = app.add_subcommand(
+      "gate", "Exit 1 when a must-hold property failed in a run, or a bench speedup fell against a stored bench.csv");
+  gate->add_option("--run", gate_runs, "report folders of the run to judge (fuzz, replay, bench); repeatable")
+      ->required();
+  gate->add_option("--baseline", gate_baseline,
+                   "the stored bench.csv, or a report folder holding one (omit: no speed check)");
+  gate->add_option("--max-slowdown", gc.max_slowdown, "largest allowed fall of a speedup, as a fraction")
+      ->default_val(0.1);
 
   HtmlReportOptions ho;
-  auto *html = app.add_subcommand("report", "Render report folders (fuzz, bench, scan) as one self-contained HTML file");
+  auto *html =
+      app.add_subcommand("report", "Render report folders (fuzz, bench, scan) as one self-contained HTML file");
   html->add_option("runs", ho.runs, "report folders")->required();
   html->add_option("--out", ho.out, "the HTML file to write")->default_str("report.html in the first folder");
 
@@ -690,7 +754,9 @@ int detfuzz::cli_main(int argc, char **argv) {
       // merge --out DIR SHARDS..., or the positional form merge DIR SHARDS...
       std::vector<std::string> shards = merge_dirs;
       if (merge_out.empty()) {
-        if (shards.size() < 2) throw UsageError("merge needs the merged folder and at least one shard folder: merge --out DIR SHARD_DIRS...");
+        if (shards.size() < 2)
+          throw UsageError(
+              "merge needs the merged folder and at least one shard folder: merge --out DIR SHARD_DIRS...");
         merge_out = shards.front();
         shards.erase(shards.begin());
       }

@@ -34,7 +34,8 @@ int merge_reports(const fs::path &out, const std::vector<fs::path> &shards, cons
   nlohmann::json corpus = {{"replayed", 0}, {"skipped", 0}, {"must_hold_failures", 0}, {"observed_failures", 0}};
   for (const auto &dir : shards) {
     std::ifstream sf(dir / "summary.json");
-    if (!sf) throw UsageError("cannot read " + (dir / "summary.json").string() + ": not a finished detfuzz fuzz report");
+    if (!sf)
+      throw UsageError("cannot read " + (dir / "summary.json").string() + ": not a finished detfuzz fuzz report");
     nlohmann::json s;
     try {
       s = nlohmann::json::parse(sf);
@@ -58,9 +59,11 @@ int merge_reports(const fs::path &out, const std::vector<fs::path> &shards, cons
     for (auto &[k, v] : corpus.items()) v = v.get<int64_t>() + r["corpus"].value(k, int64_t{0});
     for (const auto &t : r["targets"]) targets.push_back(t);
     interrupted = interrupted || s.value("interrupted", false);
-    must_hold_failed = must_hold_failed || s.value("exit_code", 0) == 1 || r["corpus"].value("must_hold_failures", 0) > 0;
+    must_hold_failed =
+        must_hold_failed || s.value("exit_code", 0) == 1 || r["corpus"].value("must_hold_failures", 0) > 0;
     for (const auto &t : r["targets"])
-      if (t.value("expectation", "") == "must-hold" && (t.value("failures", 0) > 0 || t.value("errors", 0) > 0)) must_hold_failed = true;
+      if (t.value("expectation", "") == "must-hold" && (t.value("failures", 0) > 0 || t.value("errors", 0) > 0))
+        must_hold_failed = true;
     s["report"] = dir.string();
     per_shard.push_back(s);
   }

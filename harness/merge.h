@@ -12,6 +12,7 @@ namespace detfuzz {
 
 // Returns the exit code (0, or 1 when a shard failed a must-hold property); throws ReportError /
 // UsageError (exit 2) on a missing or malformed shard report, before anything is written.
-int merge_reports(const std::filesystem::path &out, const std::vector<std::filesystem::path> &shards, const std::string &command_line);
+int merge_reports(const std::filesystem::path &out, const std::vector<std::filesystem::path> &shards,
+                  const std::string &command_line);
 
 }  // namespace detfuzz

@@ -13,19 +13,32 @@ namespace {
 const std::map<std::string, int64_t> &size_params() {
   static const std::map<std::string, int64_t> p = {
       // row ops and spec ops: the slice, the composed batch's offset and tail
-      {"i", 0}, {"j", 1}, {"o", 0}, {"tail", 0},
+      {"i", 0},
+      {"j", 1},
+      {"o", 0},
+      {"tail", 0},
       // paged attention: query and key lengths per sequence, chunk lengths, the pool, the target sequence
-      {"q", 1}, {"kv", 1}, {"chunks", 1}, {"pool", 0}, {"target", 0},
+      {"q", 1},
+      {"kv", 1},
+      {"chunks", 1},
+      {"pool", 0},
+      {"target", 0},
       // graph prefill: cached and new tokens per sequence, sequence lengths
-      {"cached", 0}, {"new", 1}, {"len", 1},
+      {"cached", 0},
+      {"new", 1},
+      {"len", 1},
       // engine: decode steps, shared prefix length, instances, running sequences
-      {"dec", 0}, {"syslen", 0}, {"inst", 1}, {"run", 1},
+      {"dec", 0},
+      {"syslen", 0},
+      {"inst", 1},
+      {"run", 1},
   };
   return p;
 }
 
 bool is_decimal(const std::string &s) {
-  return !s.empty() && s.size() < 18 && std::all_of(s.begin(), s.end(), [](unsigned char ch) { return std::isdigit(ch); });
+  return !s.empty() && s.size() < 18 &&
+         std::all_of(s.begin(), s.end(), [](unsigned char ch) { return std::isdigit(ch); });
 }
 
 std::vector<std::string> split_items(const std::string &s) {

@@ -34,8 +34,8 @@ std::vector<int64_t> lower_values(int64_t v, int64_t low);
 // One size of a case: a shape dimension, an integer parameter, or one item of a '.'-joined list parameter.
 struct SizeRef {
   enum class Kind { dim, param, item } kind = Kind::dim;
-  size_t index = 0;  // dim: the shape index; item: the list position
-  std::string key;   // param, item: the parameter
+  size_t index = 0;                           // dim: the shape index; item: the list position
+  std::string key;                            // param, item: the parameter
   std::string name(const CaseSpec &c) const;  // "shape[1]", "j", "kv[2]"
 };
 
@@ -46,7 +46,7 @@ int64_t size_low_bound(const CaseSpec &c, const SizeRef &s);
 CaseSpec with_size(const CaseSpec &c, const SizeRef &s, int64_t v);
 
 struct MinimizeResult {
-  CaseSpec spec;     // the smallest case found that fails the same way (the start when none)
+  CaseSpec spec;  // the smallest case found that fails the same way (the start when none)
   int64_t trials = 0, lowered = 0;
   bool stopped = false;  // `stop` ended the search before a local minimum was proved
 };

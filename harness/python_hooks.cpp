@@ -87,9 +87,12 @@ int exec_python_if_needed(int argc, char **argv) {
   bool needed = false;
   for (int i = 2; i < argc && !needed; ++i) {
     const std::string a = argv[i];
-    if (a == "--import" || a.rfind("--import=", 0) == 0) needed = true;
-    else if (a.rfind("--mode=", 0) == 0) needed = is_python_mode(a.substr(7));
-    else if (a == "--mode" && i + 1 < argc) needed = is_python_mode(argv[i + 1]);
+    if (a == "--import" || a.rfind("--import=", 0) == 0)
+      needed = true;
+    else if (a.rfind("--mode=", 0) == 0)
+      needed = is_python_mode(a.substr(7));
+    else if (a == "--mode" && i + 1 < argc)
+      needed = is_python_mode(argv[i + 1]);
   }
   if (!needed) return -1;
 
@@ -118,7 +121,8 @@ int exec_python_if_needed(int argc, char **argv) {
       "(build/python or pip install .): {type(e).__name__}: {e}\\n')\n"
       "    sys.exit(2)\n"
       "sys.exit(run_cli(sys.argv[1:]))\n";
-  std::vector<char *> args = {const_cast<char *>(python.c_str()), const_cast<char *>("-c"), const_cast<char *>(launcher)};
+  std::vector<char *> args = {const_cast<char *>(python.c_str()), const_cast<char *>("-c"),
+                              const_cast<char *>(launcher)};
   for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
   args.push_back(nullptr);
   std::cout.flush();

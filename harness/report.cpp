@@ -22,7 +22,8 @@ namespace fs = std::filesystem;
 namespace {
 
 const char *kCasesHeader =
-    "case,source,op,impl,property,backend,dtype,shape,layout,dist,seed,params,expectation,outcome,differing,numel,max_ulp,"
+    "case,source,op,impl,property,backend,dtype,shape,layout,dist,seed,params,expectation,outcome,differing,numel,max_"
+    "ulp,"
     "max_abs_diff,elapsed_us";
 
 std::string command_output(const std::string &cmd) {
@@ -74,15 +75,18 @@ void ReportWriter::add_case(const CaseRow &row) {
   std::snprintf(abs_diff, sizeof abs_diff, "%.9g", r.diff.max_abs_diff);
   std::snprintf(us, sizeof us, "%.1f", row.elapsed_us);
   const std::string ulp = r.diff.max_ulp == UINT64_MAX ? "inf" : std::to_string(r.diff.max_ulp);
-  cases_ << row.index << ',' << row.source << ',' << c.op << ',' << c.impl << ',' << c.property << ',' << to_string(c.backend) << ','
-         << dtype_name(c.dtype) << ',' << c.shape_string() << ',' << csv_field(c.layout) << ',' << c.dist << ',' << seed << ','
-         << csv_field(c.params_string()) << ',' << to_string(row.expectation) << ',' << r.outcome << ',' << r.diff.differing << ','
-         << r.diff.numel << ',' << ulp << ',' << abs_diff << ',' << us << '\n';
+  cases_ << row.index << ',' << row.source << ',' << c.op << ',' << c.impl << ',' << c.property << ','
+         << to_string(c.backend) << ',' << dtype_name(c.dtype) << ',' << c.shape_string() << ',' << csv_field(c.layout)
+         << ',' << c.dist << ',' << seed << ',' << csv_field(c.params_string()) << ',' << to_string(row.expectation)
+         << ',' << r.outcome << ',' << r.diff.differing << ',' << r.diff.numel << ',' << ulp << ',' << abs_diff << ','
+         << us << '\n';
 }
 
 void ReportWriter::add_failure(const Record &r) { failures_ << record_row(r) << '\n' << std::flush; }
 
-void ReportWriter::add_file(const std::string &name, const std::string &content) { extra_files_.emplace_back(name, content); }
+void ReportWriter::add_file(const std::string &name, const std::string &content) {
+  extra_files_.emplace_back(name, content);
+}
 
 void ReportWriter::finish(const nlohmann::json &summary) {
   for (const auto &[name, content] : extra_files_) {
@@ -130,9 +134,9 @@ nlohmann::json run_context() {
   ctx["git_commit"] = git.commit;
   ctx["git_dirty"] = git.dirty;
   nlohmann::json env = nlohmann::json::object();
-  for (const char *name : {"CUBLAS_WORKSPACE_CONFIG", "CUBLASLT_WORKSPACE_SIZE", "TORCH_BLAS_PREFER_CUBLASLT", "NVIDIA_TF32_OVERRIDE",
-                           "CUDA_VISIBLE_DEVICES", "CUDA_LAUNCH_BLOCKING", "OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MKL_NUM_THREADS", "MKL_CBWR",
-                           "ATEN_CPU_CAPABILITY", "DNNL_MAX_CPU_ISA"})
+  for (const char *name : {"CUBLAS_WORKSPACE_CONFIG", "CUBLASLT_WORKSPACE_SIZE", "TORCH_BLAS_PREFER_CUBLASLT",
+                           "NVIDIA_TF32_OVERRIDE", "CUDA_VISIBLE_DEVICES", "CUDA_LAUNCH_BLOCKING", "OMP_NUM_THREADS",
+                           "OMP_WAIT_POLICY", "MKL_NUM_THREADS", "MKL_CBWR", "ATEN_CPU_CAPABILITY", "DNNL_MAX_CPU_ISA"})
     env[name] = std::getenv(name) ? nlohmann::json(std::getenv(name)) : nlohmann::json(nullptr);
   ctx["env"] = env;
   ctx["device"] = "cpu";

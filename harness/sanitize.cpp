@@ -41,11 +41,13 @@ void check_sanitizer_tool(const std::string &tool) {
 std::string find_compute_sanitizer() {
   // DETFUZZ_COMPUTE_SANITIZER names the executable (a wrapper, another install); set but not
   // executable, there is none.
-  if (const char *named = std::getenv("DETFUZZ_COMPUTE_SANITIZER")) return executable(named) ? std::string(named) : std::string();
+  if (const char *named = std::getenv("DETFUZZ_COMPUTE_SANITIZER"))
+    return executable(named) ? std::string(named) : std::string();
   if (const char *path = std::getenv("PATH")) {
     std::stringstream ss(path);
     for (std::string dir; std::getline(ss, dir, ':');)
-      if (!dir.empty() && executable(fs::path(dir) / "compute-sanitizer")) return (fs::path(dir) / "compute-sanitizer").string();
+      if (!dir.empty() && executable(fs::path(dir) / "compute-sanitizer"))
+        return (fs::path(dir) / "compute-sanitizer").string();
   }
   for (const char *var : {"CUDA_HOME", "CUDA_PATH"})
     if (const char *home = std::getenv(var); home && executable(fs::path(home) / "bin" / "compute-sanitizer"))
@@ -90,7 +92,8 @@ int sanitize_records(const std::vector<Record> &records, const std::string &sani
     Record as_run = r;
     as_run.outcome = "error";  // the target replays it in its own process, as an ordinary case
     as_run.detail.clear();
-    std::vector<std::string> argv = {sanitizer, "--tool", tool, "--print-limit", "10", self, "replay", "--case", record_row(as_run)};
+    std::vector<std::string> argv = {sanitizer, "--tool", tool,     "--print-limit",   "10",
+                                     self,      "replay", "--case", record_row(as_run)};
     argv.insert(argv.end(), replay_options().begin(), replay_options().end());
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
@@ -119,20 +122,21 @@ int sanitize_records(const std::vector<Record> &records, const std::string &sani
     const std::string first = first_sanitizer_report(text.str());
     log << "[sanitize " << tool << "] " << r.spec.describe() << "\n  ";
     if (first.empty()) {
-      log << (timed_out ? "no result within " + std::to_string(static_cast<int>(timeout_s)) + " s under compute-sanitizer"
-                        : "compute-sanitizer " + tool + " reported no error")
+      log << (timed_out
+                  ? "no result within " + std::to_string(static_cast<int>(timeout_s)) + " s under compute-sanitizer"
+                  : "compute-sanitizer " + tool + " reported no error")
           << "\n";
       continue;
     }
     ++found;
     Record annotated = r;
     annotated.detail = (r.detail.empty() ? "" : r.detail + "; ") + "compute-sanitizer " + tool + ": " + first;
-    log << "first report: " << first << "\n  record: " << record_row(annotated) << "\n  repro: " << repro_command(r, program)
-        << " --sanitize " << tool << "\n";
+    log << "first report: " << first << "\n  record: " << record_row(annotated)
+        << "\n  repro: " << repro_command(r, program) << " --sanitize " << tool << "\n";
   }
   fs::remove(out_file);
-  log << "\nsanitized " << records.size() << " records with compute-sanitizer " << tool << ": " << found << " with an error report"
-      << std::endl;
+  log << "\nsanitized " << records.size() << " records with compute-sanitizer " << tool << ": " << found
+      << " with an error report" << std::endl;
   return found > 0 ? 1 : 0;
 }
 

@@ -41,7 +41,9 @@ Shard resolve_shard(const std::string &flag) {
   if (!env("JOB_COMPLETION_INDEX").empty()) {
     const std::string text = env("JOB_COMPLETION_INDEX") + "/" + env("DETFUZZ_SHARD_COUNT");
     if (env("DETFUZZ_SHARD_COUNT").empty())
-      throw UsageError("JOB_COMPLETION_INDEX is set but DETFUZZ_SHARD_COUNT is not: pass the job's completions as DETFUZZ_SHARD_COUNT");
+      throw UsageError(
+          "JOB_COMPLETION_INDEX is set but DETFUZZ_SHARD_COUNT is not: pass the job's completions as "
+          "DETFUZZ_SHARD_COUNT");
     return parse_shard(text, "JOB_COMPLETION_INDEX/DETFUZZ_SHARD_COUNT");
   }
   if (!env("SLURM_ARRAY_TASK_ID").empty()) {
@@ -49,7 +51,8 @@ Shard resolve_shard(const std::string &flag) {
     const std::string text = env("SLURM_ARRAY_TASK_ID") + "/" + env("SLURM_ARRAY_TASK_COUNT");
     if (!parse_int(env("SLURM_ARRAY_TASK_ID"), id) || !parse_int(env("SLURM_ARRAY_TASK_COUNT"), count) ||
         (!env("SLURM_ARRAY_TASK_MIN").empty() && !parse_int(env("SLURM_ARRAY_TASK_MIN"), min)))
-      throw UsageError("shard '" + text + "' (from SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT) is not a pair of integers");
+      throw UsageError("shard '" + text +
+                       "' (from SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT) is not a pair of integers");
     return make_shard(id - min, count, text, "SLURM_ARRAY_TASK_ID-SLURM_ARRAY_TASK_MIN/SLURM_ARRAY_TASK_COUNT");
   }
   return {};

@@ -25,7 +25,8 @@ void print_target_table(const CampaignResult &r, std::ostream &os) {
     if (s.cases == 0) continue;
     const int64_t failed = s.failures + s.errors;
     rows.push_back({s.target.name(), to_string(s.target.expectation), std::to_string(s.cases), std::to_string(failed),
-                    format("%.1f%%", 100.0 * failed / s.cases), s.max_ulp == UINT64_MAX ? std::string("inf") : std::to_string(s.max_ulp),
+                    format("%.1f%%", 100.0 * failed / s.cases),
+                    s.max_ulp == UINT64_MAX ? std::string("inf") : std::to_string(s.max_ulp),
                     format("%.0f", s.cases_per_s())});
   }
   std::vector<size_t> width(header.size());

@@ -96,11 +96,14 @@ std::string tail_lines(const fs::path &p, int n) {
   std::ifstream in(p);
   for (std::string l; std::getline(in, l);) lines.push_back(l);
   std::string out;
-  for (size_t i = lines.size() > static_cast<size_t>(n) ? lines.size() - n : 0; i < lines.size(); ++i) out += "  | " + lines[i] + "\n";
+  for (size_t i = lines.size() > static_cast<size_t>(n) ? lines.size() - n : 0; i < lines.size(); ++i)
+    out += "  | " + lines[i] + "\n";
   return out;
 }
 
-std::string target_name(const CaseSpec &c) { return c.op + "/" + c.impl + "/" + c.property + "/" + dtype_name(c.dtype); }
+std::string target_name(const CaseSpec &c) {
+  return c.op + "/" + c.impl + "/" + c.property + "/" + dtype_name(c.dtype);
+}
 
 bool must_hold(const CaseSpec &c) {
   const ImplInfo *impl = find_impl(c.op, c.impl, c.backend);
@@ -140,7 +143,11 @@ CampaignResult merged_result(const nlohmann::json &summary, const std::vector<Re
   res.corpus_observed_failures = r["corpus"].value("observed_failures", int64_t{0});
   for (const auto &t : r["targets"]) {
     TargetStats s;
-    s.target = {t["op"], t["impl"], t["property"], backend_from_string(t["backend"]), dtype_from_string(t["dtype"]),
+    s.target = {t["op"],
+                t["impl"],
+                t["property"],
+                backend_from_string(t["backend"]),
+                dtype_from_string(t["dtype"]),
                 t["expectation"] == "must-hold" ? Expectation::must_hold : Expectation::observed};
     s.cases = t.value("cases", int64_t{0});
     s.failures = t.value("failures", int64_t{0});
@@ -157,8 +164,8 @@ CampaignResult merged_result(const nlohmann::json &summary, const std::vector<Re
                            [&](const TargetStats &s) { return s.target.name() == target_name(c.spec); });
     if (it == res.targets.end()) {
       TargetStats s;
-      s.target = {c.spec.op, c.spec.impl, c.spec.property, c.spec.backend, c.spec.dtype,
-                  must_hold(c.spec) ? Expectation::must_hold : Expectation::observed};
+      s.target = {c.spec.op,      c.spec.impl,  c.spec.property,
+                  c.spec.backend, c.spec.dtype, must_hold(c.spec) ? Expectation::must_hold : Expectation::observed};
       res.targets.push_back(s);
       it = res.targets.end() - 1;
     }
@@ -202,7 +209,8 @@ ChildEnd run_record_in_child(const Record &r, const std::string &self, double ti
       const std::string how = abnormal_end(status);
       if (!how.empty()) return {ChildEnd::crashed, how};
       // A sticky device error: the child stopped with the case's crash (exit 1).
-      if (const std::string fault = device_fault_in_log(child_log); !fault.empty()) return {ChildEnd::crashed, "device fault " + fault};
+      if (const std::string fault = device_fault_in_log(child_log); !fault.empty())
+        return {ChildEnd::crashed, "device fault " + fault};
       return {ChildEnd::completed, ""};
     }
     if (timeout_s > 0 && seconds_since(start) > timeout_s) {
@@ -250,12 +258,14 @@ int run_workers(const WorkersConfig &cfg, std::ostream &log) {
     argv.insert(argv.end(), cfg.child_args.begin(), cfg.child_args.end());
     std::ostringstream b;
     b << std::fixed << std::setprecision(3) << budget << "s";
-    argv.insert(argv.end(), {"--out", w.dir.string(), "--budget", budget > 0 ? b.str() : "0", "--quiet", "--worker",
-                             std::to_string(w.index) + "/" + std::to_string(cfg.workers), "--inflight", w.inflight.string(),
-                             "--seed", std::to_string(w.generation == 0 ? cfg.seed : mix(cfg.seed, w.generation))});
+    argv.insert(argv.end(),
+                {"--out", w.dir.string(), "--budget", budget > 0 ? b.str() : "0", "--quiet", "--worker",
+                 std::to_string(w.index) + "/" + std::to_string(cfg.workers), "--inflight", w.inflight.string(),
+                 "--seed", std::to_string(w.generation == 0 ? cfg.seed : mix(cfg.seed, w.generation))});
     if (cfg.max_cases > 0)
-      argv.insert(argv.end(), {"--cases", std::to_string(std::max<int64_t>(1, cfg.max_cases / cfg.workers +
-                                                                               (w.index < cfg.max_cases % cfg.workers)))});
+      argv.insert(argv.end(),
+                  {"--cases", std::to_string(std::max<int64_t>(
+                                  1, cfg.max_cases / cfg.workers + (w.index < cfg.max_cases % cfg.workers)))});
     if (!cfg.corpus || w.generation > 0) argv.push_back("--no-corpus");
     // Without --devices every worker shares the visible GPUs: each keeps to its part of their memory.
     if (cfg.devices.empty() && cfg.workers > 1) argv.insert(argv.end(), {"--gpu-share", std::to_string(cfg.workers)});
@@ -267,8 +277,9 @@ int run_workers(const WorkersConfig &cfg, std::ostream &log) {
   auto note_crash = [&](Record r) {
     crashes.push_back(r);
     crashed_targets.insert(target_name(r.spec));
-    log << (must_hold(r.spec) ? "CRASH (must-hold) " : "crash (observed) ") << target_name(r.spec) << ": " << r.outcome << ", "
-        << r.detail << "\n  case: " << r.spec.describe() << "\n  repro: " << repro_command(r, cfg.program) << std::endl;
+    log << (must_hold(r.spec) ? "CRASH (must-hold) " : "crash (observed) ") << target_name(r.spec) << ": " << r.outcome
+        << ", " << r.detail << "\n  case: " << r.spec.describe() << "\n  repro: " << repro_command(r, cfg.program)
+        << std::endl;
   };
 
   auto record_crash = [&](Worker &w, const std::string &outcome, const std::string &why) {
@@ -297,7 +308,8 @@ int run_workers(const WorkersConfig &cfg, std::ostream &log) {
       for (auto &w : slots)
         if (w.running) kill(w.pid, sig);
     }
-    dying.erase(std::remove_if(dying.begin(), dying.end(), [](pid_t p) { return waitpid(p, nullptr, WNOHANG) != 0; }), dying.end());
+    dying.erase(std::remove_if(dying.begin(), dying.end(), [](pid_t p) { return waitpid(p, nullptr, WNOHANG) != 0; }),
+                dying.end());
     for (auto &w : slots) {
       if (!w.running) continue;
       int status = 0;
@@ -310,7 +322,8 @@ int run_workers(const WorkersConfig &cfg, std::ostream &log) {
           // A worker that stopped at a sticky device error: its report is kept, its crash recorded,
           // and a fresh process (a fresh context) takes the shard on.
           const nlohmann::json ws = worker_summary(w.dir);
-          if (!ws.is_object() || !ws.contains("stopped") || ws["stopped"].value("reason", "") != "device_fault") continue;
+          if (!ws.is_object() || !ws.contains("stopped") || ws["stopped"].value("reason", "") != "device_fault")
+            continue;
           Record crash = parse_record_line(ws["stopped"].value("record", ""));
           crash.detail = "worker " + std::to_string(w.index) + " stopped: " + crash.detail;
           ++faulted;
@@ -343,7 +356,8 @@ int run_workers(const WorkersConfig &cfg, std::ostream &log) {
         w.running = false;
         ++hung;
         std::ostringstream why;
-        why << "made no progress for " << std::setprecision(3) << age << " s (--case-timeout " << cfg.case_timeout_s << "s)";
+        why << "made no progress for " << std::setprecision(3) << age << " s (--case-timeout " << cfg.case_timeout_s
+            << "s)";
         record_crash(w, "timeout", why.str());
       } else {
         any = true;
@@ -364,8 +378,8 @@ int run_workers(const WorkersConfig &cfg, std::ostream &log) {
       int64_t cases = 0;
       for (const auto &w : slots)
         if (w.running) cases += cases_so_far(w);
-      log << "[" << std::fixed << std::setprecision(1) << std::setw(6) << t << "s] " << cfg.workers << " workers, " << cases
-          << " cases in the running workers, " << crashes.size() << " crashes";
+      log << "[" << std::fixed << std::setprecision(1) << std::setw(6) << t << "s] " << cfg.workers << " workers, "
+          << cases << " cases in the running workers, " << crashes.size() << " crashes";
       if (cfg.budget_s > 0) log << " | " << static_cast<int>(std::max(0.0, cfg.budget_s - t) + 0.5) << "s left";
       log << std::endl;
     }
@@ -374,10 +388,12 @@ int run_workers(const WorkersConfig &cfg, std::ostream &log) {
   // Killed workers are reaped before the report is written (at most a minute: a process stuck in
   // the driver is left behind, said so).
   for (const auto until = Clock::now() + std::chrono::seconds(60); !dying.empty() && Clock::now() < until;) {
-    dying.erase(std::remove_if(dying.begin(), dying.end(), [](pid_t p) { return waitpid(p, nullptr, WNOHANG) != 0; }), dying.end());
+    dying.erase(std::remove_if(dying.begin(), dying.end(), [](pid_t p) { return waitpid(p, nullptr, WNOHANG) != 0; }),
+                dying.end());
     if (!dying.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  for (pid_t p : dying) log << "fuzz --workers: killed worker process " << p << " has not ended after 60 s; not waited for" << std::endl;
+  for (pid_t p : dying)
+    log << "fuzz --workers: killed worker process " << p << " has not ended after 60 s; not waited for" << std::endl;
 
   // Every worker hung or crashed before finishing a report: the run still ends with one, made of
   // the crash records alone.
@@ -387,9 +403,11 @@ int run_workers(const WorkersConfig &cfg, std::ostream &log) {
     const fs::path none = root / "none";
     ReportWriter empty(none);
     empty.finish({{"tool", "detfuzz"},
-                  {"results", {{"cases", 0}, {"elapsed_s", seconds_since(start)},
-                               {"corpus", {{"replayed", 0}, {"skipped", 0}, {"must_hold_failures", 0}, {"observed_failures", 0}}},
-                               {"targets", nlohmann::json::array()}}},
+                  {"results",
+                   {{"cases", 0},
+                    {"elapsed_s", seconds_since(start)},
+                    {"corpus", {{"replayed", 0}, {"skipped", 0}, {"must_hold_failures", 0}, {"observed_failures", 0}}},
+                    {"targets", nlohmann::json::array()}}},
                   {"interrupted", forwarded != 0},
                   {"exit_code", 0}});
     finished.push_back(none);
@@ -419,12 +437,18 @@ int run_workers(const WorkersConfig &cfg, std::ostream &log) {
   nlohmann::json summary = nlohmann::json::parse(read_file(cfg.out / "summary.json"));
   nlohmann::json crash_list = nlohmann::json::array();
   for (const auto &r : crashes)
-    crash_list.push_back({{"target", target_name(r.spec)}, {"outcome", r.outcome}, {"must_hold", must_hold(r.spec)},
-                          {"detail", r.detail}, {"record", record_row(r)}});
+    crash_list.push_back({{"target", target_name(r.spec)},
+                          {"outcome", r.outcome},
+                          {"must_hold", must_hold(r.spec)},
+                          {"detail", r.detail},
+                          {"record", record_row(r)}});
   if (crash_must_hold && code == 0) code = 1;
   if (forwarded) code = 128 + forwarded;
-  summary["workers"] = {{"count", cfg.workers}, {"case_timeout_s", cfg.case_timeout_s}, {"crashes", crash_list},
-                        {"hung", hung}, {"device_faults", faulted}};
+  summary["workers"] = {{"count", cfg.workers},
+                        {"case_timeout_s", cfg.case_timeout_s},
+                        {"crashes", crash_list},
+                        {"hung", hung},
+                        {"device_faults", faulted}};
   if (!cfg.devices.empty()) summary["workers"]["devices"] = cfg.devices;  // worker i ran on devices[i]
   summary["interrupted"] = forwarded != 0;
   summary["exit_code"] = code;
@@ -433,7 +457,9 @@ int run_workers(const WorkersConfig &cfg, std::ostream &log) {
     write_junit(cfg.junit, junit_xml(merged_result(summary, crashes),
                                      {cfg.program, cfg.backend, cfg.seed, cfg.started, cfg.out.string()}));
   remove_tree(root.string());
-  log << "\n" << cfg.workers << " workers; " << crashes.size() << " crashes or timeouts; merged report: " << cfg.out.string() << "\n"
+  log << "\n"
+      << cfg.workers << " workers; " << crashes.size() << " crashes or timeouts; merged report: " << cfg.out.string()
+      << "\n"
       << (forwarded ? "INTERRUPTED by signal " + std::to_string(forwarded) + "; " : std::string())
       << (code == 0 ? "every must-hold property held" : "MUST-HOLD PROPERTY FAILED") << std::endl;
   return code;
@@ -470,7 +496,7 @@ Record shrink_crash_in_children(const Record &r, const std::string &self, double
     if (first.kind != ChildEnd::crashed) {
       fs::remove(child_log);
       log << "  " << target_name(r.spec) << ": the case does not crash alone in a fresh process ("
-          << (first.kind == ChildEnd::timed_out ? "no result within " + std::to_string(timeout_s) + " s"
+          << (first.kind == ChildEnd::timed_out  ? "no result within " + std::to_string(timeout_s) + " s"
               : first.kind == ChildEnd::rejected ? "the child rejected it"
                                                  : "it completed")
           << "): kept as recorded" << std::endl;
@@ -494,11 +520,13 @@ Record shrink_crash_in_children(const Record &r, const std::string &self, double
   Record best = r;
   if (m.lowered > 0) {
     best.spec = m.spec;
-    const auto sizes = [](const CaseSpec &c) { return c.shape_string() + (c.params.empty() ? "" : " " + c.params_string()); };
+    const auto sizes = [](const CaseSpec &c) {
+      return c.shape_string() + (c.params.empty() ? "" : " " + c.params_string());
+    };
     best.detail = r.detail + "; shrunk from " + sizes(r.spec) + " in " + std::to_string(m.trials) + " child runs" +
                   (m.stopped ? " (out of shrink time)" : "");
-    log << "shrunk " << target_name(r.spec) << " (" << r.outcome << ") from " << sizes(r.spec) << " to " << sizes(best.spec) << " in "
-        << m.trials << " child runs" << std::endl;
+    log << "shrunk " << target_name(r.spec) << " (" << r.outcome << ") from " << sizes(r.spec) << " to "
+        << sizes(best.spec) << " in " << m.trials << " child runs" << std::endl;
   }
   return best;
 }

@@ -32,19 +32,20 @@
 namespace detfuzz {
 
 struct WorkersConfig {
-  std::string self;                     // this binary (/proc/self/exe)
-  std::vector<std::string> child_args;  // the fuzz arguments every worker gets (no --workers, --out, --seed, --budget, --cases)
+  std::string self;  // this binary (/proc/self/exe)
+  std::vector<std::string>
+      child_args;  // the fuzz arguments every worker gets (no --workers, --out, --seed, --budget, --cases)
   int workers = 1;
   // One worker per GPU when set (`--devices`): worker i sees only devices[i] (CUDA_VISIBLE_DEVICES).
   std::vector<int> devices;
   double case_timeout_s = 0;  // 0: no watchdog
   double budget_s = 60;
-  int64_t max_cases = 0;      // split among the workers
+  int64_t max_cases = 0;  // split among the workers
   uint64_t seed = 1;
-  bool corpus = true;         // the first generation of workers replays the corpus
+  bool corpus = true;  // the first generation of workers replays the corpus
   std::filesystem::path out;
-  std::filesystem::path junit;  // empty: no JUnit file; else written from the merged report, crashes as failures
-  std::string backend, started; // for the JUnit suite
+  std::filesystem::path junit;   // empty: no JUnit file; else written from the merged report, crashes as failures
+  std::string backend, started;  // for the JUnit suite
   std::string program, command_line;
   bool progress = true;
   // Crash shrinking: each crash or timeout record is shrunk in child processes for up to this

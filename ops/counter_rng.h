@@ -39,7 +39,9 @@ DETFUZZ_HOST_DEVICE inline uint64_t splitmix64(uint64_t x) {
 
 // The key of one tensor of a seed, and element `index` of the tensor of that key: loops over a
 // tensor's elements derive the key once.
-DETFUZZ_HOST_DEVICE inline uint64_t tensor_key(uint64_t seed, uint64_t tensor) { return splitmix64(splitmix64(seed) ^ tensor); }
+DETFUZZ_HOST_DEVICE inline uint64_t tensor_key(uint64_t seed, uint64_t tensor) {
+  return splitmix64(splitmix64(seed) ^ tensor);
+}
 DETFUZZ_HOST_DEVICE inline uint64_t keyed_bits(uint64_t key, uint64_t index) { return splitmix64(key + index); }
 
 DETFUZZ_HOST_DEVICE inline uint64_t counter_bits(uint64_t seed, uint64_t tensor, uint64_t index) {

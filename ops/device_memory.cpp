@@ -18,11 +18,13 @@ void trim_graph_pools(int device) {
   namespace alloc = c10::cuda::CUDACachingAllocator;
   const auto index = static_cast<c10::DeviceIndex>(device);
   const auto stats = alloc::getDeviceStats(index);
-  const int64_t reserved = stats.reserved_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].current;
+  const int64_t reserved =
+      stats.reserved_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].current;
   // A quarter of the device, or half of this process's share when it has one: a capture must
   // never meet the cap, where the allocator would have to give cached blocks back.
   const double fraction = std::min(0.25, g_share.load() / 2);
-  if (reserved > static_cast<int64_t>(static_cast<double>(at::cuda::getDeviceProperties(index)->totalGlobalMem) * fraction))
+  if (reserved >
+      static_cast<int64_t>(static_cast<double>(at::cuda::getDeviceProperties(index)->totalGlobalMem) * fraction))
     alloc::emptyCache();
 }
 

@@ -14,9 +14,7 @@ Backend backend_from_string(const std::string &s) {
   throw std::invalid_argument("unknown backend '" + s + "' (expected cpu or cuda)");
 }
 
-bool ImplInfo::supports(at::ScalarType t) const {
-  return std::find(dtypes.begin(), dtypes.end(), t) != dtypes.end();
-}
+bool ImplInfo::supports(at::ScalarType t) const { return std::find(dtypes.begin(), dtypes.end(), t) != dtypes.end(); }
 
 const std::vector<ImplInfo> &all_impls() {
   static const std::vector<ImplInfo> impls = [] {
@@ -51,7 +49,9 @@ const ImplInfo *find_impl(const std::string &op, const std::string &impl, Backen
 
 std::vector<at::ScalarType> float_dtypes() { return {at::kFloat, at::kHalf, at::kBFloat16}; }
 std::vector<at::ScalarType> half_dtypes() { return {at::kHalf, at::kBFloat16}; }
-std::vector<at::ScalarType> float_and_int_dtypes() { return {at::kFloat, at::kHalf, at::kBFloat16, at::kInt, at::kLong}; }
+std::vector<at::ScalarType> float_and_int_dtypes() {
+  return {at::kFloat, at::kHalf, at::kBFloat16, at::kInt, at::kLong};
+}
 
 at::ScalarType dtype_from_string(const std::string &s) {
   if (s == "float32") return at::kFloat;

@@ -27,13 +27,13 @@ struct ImplVariant {
 };
 
 struct ImplInfo {
-  std::string impl;   // "invariant", "torch", "cublas", "mutant-splitk", ...
-  std::string op;     // "mm", "addmm", ...
+  std::string impl;  // "invariant", "torch", "cublas", "mutant-splitk", ...
+  std::string op;    // "mm", "addmm", ...
   Backend backend;
   std::vector<at::ScalarType> dtypes;  // input dtypes it accepts
   Expectation expectation;
   std::string description;  // one line, shown by `detfuzz list`
-  OpFn run;  // empty for ops whose impls are whole pipelines (prefill_graph)
+  OpFn run;                 // empty for ops whose impls are whole pipelines (prefill_graph)
   // The impl calls the op through libtorch's dispatcher, so a mode that overrides the aten op
   // (ours or a user's) decides which kernel runs: with such a mode on, it is held to must-hold.
   bool through_dispatcher = false;
@@ -52,23 +52,23 @@ const std::vector<ImplInfo> &all_impls();
 const ImplInfo *find_impl(const std::string &op, const std::string &impl, Backend backend);
 
 // Contributions, one per source of impls.
-std::vector<ImplInfo> cpu_invariant_impls();   // ops/cpu
-std::vector<ImplInfo> cpu_mutant_impls();      // ops/cpu/mutants
+std::vector<ImplInfo> cpu_invariant_impls();                 // ops/cpu
+std::vector<ImplInfo> cpu_mutant_impls();                    // ops/cpu/mutants
 std::vector<ImplInfo> torch_default_impls(Backend backend);  // ops/baseline/torch_default
 // RoPE composed of libtorch ops (the `torch` impl of rope, and the small transformer's torch kernels).
 at::Tensor torch_rope(const at::Tensor &x, const at::Tensor &positions, double theta);
-std::vector<ImplInfo> attention_impls(Backend backend);      // ops/attention (paged_attention)
-std::vector<ImplInfo> engine_impls(Backend backend);         // ops/engine (laps_engine)
-std::vector<ImplInfo> graph_impls(Backend backend);          // ops/graph (prefill_graph; run is empty)
+std::vector<ImplInfo> attention_impls(Backend backend);  // ops/attention (paged_attention)
+std::vector<ImplInfo> engine_impls(Backend backend);     // ops/engine (laps_engine)
+std::vector<ImplInfo> graph_impls(Backend backend);      // ops/graph (prefill_graph; run is empty)
 #ifdef DETFUZZ_WITH_CUDA
 std::vector<ImplInfo> cuda_invariant_impls();  // ops/cuda
 std::vector<ImplInfo> cublas_impls();          // ops/baseline/cublas
 #endif
 
 // Shorthands for the dtype lists impls declare.
-std::vector<at::ScalarType> float_dtypes();            // float32, float16, bfloat16
-std::vector<at::ScalarType> half_dtypes();             // float16, bfloat16
-std::vector<at::ScalarType> float_and_int_dtypes();    // the above plus int32, int64 (mean)
+std::vector<at::ScalarType> float_dtypes();              // float32, float16, bfloat16
+std::vector<at::ScalarType> half_dtypes();               // float16, bfloat16
+std::vector<at::ScalarType> float_and_int_dtypes();      // the above plus int32, int64 (mean)
 at::ScalarType dtype_from_string(const std::string &s);  // throws std::invalid_argument
 std::string dtype_name(at::ScalarType t);                // "float32", "bfloat16", ...
 

@@ -88,7 +88,8 @@ AccuracyResult check_accuracy(const OpDef &def, const OpArgs &args, const at::Te
   const at::Tensor core = def.core_bound(args).contiguous();
   const at::Tensor bound = (core * (1 + u_out) + ref.abs() * u_out + eta_out).contiguous();
   const at::Tensor got = out.to(at::kDouble).contiguous();
-  const double *r = ref.const_data_ptr<double>(), *o = got.const_data_ptr<double>(), *b = bound.const_data_ptr<double>();
+  const double *r = ref.const_data_ptr<double>(), *o = got.const_data_ptr<double>(),
+               *b = bound.const_data_ptr<double>();
 
   int64_t failures = 0;
   double worst_ratio = -1;
@@ -102,7 +103,8 @@ AccuracyResult check_accuracy(const OpDef &def, const OpArgs &args, const at::Te
     } else if (std::isinf(allowed)) {  // a float32 accumulator may overflow here
       pass = true;
       error = 0;
-    } else if (std::isinf(o[e]) && std::signbit(o[e]) == std::signbit(r[e]) && std::abs(r[e]) + allowed >= overflow_at) {
+    } else if (std::isinf(o[e]) && std::signbit(o[e]) == std::signbit(r[e]) &&
+               std::abs(r[e]) + allowed >= overflow_at) {
       pass = true;  // rounding overflow of the output dtype
       error = 0;
     } else {

@@ -44,8 +44,8 @@ std::string CaseSpec::params_string() const {
 std::string CaseSpec::describe() const {
   char seed_hex[24];
   std::snprintf(seed_hex, sizeof seed_hex, "0x%llx", static_cast<unsigned long long>(seed));
-  return op + "/" + impl + "/" + property + " " + to_string(backend) + " " + dtype_name(dtype) + " shape=" +
-         shape_string() + " layout=" + layout + " dist=" + dist + " seed=" + seed_hex +
+  return op + "/" + impl + "/" + property + " " + to_string(backend) + " " + dtype_name(dtype) +
+         " shape=" + shape_string() + " layout=" + layout + " dist=" + dist + " seed=" + seed_hex +
          (params.empty() ? "" : " " + params_string());
 }
 
@@ -58,7 +58,8 @@ std::string double_to_hex(double v) {
 }
 
 double double_from_hex(const std::string &s) {
-  if (s.size() != 18 || s.compare(0, 2, "0x") != 0 || s.find_first_not_of("0123456789abcdefABCDEF", 2) != std::string::npos)
+  if (s.size() != 18 || s.compare(0, 2, "0x") != 0 ||
+      s.find_first_not_of("0123456789abcdefABCDEF", 2) != std::string::npos)
     throw std::invalid_argument("'" + s + "' is not the hex bit pattern of a double (0x + 16 hex digits)");
   const uint64_t bits = std::stoull(s.substr(2), nullptr, 16);
   double v;
@@ -85,8 +86,7 @@ std::map<std::string, std::string> parse_params(const std::string &s) {
   std::string kv;
   while (ss >> kv) {
     const auto eq = kv.find('=');
-    if (eq == std::string::npos || eq == 0)
-      throw std::invalid_argument("parameter '" + kv + "' is not key=value");
+    if (eq == std::string::npos || eq == 0) throw std::invalid_argument("parameter '" + kv + "' is not key=value");
     out[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   return out;

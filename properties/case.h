@@ -34,9 +34,9 @@ struct CaseSpec {
   std::string describe() const;       // one line for logs
 };
 
-std::string double_to_hex(double v);     // "0x3ff0000000000000": exact
+std::string double_to_hex(double v);  // "0x3ff0000000000000": exact
 double double_from_hex(const std::string &s);
-std::vector<int64_t> parse_shape(const std::string &s);  // throws std::invalid_argument
+std::vector<int64_t> parse_shape(const std::string &s);                 // throws std::invalid_argument
 std::map<std::string, std::string> parse_params(const std::string &s);  // throws std::invalid_argument
 
 }  // namespace detfuzz

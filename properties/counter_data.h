@@ -85,10 +85,14 @@ DETFUZZ_HOST_DEVICE inline double float_value(const Keys &k, uint64_t i, uint64_
 }
 
 // Whether element i of a `special` tensor is one of the exact constants (not a normal draw).
-DETFUZZ_HOST_DEVICE inline bool special_constant(const Keys &k, uint64_t i) { return keyed_bits(k.specials, i) % 4 == 0; }
+DETFUZZ_HOST_DEVICE inline bool special_constant(const Keys &k, uint64_t i) {
+  return keyed_bits(k.specials, i) % 4 == 0;
+}
 
 // Element i of an integer tensor: uniform in [-100, 100].
-DETFUZZ_HOST_DEVICE inline int64_t int_value(const Keys &k, uint64_t i) { return static_cast<int64_t>(keyed_bits(k.values, i) % 201) - 100; }
+DETFUZZ_HOST_DEVICE inline int64_t int_value(const Keys &k, uint64_t i) {
+  return static_cast<int64_t>(keyed_bits(k.values, i) % 201) - 100;
+}
 
 // The paged-attention data: one splitmix64 per element, whose four 16-bit quarters are four
 // uniforms with a centred sum (Irwin-Hall) that is normal-ish with variance 1 and |v| < 3.47;
@@ -123,7 +127,7 @@ DETFUZZ_HOST_DEVICE inline uint16_t float16_bits(uint32_t f) {
   if (mag > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);
   if (mag >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to >= 65520: inf
   const int exp = static_cast<int>(mag >> 23) - 127;
-  if (exp >= -14) {  // normal half: drop 13 mantissa bits with round to nearest even
+  if (exp >= -14) {                               // normal half: drop 13 mantissa bits with round to nearest even
     const uint32_t rebased = mag - (112u << 23);  // exponent bias 127 -> 15
     const uint32_t rest = rebased & 0x1fffu;
     uint32_t h = rebased >> 13;
@@ -133,7 +137,7 @@ DETFUZZ_HOST_DEVICE inline uint16_t float16_bits(uint32_t f) {
   if (exp < -25) return static_cast<uint16_t>(sign);  // below half the smallest subnormal: +-0
   // Subnormal half: the value in units of 2^-24, rounded to nearest even.
   const uint32_t mant = (mag & 0x7fffffu) | 0x800000u;  // exp >= -25 here, so the implicit bit is set
-  const int shift = -exp - 14 + 13;                      // 14..25 bits to drop
+  const int shift = -exp - 14 + 13;                     // 14..25 bits to drop
   const uint32_t h = mant >> shift, rest = mant & ((1u << shift) - 1u), halfway = 1u << (shift - 1);
   return static_cast<uint16_t>(sign | (h + ((rest > halfway || (rest == halfway && (h & 1u))) ? 1u : 0u)));
 }

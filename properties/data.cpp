@@ -40,7 +40,8 @@ Dist dist_of(const std::string &dist) {
   if (dist == "linspace") return Dist::linspace;
   if (dist == "wide") return Dist::wide;
   if (dist == "special") return Dist::special;
-  throw std::invalid_argument("unknown distribution '" + dist + "' (expected normal, uniform, linspace, wide or special)");
+  throw std::invalid_argument("unknown distribution '" + dist +
+                              "' (expected normal, uniform, linspace, wide or special)");
 }
 
 // A floating dtype the generator rounds itself (counter_data::rounded_bits): ATen's own
@@ -64,9 +65,15 @@ void store_rounded_as(Word *out, const double *values, int64_t count) {
 // Writes the rounded bits of values[0..count) into `out` (contiguous, CPU, count elements).
 void store_rounded(at::Tensor &out, OutType type, const double *values, int64_t count) {
   switch (type) {
-    case OutType::float16: store_rounded_as<uint16_t, OutType::float16>(static_cast<uint16_t *>(out.data_ptr()), values, count); break;
-    case OutType::bfloat16: store_rounded_as<uint16_t, OutType::bfloat16>(static_cast<uint16_t *>(out.data_ptr()), values, count); break;
-    default: store_rounded_as<uint32_t, OutType::float32>(static_cast<uint32_t *>(out.data_ptr()), values, count); break;
+    case OutType::float16:
+      store_rounded_as<uint16_t, OutType::float16>(static_cast<uint16_t *>(out.data_ptr()), values, count);
+      break;
+    case OutType::bfloat16:
+      store_rounded_as<uint16_t, OutType::bfloat16>(static_cast<uint16_t *>(out.data_ptr()), values, count);
+      break;
+    default:
+      store_rounded_as<uint32_t, OutType::float32>(static_cast<uint32_t *>(out.data_ptr()), values, count);
+      break;
   }
 }
 
@@ -103,8 +110,8 @@ bool device_out_type(at::ScalarType t, OutType &out) {
 
 // The same values made on the GPU (properties/cuda/device_data.cu). The few elements whose
 // float64 value the device cannot round with certainty as the host does are recomputed here.
-at::Tensor device_values(uint64_t seed, uint64_t tensor, at::IntArrayRef sizes, at::ScalarType dtype, Dist dist, OutType type,
-                         const at::Device &device) {
+at::Tensor device_values(uint64_t seed, uint64_t tensor, at::IntArrayRef sizes, at::ScalarType dtype, Dist dist,
+                         OutType type, const at::Device &device) {
   const c10::cuda::CUDAGuard guard(device);
   at::Tensor out = at::empty(sizes, at::TensorOptions().dtype(dtype).device(device));
   const int64_t n = out.numel();
@@ -115,8 +122,8 @@ at::Tensor device_values(uint64_t seed, uint64_t tensor, at::IntArrayRef sizes, 
   auto *count = reinterpret_cast<unsigned long long *>(scratch.data_ptr<int64_t>());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const double subnormal = smallest_subnormal(dtype);
-  device_kernels::launch_counter_fill(out.data_ptr(), type, n, seed, tensor, dist, subnormal, count, scratch.data_ptr<int64_t>() + 1,
-                                      capacity, stream);
+  device_kernels::launch_counter_fill(out.data_ptr(), type, n, seed, tensor, dist, subnormal, count,
+                                      scratch.data_ptr<int64_t>() + 1, capacity, stream);
   unsigned long long flagged = 0;
   C10_CUDA_CHECK(cudaMemcpyAsync(&flagged, count, sizeof flagged, cudaMemcpyDeviceToHost, stream));
   C10_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -143,7 +150,7 @@ void irwin_hall_row_portable(uint64_t key, uint64_t first, int64_t width, float 
 // fields), the one exact int64 -> double conversion, the one rounding of the product and of the
 // conversion to float32 (to nearest even), the same 0 -> 0.5: the same bits.
 __attribute__((target("avx512f,avx512dq"))) void irwin_hall_row_avx512(uint64_t key, uint64_t first, int64_t width,
-                                                                        float *out) {
+                                                                       float *out) {
   const __m512i lanes = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0), low16 = _mm512_set1_epi64(0xffff);
   const __m512i golden = _mm512_set1_epi64(static_cast<long long>(kSplitmixGamma));
   const __m512i mul1 = _mm512_set1_epi64(static_cast<long long>(kSplitmixMul1));
@@ -153,7 +160,8 @@ __attribute__((target("avx512f,avx512dq"))) void irwin_hall_row_avx512(uint64_t 
   const __m256 zero = _mm256_setzero_ps(), half = _mm256_set1_ps(0.5f);
   int64_t e = 0;
   for (; e + 8 <= width; e += 8) {
-    __m512i x = _mm512_add_epi64(_mm512_set1_epi64(static_cast<long long>(key + first + static_cast<uint64_t>(e))), lanes);
+    __m512i x =
+        _mm512_add_epi64(_mm512_set1_epi64(static_cast<long long>(key + first + static_cast<uint64_t>(e))), lanes);
     x = _mm512_add_epi64(x, golden);
     x = _mm512_mullo_epi64(_mm512_xor_si512(x, _mm512_srli_epi64(x, 30)), mul1);
     x = _mm512_mullo_epi64(_mm512_xor_si512(x, _mm512_srli_epi64(x, 27)), mul2);
@@ -191,19 +199,22 @@ const std::vector<std::string> &distributions() {
   return d;
 }
 
-at::Tensor make_values(uint64_t seed, uint64_t tensor, at::IntArrayRef sizes, at::ScalarType dtype, const std::string &dist,
-                       const at::Device &device) {
+at::Tensor make_values(uint64_t seed, uint64_t tensor, at::IntArrayRef sizes, at::ScalarType dtype,
+                       const std::string &dist, const at::Device &device) {
   const Dist d = dist_of(dist);
 #ifdef DETFUZZ_WITH_CUDA
   OutType type;
-  if (device.is_cuda() && device_out_type(dtype, type)) return device_values(seed, tensor, sizes, dtype, d, type, device);
+  if (device.is_cuda() && device_out_type(dtype, type))
+    return device_values(seed, tensor, sizes, dtype, d, type, device);
 #endif
   const at::Tensor values = host_values(seed, tensor, sizes, dtype, d);
   return device.is_cpu() ? values : values.to(device);
 }
 
-at::Tensor keyed_rows(const std::vector<uint64_t> &keys, const std::vector<uint64_t> &first, int64_t width, const at::Device &device) {
-  if (keys.size() != first.size() || width < 0) throw std::invalid_argument("keyed_rows: keys and first differ in length, or width < 0");
+at::Tensor keyed_rows(const std::vector<uint64_t> &keys, const std::vector<uint64_t> &first, int64_t width,
+                      const at::Device &device) {
+  if (keys.size() != first.size() || width < 0)
+    throw std::invalid_argument("keyed_rows: keys and first differ in length, or width < 0");
   const int64_t rows = static_cast<int64_t>(keys.size());
 #ifdef DETFUZZ_WITH_CUDA
   if (device.is_cuda() && rows > 0 && width > 0) {
@@ -217,7 +228,8 @@ at::Tensor keyed_rows(const std::vector<uint64_t> &keys, const std::vector<uint6
     }
     const at::Tensor on_device = pairs.to(device);
     at::Tensor out = at::empty({rows, width}, at::TensorOptions().dtype(at::kFloat).device(device));
-    device_kernels::launch_keyed_rows(out.data_ptr<float>(), reinterpret_cast<const uint64_t *>(on_device.data_ptr<int64_t>()), rows, width,
+    device_kernels::launch_keyed_rows(out.data_ptr<float>(),
+                                      reinterpret_cast<const uint64_t *>(on_device.data_ptr<int64_t>()), rows, width,
                                       at::cuda::getCurrentCUDAStream());
     return out;
   }
@@ -234,8 +246,10 @@ at::Tensor with_layout(const at::Tensor &values, char layout, const at::Device &
   const auto opts = values.options().device(device);
   const auto poison = [&](at::IntArrayRef sizes) {
     auto t = at::empty(sizes, opts);
-    if (at::isFloatingType(t.scalar_type())) t.fill_(std::numeric_limits<double>::quiet_NaN());
-    else t.fill_(-77);
+    if (at::isFloatingType(t.scalar_type()))
+      t.fill_(std::numeric_limits<double>::quiet_NaN());
+    else
+      t.fill_(-77);
     return t;
   };
   const int64_t rank = values.dim();
@@ -243,14 +257,20 @@ at::Tensor with_layout(const at::Tensor &values, char layout, const at::Device &
   switch (layout) {
     case 'c': view = at::empty(values.sizes(), opts); break;  // the copy covers all of it: nothing to poison
     case 't': {
-      if (rank < 2) { view = poison(values.sizes()); break; }
+      if (rank < 2) {
+        view = poison(values.sizes());
+        break;
+      }
       auto swapped = values.sizes().vec();
       std::swap(swapped[rank - 1], swapped[rank - 2]);
       view = poison(swapped).transpose(-1, -2);
       break;
     }
     case 'p': {  // rows padded by 3 elements, and the view starts 1 row + 2 elements in
-      if (rank == 0) { view = poison(values.sizes()); break; }
+      if (rank == 0) {
+        view = poison(values.sizes());
+        break;
+      }
       auto padded = values.sizes().vec();
       padded[rank - 1] += 3;
       if (rank == 1) {
@@ -262,14 +282,16 @@ at::Tensor with_layout(const at::Tensor &values, char layout, const at::Device &
       break;
     }
     case 'g': {  // inner stride 2
-      if (rank == 0) { view = poison(values.sizes()); break; }
+      if (rank == 0) {
+        view = poison(values.sizes());
+        break;
+      }
       auto wide = values.sizes().vec();
       wide[rank - 1] = 2 * wide[rank - 1];
       view = poison(wide).slice(rank - 1, 0, wide[rank - 1], 2);
       break;
     }
-    default:
-      throw std::invalid_argument(std::string("unknown layout code '") + layout + "' (expected c, t, p or g)");
+    default: throw std::invalid_argument(std::string("unknown layout code '") + layout + "' (expected c, t, p or g)");
   }
   view.copy_(values);
   return view;

@@ -28,7 +28,8 @@ at::Tensor make_values(uint64_t seed, uint64_t tensor, at::IntArrayRef sizes, at
 // Rows of the paged-attention data (counter_data::irwin_hall_value): row r holds the values of
 // key keys[r] at indices first[r] .. first[r] + width - 1, as a float32 [rows, width] tensor
 // made on `device` (on a CUDA device by a kernel, with the host's bits).
-at::Tensor keyed_rows(const std::vector<uint64_t> &keys, const std::vector<uint64_t> &first, int64_t width, const at::Device &device);
+at::Tensor keyed_rows(const std::vector<uint64_t> &keys, const std::vector<uint64_t> &first, int64_t width,
+                      const at::Device &device);
 
 // One row of them on the host: out[e] = irwin_hall_value(key, first + e) for e < width, eight at
 // a time with AVX-512 where the CPU has it (irwin_hall_rows_vectorised), with the same bits.

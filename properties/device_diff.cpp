@@ -50,15 +50,19 @@ DiffStats device_bitwise_diff(const at::Tensor &expected, const at::Tensor &actu
   throw std::invalid_argument("device_bitwise_diff: built without CUDA");
 #else
   device_kernels::DiffKind kind;
-  if (!expected.is_cuda() || !actual.is_cuda() || expected.device() != actual.device() || !device_kind(expected.scalar_type(), kind))
-    throw std::invalid_argument("device_bitwise_diff: needs two tensors on one CUDA device, of float32/16, bfloat16, float64 or int32/64");
-  if (!same_shape_and_dtype(expected, actual)) return bitwise_diff(expected, actual);  // the mismatch report, nothing copied
+  if (!expected.is_cuda() || !actual.is_cuda() || expected.device() != actual.device() ||
+      !device_kind(expected.scalar_type(), kind))
+    throw std::invalid_argument(
+        "device_bitwise_diff: needs two tensors on one CUDA device, of float32/16, bfloat16, float64 or int32/64");
+  if (!same_shape_and_dtype(expected, actual))
+    return bitwise_diff(expected, actual);  // the mismatch report, nothing copied
   const c10::cuda::CUDAGuard guard(expected.device());
   const at::Tensor e = expected.contiguous(), a = actual.contiguous();
   DiffStats s;
   s.dtype = e.scalar_type();
   s.numel = e.numel();
-  const at::Tensor result = at::empty({static_cast<int64_t>(sizeof(device_kernels::DeviceDiff))}, e.options().dtype(at::kByte));
+  const at::Tensor result =
+      at::empty({static_cast<int64_t>(sizeof(device_kernels::DeviceDiff))}, e.options().dtype(at::kByte));
   auto *r = reinterpret_cast<device_kernels::DeviceDiff *>(result.data_ptr());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   device_kernels::launch_bitwise_diff(e.data_ptr(), a.data_ptr(), s.numel, kind, r, stream);
@@ -80,7 +84,8 @@ DiffStats device_bitwise_diff(const at::Tensor &expected, const at::Tensor &actu
 DiffStats compare_bits(const at::Tensor &expected, const at::Tensor &actual) {
 #ifdef DETFUZZ_WITH_CUDA
   device_kernels::DiffKind kind;
-  if (expected.is_cuda() && actual.is_cuda() && expected.device() == actual.device() && device_kind(expected.scalar_type(), kind))
+  if (expected.is_cuda() && actual.is_cuda() && expected.device() == actual.device() &&
+      device_kind(expected.scalar_type(), kind))
     return device_bitwise_diff(expected, actual);
 #endif
   return bitwise_diff(expected, actual);

@@ -19,16 +19,16 @@ namespace detfuzz {
 
 // What a family's own bench gets from `detfuzz bench` (CUDA builds run it).
 struct FamilyBenchConfig {
-  std::vector<std::string> impls;        // as the user named them (the family picks its own)
+  std::vector<std::string> impls;  // as the user named them (the family picks its own)
   std::vector<at::ScalarType> dtypes;
-  std::vector<BenchShape> shapes;        // a shape file's rows (the family times its kinds); empty: its default set
+  std::vector<BenchShape> shapes;  // a shape file's rows (the family times its kinds); empty: its default set
   int repetitions = 5;
 };
 
 struct PropertyFamily {
-  std::string name;                                   // "rows", "attention", "graph", "laps"
-  std::function<std::vector<std::string>()> ops;      // the ops it lists (`detfuzz list`)
-  std::function<bool(const std::string &op)> owns;    // those and any it resolves (spec ops)
+  std::string name;                                 // "rows", "attention", "graph", "laps"
+  std::function<std::vector<std::string>()> ops;    // the ops it lists (`detfuzz list`)
+  std::function<bool(const std::string &op)> owns;  // those and any it resolves (spec ops)
   std::function<std::vector<std::string>(const std::string &op)> properties;
   // Whether `impl` is held to `property` (empty: every impl to every property).
   std::function<bool(const std::string &impl, const std::string &property)> applies;

@@ -7,8 +7,9 @@ namespace {
 
 // Sizes kernels get wrong: tiny, primes, powers of two and their neighbours (tile edges).
 const std::vector<int64_t> &edge_sizes() {
-  static const std::vector<int64_t> e = {1,  2,  3,  5,   7,   8,   13,  16,  17,  31,  32,  33,  63,  64,  65, 97,
-                                         127, 128, 129, 191, 255, 256, 257, 383, 511, 512, 513, 1023, 1024, 1025, 4095, 4096, 4097};
+  static const std::vector<int64_t> e = {1,   2,   3,   5,   7,   8,    13,   16,   17,   31,   32,
+                                         33,  63,  64,  65,  97,  127,  128,  129,  191,  255,  256,
+                                         257, 383, 511, 512, 513, 1023, 1024, 1025, 4095, 4096, 4097};
   return e;
 }
 
@@ -28,9 +29,9 @@ rc::Gen<int64_t> gen_dim(int64_t lo, int64_t hi) {
     if (e >= lo && e <= hi) edges.push_back(e);
   // kind 0: any size in range; kind 1: an edge size (ascending, so it shrinks toward small ones).
   const int kinds = edges.empty() ? 1 : 2;
-  return rc::gen::apply(
-      [edges](int kind, int64_t any, size_t edge) { return kind == 0 ? any : edges[edge]; }, rc::gen::inRange(0, kinds),
-      rc::gen::inRange<int64_t>(lo, hi + 1), rc::gen::inRange<size_t>(0, std::max<size_t>(edges.size(), 1)));
+  return rc::gen::apply([edges](int kind, int64_t any, size_t edge) { return kind == 0 ? any : edges[edge]; },
+                        rc::gen::inRange(0, kinds), rc::gen::inRange<int64_t>(lo, hi + 1),
+                        rc::gen::inRange<size_t>(0, std::max<size_t>(edges.size(), 1)));
 }
 
 }  // namespace detfuzz

@@ -14,9 +14,9 @@
 
 namespace detfuzz {
 
-std::vector<std::string> all_ops();                               // every family's listed ops, in table order
-bool is_known_op(const std::string &op);                          // all_ops() or a spec op (aten::mm, loaded specs)
-std::vector<std::string> properties_for(const std::string &op);   // empty for an unknown op
+std::vector<std::string> all_ops();                              // every family's listed ops, in table order
+bool is_known_op(const std::string &op);                         // all_ops() or a spec op (aten::mm, loaded specs)
+std::vector<std::string> properties_for(const std::string &op);  // empty for an unknown op
 // Whether `impl` of `op` is held to `property` (every pair but some of prefill_graph's).
 bool property_applies(const std::string &op, const std::string &impl, const std::string &property);
 // The impl from the registry, or for a spec op its dispatcher impl `torch`; nullopt when unknown.

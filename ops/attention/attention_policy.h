@@ -44,15 +44,16 @@ namespace attention_policy {
 
 // The grid of a batch: query tiles of the longest q_len, splits of the longest kv_len.
 struct KvGrid {
-  int64_t q_tiles = 1;     // grid x: ceil(longest q_len / query rows per tile), at least 1
-  int64_t max_splits = 1;  // ceil(longest kv_len / split_tokens), at least 1
-  int64_t full_tiles = 0;  // query tiles with more than 16 live (row, head) pairs: prefill work
+  int64_t q_tiles = 1;               // grid x: ceil(longest q_len / query rows per tile), at least 1
+  int64_t max_splits = 1;            // ceil(longest kv_len / split_tokens), at least 1
+  int64_t full_tiles = 0;            // query tiles with more than 16 live (row, head) pairs: prefill work
   std::vector<int64_t> tile_splits;  // per query tile of every sequence: the splits its last row sees
 };
 
 // cu_q: the batch's query offsets (num_seqs + 1), kv_len: each sequence's keys (cached and new),
 // as the kernel reads them; group: query heads per KV head; split_tokens: keys per split.
-inline KvGrid kv_grid(const std::vector<int32_t> &cu_q, const std::vector<int32_t> &kv_len, int64_t group, int64_t split_tokens) {
+inline KvGrid kv_grid(const std::vector<int32_t> &cu_q, const std::vector<int32_t> &kv_len, int64_t group,
+                      int64_t split_tokens) {
   const int64_t rows_per_tile = attention_rows_per_tile(static_cast<int>(group));
   KvGrid g;
   int64_t max_q = 0, max_kv = 0;
@@ -68,7 +69,8 @@ inline KvGrid kv_grid(const std::vector<int32_t> &cu_q, const std::vector<int32_
       g.tile_splits.push_back((last_visible + split_tokens - 1) / split_tokens);
     }
   }
-  const int64_t q_tiles = (max_q + rows_per_tile - 1) / rows_per_tile, max_splits = (max_kv + split_tokens - 1) / split_tokens;
+  const int64_t q_tiles = (max_q + rows_per_tile - 1) / rows_per_tile,
+                max_splits = (max_kv + split_tokens - 1) / split_tokens;
   g.q_tiles = q_tiles > 1 ? q_tiles : 1;
   g.max_splits = max_splits > 1 ? max_splits : 1;
   return g;

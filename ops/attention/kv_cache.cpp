@@ -66,8 +66,8 @@ void BlockAllocator::free(int64_t block) {
 
 int64_t slot_of(const std::vector<int64_t> &blocks, int64_t block_size, int64_t pos) {
   const int64_t j = pos / block_size;
-  TORCH_CHECK(j < static_cast<int64_t>(blocks.size()), "slot_of: token ", pos, " needs page ", j, " but the sequence has ",
-              blocks.size(), " pages of ", block_size);
+  TORCH_CHECK(j < static_cast<int64_t>(blocks.size()), "slot_of: token ", pos, " needs page ", j,
+              " but the sequence has ", blocks.size(), " pages of ", block_size);
   return blocks[j] * block_size + pos % block_size;
 }
 
@@ -118,7 +118,8 @@ void KVCache::set_kv(int64_t layer, const at::Tensor &slot_mapping, const at::Te
       const at::Tensor kc = k.contiguous(), vc = v.contiguous();
       const size_t row = static_cast<size_t>(c.num_kv_heads * c.head_dim) * kc.element_size();
       auto *k_pool = static_cast<char *>(k_[layer].data_ptr()), *v_pool = static_cast<char *>(v_[layer].data_ptr());
-      const auto *k_rows = static_cast<const char *>(kc.const_data_ptr()), *v_rows = static_cast<const char *>(vc.const_data_ptr());
+      const auto *k_rows = static_cast<const char *>(kc.const_data_ptr()),
+                 *v_rows = static_cast<const char *>(vc.const_data_ptr());
       for (int64_t i = 0; i < t; ++i) {
         std::memcpy(k_pool + ids[i] * row, k_rows + i * row, row);
         std::memcpy(v_pool + ids[i] * row, v_rows + i * row, row);
@@ -175,8 +176,8 @@ MetadataHost validate_paged_inputs(const at::Tensor &q, const at::Tensor &k_pool
               "paged_attention: q, k_pool, v_pool must share a dtype, got ", q.scalar_type(), ", ",
               k_pool.scalar_type(), ", ", v_pool.scalar_type());
   TORCH_CHECK(k_pool.device() == q.device() && v_pool.device() == q.device(),
-              "paged_attention: q, k_pool, v_pool must be on one device, got ", q.device(), ", ", k_pool.device(),
-              ", ", v_pool.device());
+              "paged_attention: q, k_pool, v_pool must be on one device, got ", q.device(), ", ", k_pool.device(), ", ",
+              v_pool.device());
   MetadataHost m;
   m.num_q = q.size(0);
   m.h_q = q.size(1);
@@ -222,8 +223,8 @@ MetadataHost validate_paged_inputs(const at::Tensor &q, const at::Tensor &k_pool
     TORCH_CHECK(kl >= 0, "paged_attention: seq_lens_kv[", s, "] = ", kl, " is negative");
     TORCH_CHECK(kl <= capacity, "paged_attention: seq_lens_kv[", s, "] = ", kl, " exceeds the block table's capacity ",
                 m.max_blocks, " blocks x ", m.block_size, " = ", capacity);
-    TORCH_CHECK(allow_rows_without_keys || ql <= kl, "paged_attention: sequence ", s, " has a query of ", ql, " tokens but only ", kl,
-                " cached tokens (seq_lens_kv[", s, "] = ", kl, "): q_len must be <= kv_len");
+    TORCH_CHECK(allow_rows_without_keys || ql <= kl, "paged_attention: sequence ", s, " has a query of ", ql,
+                " tokens but only ", kl, " cached tokens (seq_lens_kv[", s, "] = ", kl, "): q_len must be <= kv_len");
     const int64_t used = (kl + m.block_size - 1) / m.block_size;
     for (int64_t j = 0; j < used; ++j) {
       const int64_t b = m.block(s, j);

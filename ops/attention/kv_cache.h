@@ -23,9 +23,9 @@ namespace detfuzz::attention {
 class BlockAllocator {
  public:
   explicit BlockAllocator(int64_t num_blocks);
-  int64_t allocate();                           // throws std::runtime_error when exhausted
+  int64_t allocate();  // throws std::runtime_error when exhausted
   std::vector<int64_t> allocate(int64_t count);
-  void free(int64_t block);                     // throws on a double free or a bad id
+  void free(int64_t block);  // throws on a double free or a bad id
   int64_t num_free() const { return static_cast<int64_t>(free_.size()); }
   int64_t num_blocks() const { return num_blocks_; }
 

@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
   if (q0 >= q_len) return;
   const int live_rows = min(attention_rows_per_tile(group), q_len - q0) * group;
   const int kv_len = p.seq_lens_kv[seq];
-  const int first_visible = kv_len - q_len + q0 + 1;          // keys seen by the tile's first query row
+  const int first_visible = kv_len - q_len + q0 + 1;  // keys seen by the tile's first query row
   const int last_visible = first_visible + live_rows / group - 1;
   if (key_begin >= last_visible) return;  // uniform over the CTA
   const int key_end = kWhole ? last_visible : min(key_begin + p.splits_per_cta * p.split_tokens, last_visible);
@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
   // Every value is computed by the same operations in the same order as in the unspread layout.
   // The wgmma kernel computes the warpgroup's 64 rows in every MMA: it never spreads.
   const bool spread = !kWgmma && live_rows <= 16;  // uniform over the CTA
-  const int row_block = spread ? 0 : warp;  // the 16 M rows whose state this warp holds
+  const int row_block = spread ? 0 : warp;         // the 16 M rows whose state this warp holds
   const bool warp_live = row_block * 16 < live_rows;
   // Spread tiles share S through the Q rows no live row uses (rows 16 and up of the first column
   // block; 16 x 72 floats fit).
@@ -153,7 +153,8 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
   for (int c = tid; c < kRows * kChunks; c += kThreads) {
     const int r = c / kChunks, part = c % kChunks;
     const bool ok = r < live_rows;
-    const int64_t src = ok ? (static_cast<int64_t>(q_start + q0 + r / group) * p.h_q + kvh * group + r % group) * D + part * 8 : 0;
+    const int64_t src =
+        ok ? (static_cast<int64_t>(q_start + q0 + r / group) * p.h_q + kvh * group + r % group) * D + part * 8 : 0;
     cp_async16(q_s + L::offset(r, part), q + src, ok);
   }
   // The page of key t0 + tid (threads tid < 64), 0 past kv_len: fetched a tile ahead of its use.
@@ -185,7 +186,8 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
 
   const int first_block = spread ? warp * (D / 32) : 0;  // output column block of acc[0]
   auto finish_split = [&](int j) {
-    if constexpr (kWhole) merged_rows.fold(st, visible, j, p.split_tokens);
+    if constexpr (kWhole)
+      merged_rows.fold(st, visible, j, p.split_tokens);
     else
       write_split<kBf16, D>(p, st, j, visible, live_rows, q_start + q0, kvh, row_block, first_block,
                             spread ? D / 32 : D / 8, warp == row_block, lane);
@@ -199,7 +201,8 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
   // tile after are being fetched.
   if (tid < kKeys)
 #pragma unroll
-    for (int j = 0; j < kStages; ++j) page_s[j * kKeys + tid] = key_begin + j * kKeys + tid < kv_len ? first_pages[j] : 0;
+    for (int j = 0; j < kStages; ++j)
+      page_s[j * kKeys + tid] = key_begin + j * kKeys + tid < kv_len ? first_pages[j] : 0;
   int next_pages = key_begin + kStages * kKeys + tid < kv_len ? first_pages[kStages] : 0;
   __syncthreads();
 #pragma unroll
@@ -247,7 +250,8 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
       const int r = row_block * 16 + (lane >> 2) + 8 * i;
       if (r >= live_rows) continue;
       const int64_t row_head = static_cast<int64_t>(q_start + q0 + r / group) * p.h_q + kvh * group + r % group;
-      merged_rows.write<kBf16>(static_cast<T *>(p.out) + row_head * D, i, first_block, spread ? D / 32 : D / 8, lane & 3);
+      merged_rows.write<kBf16>(static_cast<T *>(p.out) + row_head * D, i, first_block, spread ? D / 32 : D / 8,
+                               lane & 3);
     }
   }
 }
@@ -269,7 +273,10 @@ __global__ void paged_attention_merge_kernel(const PagedAttnLaunch p) {
   int lo = 0, hi = p.num_seqs;  // the last sequence s with cu_seqlens_q[s] <= row
   while (hi - lo > 1) {
     const int mid = (lo + hi) / 2;
-    if (p.cu_seqlens_q[mid] <= row) lo = mid; else hi = mid;
+    if (p.cu_seqlens_q[mid] <= row)
+      lo = mid;
+    else
+      hi = mid;
   }
   const int q_len = p.cu_seqlens_q[lo + 1] - p.cu_seqlens_q[lo];
   const int visible = p.seq_lens_kv[lo] - q_len + (row - p.cu_seqlens_q[lo]) + 1;
@@ -367,8 +374,10 @@ void launch_merge(const PagedAttnLaunch &p, cudaStream_t stream) {
 template <typename T, int D, bool kWgmma>
 void launch_schedule(const PagedAttnLaunch &p, cudaStream_t stream) {
   if (p.schedule == KvSchedule::whole_rows) {  // on wgmma: the warp-specialised kernel (launch_typed)
-    if constexpr (D <= 128 && !kWgmma) return launch_kernel<T, D, KvSchedule::whole_rows, kWgmma>(p, stream);
-    else throw std::runtime_error("paged_attention: whole_rows runs on D <= 128 (on wgmma: paged_attention_sm90.cu)");
+    if constexpr (D <= 128 && !kWgmma)
+      return launch_kernel<T, D, KvSchedule::whole_rows, kWgmma>(p, stream);
+    else
+      throw std::runtime_error("paged_attention: whole_rows runs on D <= 128 (on wgmma: paged_attention_sm90.cu)");
   }
   launch_kernel<T, D, KvSchedule::split_per_cta, kWgmma>(p, stream);
   launch_merge<T, D>(p, stream);
@@ -377,15 +386,18 @@ void launch_schedule(const PagedAttnLaunch &p, cudaStream_t stream) {
 template <typename T, int D>
 void launch_typed(const PagedAttnLaunch &p, cudaStream_t stream) {
   if (p.schedule == KvSchedule::split_groups) {
-    if (p.kernel != AttnKernel::wgmma) throw std::runtime_error("paged_attention: split_groups runs on the wgmma kernel only");
+    if (p.kernel != AttnKernel::wgmma)
+      throw std::runtime_error("paged_attention: split_groups runs on the wgmma kernel only");
     launch_split_groups_sm90(p, stream);
     return launch_merge<T, D>(p, stream);
   }
   if (p.kernel == AttnKernel::wgmma) {
     // whole_rows on wgmma: the warp-specialised kernel (paged_attention_sm90.cu), same bits.
     if (p.schedule == KvSchedule::whole_rows) return launch_whole_rows_sm90(p, stream);
-    if constexpr (D <= 128) return launch_schedule<T, D, true>(p, stream);
-    else throw std::runtime_error("paged_attention: the wgmma kernel takes head dims 64 and 128");
+    if constexpr (D <= 128)
+      return launch_schedule<T, D, true>(p, stream);
+    else
+      throw std::runtime_error("paged_attention: the wgmma kernel takes head dims 64 and 128");
   }
   launch_schedule<T, D, false>(p, stream);
 }
@@ -396,7 +408,8 @@ void launch_dim(const PagedAttnLaunch &p, cudaStream_t stream) {
     case 64: return launch_typed<T, 64>(p, stream);
     case 128: return launch_typed<T, 128>(p, stream);
     case 256: return launch_typed<T, 256>(p, stream);
-    default: throw std::runtime_error("paged_attention: head dim " + std::to_string(p.head_dim) + " not in {64, 128, 256}");
+    default:
+      throw std::runtime_error("paged_attention: head dim " + std::to_string(p.head_dim) + " not in {64, 128, 256}");
   }
 }
 
@@ -406,7 +419,8 @@ int paged_attention_split_ctas_per_sm(int head_dim, bool bf16, AttnKernel kernel
   // Per device and (head dim, dtype, kernel): 0 not yet asked.
   static std::atomic<int> known[64][3][2][2] = {};
   const int d = head_dim == 64 ? 0 : head_dim == 128 ? 1 : head_dim == 256 ? 2 : -1;
-  if (d < 0) throw std::runtime_error("paged_attention: head dim " + std::to_string(head_dim) + " not in {64, 128, 256}");
+  if (d < 0)
+    throw std::runtime_error("paged_attention: head dim " + std::to_string(head_dim) + " not in {64, 128, 256}");
   const bool wgmma = kernel == AttnKernel::wgmma;
   if (wgmma && head_dim > 128) throw std::runtime_error("paged_attention: the wgmma kernel takes head dims 64 and 128");
   std::atomic<int> &slot = known[device % 64][d][bf16][wgmma];
@@ -414,7 +428,8 @@ int paged_attention_split_ctas_per_sm(int head_dim, bool bf16, AttnKernel kernel
   int current = 0;
   DETFUZZ_CUDA_CHECK(cudaGetDevice(&current));
   DETFUZZ_CUDA_CHECK(cudaSetDevice(device));
-  const int n = bf16 ? split_ctas_per_sm_of<__nv_bfloat16>(head_dim, wgmma) : split_ctas_per_sm_of<__half>(head_dim, wgmma);
+  const int n =
+      bf16 ? split_ctas_per_sm_of<__nv_bfloat16>(head_dim, wgmma) : split_ctas_per_sm_of<__half>(head_dim, wgmma);
   DETFUZZ_CUDA_CHECK(cudaSetDevice(current));
   slot.store(n < 1 ? 1 : n);
   return slot.load();
@@ -451,14 +466,19 @@ void launch_paged_attention(const PagedAttnLaunch &p, cudaStream_t stream) {
     throw std::runtime_error("paged_attention: GQA group H_q/H_kv = " + std::to_string(p.h_q) + "/" +
                              std::to_string(p.h_kv) + " not an integer in 1..8");
   if (p.kernel == AttnKernel::wgmma && p.head_dim > 128)
-    throw std::runtime_error("paged_attention: the wgmma kernel takes head dims 64 and 128, not " + std::to_string(p.head_dim));
-  if (p.splits_per_cta < 1) throw std::runtime_error("paged_attention: splits_per_cta " + std::to_string(p.splits_per_cta));
-  const long long x = static_cast<long long>(p.h_kv) * (p.schedule == KvSchedule::whole_rows ? 1 : p.max_splits) * p.q_tiles;
+    throw std::runtime_error("paged_attention: the wgmma kernel takes head dims 64 and 128, not " +
+                             std::to_string(p.head_dim));
+  if (p.splits_per_cta < 1)
+    throw std::runtime_error("paged_attention: splits_per_cta " + std::to_string(p.splits_per_cta));
+  const long long x =
+      static_cast<long long>(p.h_kv) * (p.schedule == KvSchedule::whole_rows ? 1 : p.max_splits) * p.q_tiles;
   if (p.q_tiles < 1 || p.num_seqs < 1 || p.num_seqs > 65535 || p.max_splits < 1 || x > 0x7fffffffLL)
     throw std::runtime_error("paged_attention: grid (" + std::to_string(x) + ", " + std::to_string(p.num_seqs) +
                              ") outside CUDA's limits (x < 2^31, y <= 65535)");
-  if (p.bf16) launch_dim<__nv_bfloat16>(p, stream);
-  else launch_dim<__half>(p, stream);
+  if (p.bf16)
+    launch_dim<__nv_bfloat16>(p, stream);
+  else
+    launch_dim<__half>(p, stream);
 }
 
 }  // namespace detfuzz::attention

@@ -87,14 +87,16 @@ PlanFn mutant_plan(Mutant m);
 // {64, 128, 256}, H_q / H_kv in 1..8.
 struct CudaAttentionOptions {
   int64_t split_tokens = kKvSplit;  // a positive multiple of 64
-  int64_t softmax_keys = kKvTile;   // keys per online-softmax step: 64, or 32 (the planted qtile bug; split_per_cta only)
+  int64_t softmax_keys =
+      kKvTile;  // keys per online-softmax step: 64, or 32 (the planted qtile bug; split_per_cta only)
   // How CTAs share out a row's splits; "automatic" picks from the batch's size. Every choice
   // gives the same bits. split_groups (the wgmma kernel only: a warp-specialised CTA whose two
   // consumer warpgroups each walk splits_per_cta splits of one query tile) is automatic's choice
   // where the wgmma kernel runs and whole_rows is not taken; split_per_cta is the one-warpgroup
   // CTA, the mma.sync kernel's choice.
   enum class Schedule { automatic, split_per_cta, whole_rows, split_groups } schedule = Schedule::automatic;
-  int64_t splits_per_cta = 0;  // split_per_cta, split_groups: consecutive splits per CTA (per consumer), 0 = from the batch's size
+  int64_t splits_per_cta =
+      0;  // split_per_cta, split_groups: consecutive splits per CTA (per consumer), 0 = from the batch's size
   // Which kernel computes the tiles: automatic is wgmma wherever it runs (an sm_90 GPU, head dim
   // 64 or 128), else mma_sync. The two differ in bits; each is invariant on its own, so the
   // choice depends on the device and the head dim only, never on the batch.

@@ -62,21 +62,25 @@ PagedAttentionCudaPlan::PagedAttentionCudaPlan(const at::Tensor &q, const at::Te
   max_splits_ = grid.max_splits;
   using Schedule = CudaAttentionOptions::Schedule;
   const int64_t sms = at::cuda::getDeviceProperties(q.device().index())->multiProcessorCount;
-  whole_rows_ = options.schedule == Schedule::whole_rows ||
-                (options.schedule == Schedule::automatic && policy::whole_rows_pays(head_dim_, grid.full_tiles, h_kv_, sms));
+  whole_rows_ =
+      options.schedule == Schedule::whole_rows ||
+      (options.schedule == Schedule::automatic && policy::whole_rows_pays(head_dim_, grid.full_tiles, h_kv_, sms));
   TORCH_CHECK(!(whole_rows_ && head_dim_ > 128), "paged_attention (CUDA): the whole_rows schedule needs D <= 128, got ",
               head_dim_);
   TORCH_CHECK(!(whole_rows_ && options.softmax_keys != kKvTile),
               "paged_attention (CUDA): the whole_rows schedule has 64-key softmax steps only");
   using Kernel = CudaAttentionOptions::Kernel;
   const bool wgmma_runs = head_dim_ <= 128 && paged_attention_wgmma_available(q.device().index());
-  TORCH_CHECK(options.kernel != Kernel::wgmma || wgmma_runs, "paged_attention (CUDA): the wgmma kernel needs an sm_90 GPU ",
-              "and head dim 64 or 128 (head dim ", head_dim_, ")");
+  TORCH_CHECK(options.kernel != Kernel::wgmma || wgmma_runs,
+              "paged_attention (CUDA): the wgmma kernel needs an sm_90 GPU ", "and head dim 64 or 128 (head dim ",
+              head_dim_, ")");
   wgmma_ = options.kernel == Kernel::wgmma || (options.kernel == Kernel::automatic && wgmma_runs);
   TORCH_CHECK(options.schedule != Schedule::split_groups || (wgmma_ && options.softmax_keys == kKvTile),
               "paged_attention (CUDA): the split_groups schedule needs the wgmma kernel and 64-key softmax steps");
-  split_groups_ = !whole_rows_ && (options.schedule == Schedule::split_groups ||
-                                   (options.schedule == Schedule::automatic && policy::split_groups_pays(wgmma_, options.softmax_keys)));
+  split_groups_ =
+      !whole_rows_ &&
+      (options.schedule == Schedule::split_groups ||
+       (options.schedule == Schedule::automatic && policy::split_groups_pays(wgmma_, options.softmax_keys)));
   TORCH_CHECK(options.splits_per_cta >= 0, "paged_attention (CUDA): splits_per_cta ", options.splits_per_cta, " < 0");
   splits_per_cta_ = options.splits_per_cta;
   if (splits_per_cta_ == 0 && !whole_rows_) {
@@ -92,7 +96,8 @@ PagedAttentionCudaPlan::PagedAttentionCudaPlan(const at::Tensor &q, const at::Te
 at::Tensor PagedAttentionCudaPlan::run(const at::Tensor &q, const at::Tensor &k_pool, const at::Tensor &v_pool,
                                        double alpha) const {
   TORCH_CHECK(q.dim() == 3 && q.size(0) == num_q_ && q.size(1) == h_q_ && q.size(2) == head_dim_,
-              "paged_attention (CUDA): q ", q.sizes(), " does not match the plan's [", num_q_, ", ", h_q_, ", ", head_dim_, "]");
+              "paged_attention (CUDA): q ", q.sizes(), " does not match the plan's [", num_q_, ", ", h_q_, ", ",
+              head_dim_, "]");
   for (const auto *t : {&k_pool, &v_pool})
     TORCH_CHECK(t->dim() == 4 && t->size(0) == num_blocks_ && t->size(1) == block_size_ && t->size(2) == h_kv_ &&
                     t->size(3) == head_dim_ && t->scalar_type() == q.scalar_type() && t->device() == q.device(),
@@ -104,8 +109,8 @@ at::Tensor PagedAttentionCudaPlan::run(const at::Tensor &q, const at::Tensor &k_
   const auto qc = q.contiguous(), kc = k_pool.contiguous(), vc = v_pool.contiguous();
   for (const auto *t : {&qc, &kc, &vc})
     TORCH_CHECK(reinterpret_cast<uintptr_t>(t->data_ptr()) % 16 == 0,
-                "paged_attention (CUDA): q and the pools must be 16-byte aligned (storage offset ",
-                t->storage_offset(), ")");
+                "paged_attention (CUDA): q and the pools must be 16-byte aligned (storage offset ", t->storage_offset(),
+                ")");
   auto out = at::empty({num_q_, h_q_, head_dim_}, q.options());
   if (num_q_ == 0) return out;
 
@@ -131,11 +136,13 @@ at::Tensor PagedAttentionCudaPlan::run(const at::Tensor &q, const at::Tensor &k_
   p.q_tiles = static_cast<int>(q_tiles_);
   p.max_splits = static_cast<int>(max_splits_);
   p.splits_per_cta = static_cast<int>(splits_per_cta_);
-  p.schedule = whole_rows_ ? KvSchedule::whole_rows : split_groups_ ? KvSchedule::split_groups : KvSchedule::split_per_cta;
+  p.schedule = whole_rows_     ? KvSchedule::whole_rows
+               : split_groups_ ? KvSchedule::split_groups
+                               : KvSchedule::split_per_cta;
   p.kernel = wgmma_ ? AttnKernel::wgmma : AttnKernel::mma_sync;
   p.kv_loads = options_.kv_loads == CudaAttentionOptions::KvLoads::tma        ? KvLoads::tma
                : options_.kv_loads == CudaAttentionOptions::KvLoads::cp_async ? KvLoads::cp_async
-                                                                               : KvLoads::automatic;
+                                                                              : KvLoads::automatic;
   p.pingpong = options_.turns != CudaAttentionOptions::ConsumerTurns::free;
   p.scale_log2 = softmax_scale_log2(alpha, head_dim_);
   at::Tensor part_acc, part_ml;

@@ -15,12 +15,12 @@ namespace detfuzz::attention {
 // attention_policy.h.
 
 struct PagedAttnLaunch {
-  bool bf16 = true;  // else float16
+  bool bf16 = true;                                               // else float16
   const void *q = nullptr, *k_pool = nullptr, *v_pool = nullptr;  // [T_q,H_q,D], [NB,BS,H_kv,D] x2
   const int *cu_seqlens_q = nullptr, *seq_lens_kv = nullptr, *block_table = nullptr;
-  void *out = nullptr;            // [T_q, H_q, D], q's dtype
-  float *part_acc = nullptr;      // split_per_cta, split_groups: [T_q, H_q, max_splits, D] unnormalised split accumulators
-  float *part_ml = nullptr;       // split_per_cta, split_groups: [T_q, H_q, max_splits, 2] split (max, sum), log2 domain
+  void *out = nullptr;        // [T_q, H_q, D], q's dtype
+  float *part_acc = nullptr;  // split_per_cta, split_groups: [T_q, H_q, max_splits, D] unnormalised split accumulators
+  float *part_ml = nullptr;   // split_per_cta, split_groups: [T_q, H_q, max_splits, 2] split (max, sum), log2 domain
   int num_rows = 0, num_seqs = 0, max_blocks = 0, block_size = 0;
   int64_t pool_blocks = 0;  // NB: pages in each pool (the extent of the Hopper kernel's TMA maps)
   int h_q = 0, h_kv = 0, head_dim = 0;
@@ -28,11 +28,12 @@ struct PagedAttnLaunch {
   int softmax_keys = 64;   // keys per online-softmax step: 64, or 32 (the planted qtile bug)
   int q_tiles = 0;         // grid x: ceil(longest q_len / query rows per tile)
   int max_splits = 0;      // ceil(longest kv_len / split_tokens): workspace stride
-  int splits_per_cta = 1;  // split_per_cta: consecutive splits one CTA walks (fewer CTA prologues); split_groups: one consumer
+  int splits_per_cta =
+      1;  // split_per_cta: consecutive splits one CTA walks (fewer CTA prologues); split_groups: one consumer
   KvSchedule schedule = KvSchedule::split_per_cta;
   AttnKernel kernel = AttnKernel::mma_sync;
   KvLoads kv_loads = KvLoads::automatic;
-  bool pingpong = false;  // the Hopper prefill kernel's consumers take turns issuing their MMAs
+  bool pingpong = false;   // the Hopper prefill kernel's consumers take turns issuing their MMAs
   float scale_log2 = 1.f;  // softmax scale times log2(e): scores are kept in the log2 domain
 };
 

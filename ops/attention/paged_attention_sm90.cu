@@ -214,7 +214,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       const int t0 = c ? t0_b : t0_a;
       int q = c ? q_b : q_a, r = c ? r_b : r_a;
       sm90::mbar_wait(empty + 8 * s, ((load / kStages) & 1) ^ 1);  // the consumers released the stage
-      if (box_rows > 0 && t0 + kKeys <= kv_len) {  // uniform over the warpgroup
+      if (box_rows > 0 && t0 + kKeys <= kv_len) {                  // uniform over the warpgroup
         if (tid == 0) {
           sm90::mbar_expect_tx(full + 8 * s, 2 * L::kTileBytes);
           // Thread 0's key j * kRowsPerStep starts a box when it is a multiple of box_rows (a power
@@ -249,10 +249,14 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         cp_async_arrive(full + 8 * s);
       }
       advance(q, r, tile_q, tile_r);
-      if (c) t0_b = t0 + kKeys, q_b = q, r_b = r;
-      else t0_a = t0 + kKeys, q_a = q, r_a = r;
-      if (stream_of(load + 1)) read_pages(t0_b, q_b, r_b);
-      else read_pages(t0_a, q_a, r_a);
+      if (c)
+        t0_b = t0 + kKeys, q_b = q, r_b = r;
+      else
+        t0_a = t0 + kKeys, q_a = q, r_a = r;
+      if (stream_of(load + 1))
+        read_pages(t0_b, q_b, r_b);
+      else
+        read_pages(t0_a, q_a, r_a);
     }
     cp_async_wait<0>();
     return;
@@ -291,7 +295,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     if (pingpong && (w == 0 || issue + 1 < issues_0)) turn_pass(their_turn);
   };
   if (pingpong && w == 1) turn_pass(their_turn);  // consumer 0's first turn
-  if (kSplitGroups && my_tiles == 0) return;  // (no turns then: consumer 1 has fewer issues)
+  if (kSplitGroups && my_tiles == 0) return;      // (no turns then: consumer 1 has fewer issues)
 
   const uint32_t q_s = base + S::kQ + w * L::kQBytes;
   // Releases a stage to the producer: one arrival per warp, once the warp's MMAs reading it are done.
@@ -303,7 +307,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   for (int c = tid; c < kRows * (D / 8); c += 128) {
     const int r = c / (D / 8), part = c % (D / 8);
     const bool ok = r < live_rows;
-    const int64_t src = ok ? (static_cast<int64_t>(q_start + q0 + r / group) * p.h_q + kvh * group + r % group) * D + part * 8 : 0;
+    const int64_t src =
+        ok ? (static_cast<int64_t>(q_start + q0 + r / group) * p.h_q + kvh * group + r % group) * D + part * 8 : 0;
     cp_async16(q_s + L::offset(r, part), q + src, ok);
   }
   cp_async_commit();
@@ -434,17 +439,18 @@ CUtensorMap kv_pool_map(const void *pool, const PagedAttnLaunch &p, int box_rows
   CUtensorMap map;
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(p.head_dim), static_cast<cuuint64_t>(p.h_kv),
                               static_cast<cuuint64_t>(p.pool_blocks * p.block_size)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(p.head_dim) * 2, static_cast<cuuint64_t>(p.h_kv) * p.head_dim * 2};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(p.head_dim) * 2,
+                                 static_cast<cuuint64_t>(p.h_kv) * p.head_dim * 2};
   const cuuint32_t box[3] = {64, 1, static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t elem[3] = {1, 1, 1};
-  const CUresult r = cuda_kernels::encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, const_cast<void *>(pool), dims,
-                                                  strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r =
+      cuda_kernels::encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, const_cast<void *>(pool), dims, strides,
+                                   box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     throw std::runtime_error("paged_attention: cuTensorMapEncodeTiled failed (CUresult " +
-                             std::to_string(static_cast<int>(r)) + ") for a pool of " +
-                             std::to_string(p.pool_blocks) + " pages of " + std::to_string(p.block_size));
+                             std::to_string(static_cast<int>(r)) + ") for a pool of " + std::to_string(p.pool_blocks) +
+                             " pages of " + std::to_string(p.block_size));
   return map;
 }
 
@@ -465,7 +471,8 @@ void launch_ws(const PagedAttnLaunch &p, cudaStream_t stream) {
     maps.v = kv_pool_map(p.v_pool, p, maps.box_rows);
   }
   const int64_t pairs = kSplitGroups ? split_group_pairs(p.max_splits, p.splits_per_cta) : 1;
-  const int64_t x = kSplitGroups ? p.h_kv * pairs * p.q_tiles : int64_t{p.h_kv} * ((p.q_tiles + kConsumers - 1) / kConsumers);
+  const int64_t x =
+      kSplitGroups ? p.h_kv * pairs * p.q_tiles : int64_t{p.h_kv} * ((p.q_tiles + kConsumers - 1) / kConsumers);
   if (x > 0x7fffffffLL) throw std::runtime_error("paged_attention: grid x " + std::to_string(x) + " >= 2^31");
   kernel<<<dim3(static_cast<unsigned>(x), p.num_seqs), kWsThreads, S::kBytes, stream>>>(p, maps);
   DETFUZZ_LAUNCH_CHECK();
@@ -476,9 +483,11 @@ void launch_ws_dim(const PagedAttnLaunch &p, cudaStream_t stream, const char *wh
   const bool bf16 = p.bf16;
   switch (p.head_dim) {
     case 64:
-      return bf16 ? launch_ws<__nv_bfloat16, 64, kSplitGroups>(p, stream) : launch_ws<__half, 64, kSplitGroups>(p, stream);
+      return bf16 ? launch_ws<__nv_bfloat16, 64, kSplitGroups>(p, stream)
+                  : launch_ws<__half, 64, kSplitGroups>(p, stream);
     case 128:
-      return bf16 ? launch_ws<__nv_bfloat16, 128, kSplitGroups>(p, stream) : launch_ws<__half, 128, kSplitGroups>(p, stream);
+      return bf16 ? launch_ws<__nv_bfloat16, 128, kSplitGroups>(p, stream)
+                  : launch_ws<__half, 128, kSplitGroups>(p, stream);
     default:
       throw std::runtime_error(std::string("paged_attention: the warp-specialised ") + what +
                                " kernel takes head dims 64 and 128, not " + std::to_string(p.head_dim));
@@ -487,7 +496,9 @@ void launch_ws_dim(const PagedAttnLaunch &p, cudaStream_t stream, const char *wh
 
 }  // namespace
 
-void launch_whole_rows_sm90(const PagedAttnLaunch &p, cudaStream_t stream) { launch_ws_dim<false>(p, stream, "prefill"); }
+void launch_whole_rows_sm90(const PagedAttnLaunch &p, cudaStream_t stream) {
+  launch_ws_dim<false>(p, stream, "prefill");
+}
 
 void launch_split_groups_sm90(const PagedAttnLaunch &p, cudaStream_t stream) {
   if (p.softmax_keys != kKeys) throw std::runtime_error("paged_attention: split_groups has 64-key softmax steps only");

@@ -131,7 +131,8 @@ struct MergedRows {
 #pragma unroll
     for (int nb = 0; nb < D / 8; ++nb) {
       if (nb >= blocks) break;
-      out[(first_block + nb) * 4 + t] = pack2(__fdiv_rn(at(nb, 2 * i), l[i]), __fdiv_rn(at(nb, 2 * i + 1), l[i]), kBf16);
+      out[(first_block + nb) * 4 + t] =
+          pack2(__fdiv_rn(at(nb, 2 * i), l[i]), __fdiv_rn(at(nb, 2 * i + 1), l[i]), kBf16);
     }
   }
 };
@@ -157,7 +158,8 @@ __device__ __forceinline__ void write_split(const PagedAttnLaunch &p, const RowS
 #pragma unroll
       for (int nb = 0; nb < D / 8; ++nb) {
         if (nb >= blocks) break;
-        out[(first_block + nb) * 4 + t] = pack2(__fdiv_rn(st.acc[nb][2 * i], st.l[i]), __fdiv_rn(st.acc[nb][2 * i + 1], st.l[i]), kBf16);
+        out[(first_block + nb) * 4 + t] =
+            pack2(__fdiv_rn(st.acc[nb][2 * i], st.l[i]), __fdiv_rn(st.acc[nb][2 * i + 1], st.l[i]), kBf16);
       }
     } else {
       const int64_t slot = row_head * p.max_splits + j;
@@ -272,8 +274,10 @@ __device__ __forceinline__ void pv_wgmma_issue(RowState<D> &st, const uint32_t (
 #pragma unroll
   for (int x = 0; x < STEPS; ++x) {
     const uint64_t desc = sm90::desc_advance(v_desc, (FIRST + x) * 16 * 128);
-    if constexpr (D == 128) sm90::wgmma_m64n128k16_rs<T>(acc, pa[x], desc);
-    else sm90::wgmma_m64n64k16_rs<T>(acc, pa[x], desc);
+    if constexpr (D == 128)
+      sm90::wgmma_m64n128k16_rs<T>(acc, pa[x], desc);
+    else
+      sm90::wgmma_m64n64k16_rs<T>(acc, pa[x], desc);
   }
 }
 #endif
@@ -282,8 +286,8 @@ __device__ __forceinline__ void pv_wgmma_issue(RowState<D> &st, const uint32_t (
 // the statistics and rescale, then accumulate round(p) V over those keys into the warp's output
 // columns (wgmma: the warpgroup's 64 rows at once; mma.sync: the warp's own).
 template <typename T, int D, bool kSpread, bool kWgmma, int NB0, int NB1>
-__device__ __forceinline__ void softmax_step(RowState<D> &st, float (&s)[8][4], float scale_log2, uint32_t v_tile, int lane,
-                                             int warp) {
+__device__ __forceinline__ void softmax_step(RowState<D> &st, float (&s)[8][4], float scale_log2, uint32_t v_tile,
+                                             int lane, int warp) {
   constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
   constexpr int kSteps = NB1 / 2 - NB0 / 2;
   online_softmax<D, kSpread, NB0, NB1>(st, s, scale_log2);
@@ -319,7 +323,8 @@ __device__ __forceinline__ void softmax_step(RowState<D> &st, float (&s)[8][4], 
 // warpgroup's four warps together (each receives its 16 rows); with mma.sync, each warp its own
 // 16 rows (spread: keys 16w .. 16w + 15 only).
 template <typename T, int D, bool kSpread, bool kWgmma>
-__device__ __forceinline__ void qk_scores(float (&s)[8][4], uint32_t q_s, uint32_t k_tile, int row_block, int lane, int warp) {
+__device__ __forceinline__ void qk_scores(float (&s)[8][4], uint32_t q_s, uint32_t k_tile, int row_block, int lane,
+                                          int warp) {
   if constexpr (kWgmma) {
 #if DETFUZZ_SM90A
     sm90::wgmma_fence();
@@ -345,7 +350,8 @@ __device__ __forceinline__ void qk_scores(float (&s)[8][4], uint32_t q_s, uint32
 #pragma unroll
       for (int j = 0; j < kPairs; ++j) {
         uint32_t b[4];
-        ldmatrix_x4(b, k_tile + L::offset(first_key + j * 16 + (lane >> 4) * 8 + (lane & 7), ks * 2 + ((lane >> 3) & 1)));
+        ldmatrix_x4(b,
+                    k_tile + L::offset(first_key + j * 16 + (lane >> 4) * 8 + (lane & 7), ks * 2 + ((lane >> 3) & 1)));
         mma16816<T>(s[2 * j], a, {b[0], b[1]});
         mma16816<T>(s[2 * j + 1], a, {b[2], b[3]});
       }
@@ -356,8 +362,8 @@ __device__ __forceinline__ void qk_scores(float (&s)[8][4], uint32_t q_s, uint32
 // Masks S to -inf past each row's visible keys (skipped when every key of the tile is visible to
 // all the warp's rows). Spread: the warp holds keys 16w .. 16w + 15 only.
 template <bool kSpread>
-__device__ __forceinline__ void mask_scores(float (&s)[8][4], int t0, const int (&visible)[2], int min_visible, int lane,
-                                            int warp) {
+__device__ __forceinline__ void mask_scores(float (&s)[8][4], int t0, const int (&visible)[2], int min_visible,
+                                            int lane, int warp) {
   constexpr int kPairs = kSpread ? 1 : 4;
   const int first_key = kSpread ? warp * 16 : 0;
   if (t0 + kKeys > min_visible) {

@@ -79,7 +79,8 @@ class OnlySdpaBackend {
   enum Backend { cudnn, efficient };
   explicit OnlySdpaBackend(Backend b) {
     auto &ctx = at::globalContext();
-    saved_ = {ctx.userEnabledFlashSDP(), ctx.userEnabledMemEfficientSDP(), ctx.userEnabledMathSDP(), ctx.userEnabledCuDNNSDP()};
+    saved_ = {ctx.userEnabledFlashSDP(), ctx.userEnabledMemEfficientSDP(), ctx.userEnabledMathSDP(),
+              ctx.userEnabledCuDNNSDP()};
     ctx.setSDPUseFlash(false);
     ctx.setSDPUseMath(false);
     ctx.setSDPUseMemEfficient(b == efficient);
@@ -128,8 +129,9 @@ at::Tensor run_torch_flash_varlen(const OpArgs &a) {
   const at::Tensor k = at::cat(ks, 0).contiguous(), v = at::cat(vs, 0).contiguous();
   const at::Tensor cu_seqlens_k = at::tensor(cu_k, at::kInt).to(t[0].device());
   const at::Tensor cu_seqlens_q = t[3].to(at::kInt).contiguous();
-  auto r = at::_flash_attention_forward(t[0].contiguous(), k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, 0.0,
-                                        /*is_causal=*/true, /*return_debug_mask=*/false, softmax_scale(a.alpha, m.head_dim));
+  auto r =
+      at::_flash_attention_forward(t[0].contiguous(), k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, 0.0,
+                                   /*is_causal=*/true, /*return_debug_mask=*/false, softmax_scale(a.alpha, m.head_dim));
   return std::get<0>(r);
 }
 #endif
@@ -142,9 +144,10 @@ std::vector<ImplInfo> attention_impls(Backend backend) {
   std::vector<ImplInfo> out;
   if (backend == Backend::cpu) {
     const std::vector<at::ScalarType> dt = {at::kHalf, at::kBFloat16, at::kFloat};
-    out.push_back({"invariant", op, backend, dt, must,
-                   "fixed-split paged attention (256-token splits, 64-token tiles, fixed merge order), float32 on the CPU",
-                   split_cpu({})});
+    out.push_back(
+        {"invariant", op, backend, dt, must,
+         "fixed-split paged attention (256-token splits, 64-token tiles, fixed merge order), float32 on the CPU",
+         split_cpu({})});
     out.push_back({"reference", op, backend, dt, must,
                    "Path A: per-sequence gather, two-pass float32 softmax attention", run_reference});
     // Imitates FlashAttention-2's split-KV heuristic: the partition of every sequence's KV is
@@ -242,7 +245,8 @@ std::vector<ImplInfo> attention_impls(Backend backend) {
                    fused(from_batch([](const MetadataHost &m) {
                      CudaAttentionOptions o;
                      o.schedule = Schedule::split_per_cta;  // the 32-key step exists in that schedule only
-                     if (m.num_seqs) o.softmax_keys = std::min<int64_t>(64, mutant_plan(Mutant::qtile_from_avg)(m, 0).tile);
+                     if (m.num_seqs)
+                       o.softmax_keys = std::min<int64_t>(64, mutant_plan(Mutant::qtile_from_avg)(m, 0).tile);
                      return o;
                    }))});
     // A graph-padded grid reading the uninitialised seq_lens tail into a shared max_seqlen_k.
@@ -262,7 +266,8 @@ std::vector<ImplInfo> attention_impls(Backend backend) {
                    "at::scaled_dot_product_attention per sequence with only the memory-efficient backend enabled",
                    sdpa_only(OnlySdpaBackend::efficient)});
     out.push_back({"torch-flash-varlen", op, backend, dt, Expectation::observed,
-                   "at::_flash_attention_forward over the ragged batch (cu_seqlens, packed K/V, causal)", run_torch_flash_varlen});
+                   "at::_flash_attention_forward over the ragged batch (cu_seqlens, packed K/V, causal)",
+                   run_torch_flash_varlen});
   }
 #endif
   return out;

@@ -19,7 +19,7 @@ namespace {
 
 // Everything one sequence's rows need, in float32 on the host.
 struct SequenceWork {
-  const float *q;                  // [T_q, H_q, D]
+  const float *q;                                 // [T_q, H_q, D]
   const std::vector<const float *> *krow, *vrow;  // each key's [H_kv, D] row, by position
   int64_t first_row, q_len, kv_len, h_q, group, D;
   SplitPlan plan;
@@ -37,7 +37,7 @@ struct Scratch {
 // the same operations in the same order, so the same bits.
 template <typename Round>
 __attribute__((always_inline)) inline void attend_sequence(const SequenceWork &w, Round round_p, Scratch &x,
-                                                          float *od) {
+                                                           float *od) {
   const int64_t D = w.D, ql = w.q_len, kl = w.kv_len;
   const SplitPlan p = w.plan;
   const float neg_inf = -std::numeric_limits<float>::infinity();
@@ -72,7 +72,7 @@ __attribute__((always_inline)) inline void attend_sequence(const SequenceWork &w
             tmax = std::max(tmax, dot);
           }
           const float mnew = std::max(mrun, tmax * w.scale);  // the log2 domain
-          const float a = std::exp2(mrun - mnew);  // exp2(-inf) = 0 on the first tile
+          const float a = std::exp2(mrun - mnew);             // exp2(-inf) = 0 on the first tile
           float lt = 0.f;
           std::fill(pv, pv + D, 0.f);
           for (int64_t k = t0; k < t1; ++k) {

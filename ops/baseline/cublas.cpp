@@ -104,7 +104,8 @@ ColOperand as_col_operand(const at::Tensor &x3) {
 
 void check_operands(const char *op, const at::Tensor &a3, const at::Tensor &b3) {
   TORCH_CHECK(a3.is_cuda() && b3.is_cuda(), op, ": operands must be CUDA tensors");
-  TORCH_CHECK(a3.scalar_type() == b3.scalar_type(), op, ": dtypes differ: ", a3.scalar_type(), " and ", b3.scalar_type());
+  TORCH_CHECK(a3.scalar_type() == b3.scalar_type(), op, ": dtypes differ: ", a3.scalar_type(), " and ",
+              b3.scalar_type());
   TORCH_CHECK(a3.size(0) == b3.size(0) && a3.size(2) == b3.size(1), op, ": shapes ", a3.sizes(), " and ", b3.sizes(),
               " cannot be multiplied");
 }
@@ -128,17 +129,20 @@ void run_cublas(const at::Tensor &a3, const at::Tensor &b3, at::Tensor &out, flo
     DETFUZZ_CUDA_CHECK(cublasGemmStridedBatchedEx(
         h, ta, tb, static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha, opA.ptr, dt,
         static_cast<int>(opA.ld), opA.batch_stride, opB.ptr, dt, static_cast<int>(opB.ld), opB.batch_stride, &beta,
-        out.data_ptr(), dt, static_cast<int>(N), M * N, static_cast<int>(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        out.data_ptr(), dt, static_cast<int>(N), M * N, static_cast<int>(batch), CUBLAS_COMPUTE_32F,
+        CUBLAS_GEMM_DEFAULT));
   }
 }
 
 struct LtLayout {
   cublasLtMatrixLayout_t l = nullptr;
   LtLayout(cudaDataType_t dt, int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t stride) {
-    DETFUZZ_CUDA_CHECK(cublasLtMatrixLayoutCreate(&l, dt, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld));
+    DETFUZZ_CUDA_CHECK(
+        cublasLtMatrixLayoutCreate(&l, dt, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld));
     if (batch > 1) {
       const int32_t count = static_cast<int32_t>(batch);
-      DETFUZZ_CUDA_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+      DETFUZZ_CUDA_CHECK(
+          cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
       DETFUZZ_CUDA_CHECK(
           cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
     }
@@ -232,7 +236,8 @@ void run_lt(const at::Tensor &a3, const at::Tensor &b3, at::Tensor &out, float a
       algo = lt_heuristic(h, desc, la.l, lb.l, lc.l, "cublaslt-pinned");
   }
   DETFUZZ_CUDA_CHECK(cublasLtMatmul(h, desc, &alpha, opA.ptr, la.l, opB.ptr, lb.l, &beta, out.data_ptr(), lc.l,
-                                    out.data_ptr(), lc.l, &algo, nullptr, 0, at::cuda::getCurrentCUDAStream(dev).stream()));
+                                    out.data_ptr(), lc.l, &algo, nullptr, 0,
+                                    at::cuda::getCurrentCUDAStream(dev).stream()));
 }
 
 void run_cublaslt(const at::Tensor &a3, const at::Tensor &b3, at::Tensor &out, float alpha, float beta) {
@@ -293,12 +298,14 @@ std::vector<ImplInfo> impls_for(const std::string &name, Runner run, const std::
 }  // namespace
 
 std::vector<ImplInfo> cublas_impls() {
-  std::vector<ImplInfo> all = impls_for("cublas", run_cublas, "cublasGemmEx, CUBLAS_COMPUTE_32F, default heuristics (no TF32)");
+  std::vector<ImplInfo> all =
+      impls_for("cublas", run_cublas, "cublasGemmEx, CUBLAS_COMPUTE_32F, default heuristics (no TF32)");
   for (auto &i : impls_for("cublaslt-noworkspace", run_cublaslt,
                            "cublasLtMatmul, workspace 0, reduction scheme NONE, first heuristic"))
     all.push_back(std::move(i));
-  for (auto &i : impls_for("cublaslt-pinned", run_cublaslt_pinned,
-                           "cublasLtMatmul, workspace 0, one algorithm per (N, K, dtype) chosen at M = 4096 for every M"))
+  for (auto &i :
+       impls_for("cublaslt-pinned", run_cublaslt_pinned,
+                 "cublasLtMatmul, workspace 0, one algorithm per (N, K, dtype) chosen at M = 4096 for every M"))
     all.push_back(std::move(i));
   return all;
 }

@@ -18,7 +18,8 @@ at::Tensor torch_rope(const at::Tensor &x, const at::Tensor &positions, double t
 
 std::vector<ImplInfo> torch_default_impls(Backend backend) {
   const auto e = Expectation::observed;
-  const std::string where = backend == Backend::cpu ? "libtorch's default CPU kernel" : "libtorch's default CUDA kernel";
+  const std::string where =
+      backend == Backend::cpu ? "libtorch's default CPU kernel" : "libtorch's default CUDA kernel";
   std::vector<ImplInfo> impls = {
       {"torch", "mm", backend, float_dtypes(), e, "at::mm, " + where,
        [](const OpArgs &x) { return at::mm(x.tensors[0], x.tensors[1]); }},

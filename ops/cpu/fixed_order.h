@@ -106,7 +106,8 @@ void matmul_accumulate_rows(StridedMatrix<T> a, StridedMatrix<T> b, int64_t n, i
       for (int64_t kk = 0; kk < kt; ++kk)
         load_row(b.data + (k0 + kk) * b.row_stride + n0 * b.col_stride, nt, b.col_stride, b_tile.data() + kk * nt);
       for (int64_t i = row_begin; i < row_end; ++i)
-        load_row(a.data + i * a.row_stride + k0 * a.col_stride, kt, a.col_stride, a_blocks.data() + (i - row_begin) * kt);
+        load_row(a.data + i * a.row_stride + k0 * a.col_stride, kt, a.col_stride,
+                 a_blocks.data() + (i - row_begin) * kt);
       accumulate_tile(a_blocks.data(), rows, kt, b_tile.data(), nt, acc + n0, n);
     }
   }

@@ -20,10 +20,10 @@ namespace detfuzz::cpu_ops {
 at::Tensor log_softmax(const at::Tensor &x, int64_t dim, bool half_to_float) {
   TORCH_CHECK(x.defined() && x.device().is_cpu(), "log_softmax: x must be a defined CPU tensor");
   const auto dtype = x.scalar_type();
-  TORCH_CHECK(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16,
-              "log_softmax: unsupported dtype ", dtype, " (expected Float, Half or BFloat16)");
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16, "log_softmax: unsupported dtype ",
+              dtype, " (expected Float, Half or BFloat16)");
   const at::Tensor x_nd = x.dim() == 0 ? x.reshape({1}) : x;  // a scalar is a row of one
-  const int64_t d = c10::maybe_wrap_dim(dim, x.dim());         // names the bad dim when out of range
+  const int64_t d = c10::maybe_wrap_dim(dim, x.dim());        // names the bad dim when out of range
   const at::ScalarType out_dtype = half_to_float ? at::kFloat : dtype;
 
   const at::Tensor rows_view = x_nd.movedim(d, -1);

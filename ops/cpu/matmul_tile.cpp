@@ -41,7 +41,7 @@ __attribute__((target("avx512f"))) inline __mmask16 lanes(int64_t width) {
 // R rows by 32 columns (two vectors per row, the last column block masked).
 template <int R>
 __attribute__((target("avx512f"))) inline void rows_avx512(const float *a, int64_t kt, const float *b, int64_t nt,
-                                                             float *acc, int64_t ldc) {
+                                                           float *acc, int64_t ldc) {
   for (int64_t j0 = 0; j0 < nt; j0 += 32) {
     const __mmask16 m0 = lanes(nt - j0), m1 = lanes(nt - j0 - 16);
     __m512 p0[R], p1[R];
@@ -63,8 +63,8 @@ __attribute__((target("avx512f"))) inline void rows_avx512(const float *a, int64
   }
 }
 
-__attribute__((target("avx512f"))) void accumulate_tile_avx512(const float *a, int64_t rows, int64_t kt,
-                                                                const float *b, int64_t nt, float *acc, int64_t ldc) {
+__attribute__((target("avx512f"))) void accumulate_tile_avx512(const float *a, int64_t rows, int64_t kt, const float *b,
+                                                               int64_t nt, float *acc, int64_t ldc) {
   int64_t i = 0;
   for (; i + 4 <= rows; i += 4) rows_avx512<4>(a + i * kt, kt, b, nt, acc + i * ldc, ldc);
   for (; i < rows; ++i) rows_avx512<1>(a + i * kt, kt, b, nt, acc + i * ldc, ldc);

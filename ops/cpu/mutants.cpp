@@ -60,8 +60,8 @@ at::Tensor addmm_from_accumulator(const at::Tensor &acc, const at::Tensor &bias,
   const float *acc_data = acc.const_data_ptr<float>(), *bias_data = bias_f.const_data_ptr<float>();
   float *out_data = out.data_ptr<float>();
   for (int64_t e = 0; e < acc.numel(); ++e)
-    out_data[e] = fixed_order::addmm_epilogue(acc_data[e], bias_data[e], static_cast<float>(alpha),
-                                              static_cast<float>(beta));
+    out_data[e] =
+        fixed_order::addmm_epilogue(acc_data[e], bias_data[e], static_cast<float>(alpha), static_cast<float>(beta));
   return out.to(bias.scalar_type());
 }
 
@@ -211,11 +211,10 @@ std::vector<ImplInfo> cpu_mutant_impls() {
     return matmul_rows(a) >= kSplitKMinRows ? split_k_accumulator(a, b) : at::Tensor();
   }));
   // Imitates autotuning that picks a smaller K tile for larger batches.
-  add(matmul_mutant("mutant-blocksize", "K block of 32 when M >= 8, else 64",
-                    [](const at::Tensor &a, const at::Tensor &b) {
-                      return matmul_rows(a) >= kSmallBlockMinRows ? blocked_accumulator(a, b, kSmallKBlock)
-                                                                  : at::Tensor();
-                    }));
+  add(matmul_mutant(
+      "mutant-blocksize", "K block of 32 when M >= 8, else 64", [](const at::Tensor &a, const at::Tensor &b) {
+        return matmul_rows(a) >= kSmallBlockMinRows ? blocked_accumulator(a, b, kSmallKBlock) : at::Tensor();
+      }));
   const auto e = Expectation::must_hold;
   const auto cpu = Backend::cpu;
   // Imitates a batched GEMM whose heuristic looks at the number of matrices (it grows with the
@@ -224,7 +223,8 @@ std::vector<ImplInfo> cpu_mutant_impls() {
   add({{"mutant-batchsplitk", "bmm", cpu, float_dtypes(), e, "split-K in two halves when the batch has >= 3 matrices",
         [](const OpArgs &x) {
           const at::Tensor &a = x.tensors.at(0), &b = x.tensors.at(1);
-          return a.size(0) >= kBatchSplitKMinMatrices ? split_k_accumulator(a, b).to(a.scalar_type()) : cpu_ops::bmm(a, b);
+          return a.size(0) >= kBatchSplitKMinMatrices ? split_k_accumulator(a, b).to(a.scalar_type())
+                                                      : cpu_ops::bmm(a, b);
         }}});
   add({
       // Imitates a reduction whose loop direction is chosen by a launch heuristic on the row count.

@@ -90,7 +90,8 @@ void store_output(const float *src, int64_t n, const at::Tensor &out) {
   const at::ScalarType dtype = out.scalar_type();
   if (dtype == at::kFloat) {
     float *dst = out.data_ptr<float>();
-    for (int64_t i = 0; i < n; ++i) dst[i] = nan_bits(bits_of(src + i)) ? std::numeric_limits<float>::quiet_NaN() : src[i];
+    for (int64_t i = 0; i < n; ++i)
+      dst[i] = nan_bits(bits_of(src + i)) ? std::numeric_limits<float>::quiet_NaN() : src[i];
   } else if (dtype == at::kBFloat16) {
     convert_bf16(src, reinterpret_cast<uint16_t *>(out.data_ptr<c10::BFloat16>()), n);
   } else {

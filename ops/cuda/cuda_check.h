@@ -42,10 +42,10 @@ inline std::string status_text(cublasStatus_t s) {
                                             ::detfuzz::cuda_detail::status_text(detfuzz_status_)); \
   } while (0)
 
-#define DETFUZZ_LAUNCH_CHECK()                                                                   \
-  do {                                                                                           \
-    const cudaError_t detfuzz_launch_status_ = cudaGetLastError();                               \
-    if (detfuzz_launch_status_ != cudaSuccess)                                                   \
-      ::detfuzz::cuda_detail::throw_failure(__FILE__, __LINE__, "kernel launch",                 \
+#define DETFUZZ_LAUNCH_CHECK()                                                                            \
+  do {                                                                                                    \
+    const cudaError_t detfuzz_launch_status_ = cudaGetLastError();                                        \
+    if (detfuzz_launch_status_ != cudaSuccess)                                                            \
+      ::detfuzz::cuda_detail::throw_failure(__FILE__, __LINE__, "kernel launch",                          \
                                             ::detfuzz::cuda_detail::status_text(detfuzz_launch_status_)); \
   } while (0)

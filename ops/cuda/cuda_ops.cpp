@@ -190,15 +190,14 @@ const char *MatmulPathChoice::name() const {
 
 namespace {
 // Every forceable path of each kernel (automatic excluded).
-constexpr ck::GemmPath kHopperPaths[] = {ck::GemmPath::sm90_persistent, ck::GemmPath::sm90_split,
-                                         ck::GemmPath::sm90_persistent_64, ck::GemmPath::sm90_split_64,
+constexpr ck::GemmPath kHopperPaths[] = {ck::GemmPath::sm90_persistent,       ck::GemmPath::sm90_split,
+                                         ck::GemmPath::sm90_persistent_64,    ck::GemmPath::sm90_split_64,
                                          ck::GemmPath::sm90_persistent_64x64, ck::GemmPath::sm90_persistent_128x192,
                                          ck::GemmPath::sm90_persistent_64x256};
-constexpr ck::F32Path kF32Paths[] = {ck::F32Path::persistent_tall, ck::F32Path::persistent_large,
-                                     ck::F32Path::persistent_small, ck::F32Path::cluster_large,
-                                     ck::F32Path::cluster_small,   ck::F32Path::column_stream,
-                                     ck::F32Path::split_large,     ck::F32Path::split_small,
-                                     ck::F32Path::column_stream_split};
+constexpr ck::F32Path kF32Paths[] = {
+    ck::F32Path::persistent_tall, ck::F32Path::persistent_large, ck::F32Path::persistent_small,
+    ck::F32Path::cluster_large,   ck::F32Path::cluster_small,    ck::F32Path::column_stream,
+    ck::F32Path::split_large,     ck::F32Path::split_small,      ck::F32Path::column_stream_split};
 }  // namespace
 
 std::vector<MatmulPathChoice> equivalent_matmul_paths(int device, at::ScalarType dtype) {
@@ -226,11 +225,12 @@ std::optional<MatmulPathChoice> matmul_path_by_name(const std::string &name) {
 at::Tensor mm(const at::Tensor &a, const at::Tensor &b) {
   check_matmul_operand(a, "mm", "a", 2);
   check_matmul_operand(b, "mm", "b", 2);
-  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "mm: a and b must have the same dtype, got ", a.scalar_type(), " and ",
-              b.scalar_type());
-  TORCH_CHECK(a.device() == b.device(), "mm: a and b must be on the same device, got ", a.device(), " and ", b.device());
-  TORCH_CHECK(a.size(1) == b.size(0), "mm: shapes ", a.sizes(), " and ", b.sizes(), " cannot be multiplied (", a.size(1),
-              " != ", b.size(0), ")");
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "mm: a and b must have the same dtype, got ", a.scalar_type(),
+              " and ", b.scalar_type());
+  TORCH_CHECK(a.device() == b.device(), "mm: a and b must be on the same device, got ", a.device(), " and ",
+              b.device());
+  TORCH_CHECK(a.size(1) == b.size(0), "mm: shapes ", a.sizes(), " and ", b.sizes(), " cannot be multiplied (",
+              a.size(1), " != ", b.size(0), ")");
   return gemm(a.unsqueeze(0), b.unsqueeze(0), c10::nullopt, 1.0, 0.0).squeeze(0);
 }
 
@@ -336,6 +336,5 @@ at::Tensor mean(const at::Tensor &x, at::IntArrayRef dims, bool keepdim, std::op
   }
   return y.view(out_shape);
 }
-
 
 }  // namespace detfuzz::cuda_ops

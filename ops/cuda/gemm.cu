@@ -74,8 +74,10 @@ std::string gemm_check(const GemmParams &p) {
   const int al = gemm_alignment(p.dtype);
   auto misaligned = [](const void *ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) != 0; };
   if (p.K % al) return "K = " + std::to_string(p.K) + " is not a multiple of " + std::to_string(al);
-  if (p.lda % al || p.batch_stride_a % al) return "lda or the batch stride of A is not a multiple of " + std::to_string(al);
-  if (p.ldb % al || p.batch_stride_b % al) return "ldb or the batch stride of B is not a multiple of " + std::to_string(al);
+  if (p.lda % al || p.batch_stride_a % al)
+    return "lda or the batch stride of A is not a multiple of " + std::to_string(al);
+  if (p.ldb % al || p.batch_stride_b % al)
+    return "ldb or the batch stride of B is not a multiple of " + std::to_string(al);
   if (p.b_kn && p.N % al && p.ldb < (p.N + al - 1) / al * al)
     return "N = " + std::to_string(p.N) + " is not a multiple of " + std::to_string(al) +
            " with B as [K,N] and ldb < N rounded up (no readable padding)";
@@ -85,7 +87,8 @@ std::string gemm_check(const GemmParams &p) {
 
 int64_t gemm_workspace_bytes(const GemmParams &p, int device) {
   if (p.dtype != DType::f32 || p.M == 0 || p.N == 0 || p.batch == 0) return 0;
-  return gemm_f32_workspace_bytes(p, p.f32_path != F32Path::automatic ? p.f32_path : gemm_f32_auto_path(p, device, true));
+  return gemm_f32_workspace_bytes(p,
+                                  p.f32_path != F32Path::automatic ? p.f32_path : gemm_f32_auto_path(p, device, true));
 }
 
 void launch_gemm(const GemmParams &p, cudaStream_t stream) {

@@ -54,8 +54,8 @@ struct GemmParams {
   int64_t bias_stride_m = 0, bias_stride_n = 0, batch_stride_bias = 0;
   float alpha = 1.f, beta = 1.f;
   int64_t M = 0, N = 0, K = 0, batch = 1;
-  int num_ctas = 0;  // persistent CTA slots: cuda_ops passes the device's SM count (the 16-bit
-                     // kernel runs 2 co-resident CTAs per slot). Must be >= 1; never changes bits.
+  int num_ctas = 0;                       // persistent CTA slots: cuda_ops passes the device's SM count (the 16-bit
+                                          // kernel runs 2 co-resident CTAs per slot). Must be >= 1; never changes bits.
   GemmPath path = GemmPath::automatic;    // 16-bit dtypes only
   F32Path f32_path = F32Path::automatic;  // float32 only
   // Device scratch for the paths that need it (gemm_workspace_bytes; 16-byte aligned, used only by
@@ -81,13 +81,13 @@ int gemm_alignment(DType t);
 void launch_gemm(const GemmParams &p, cudaStream_t stream);
 
 // Internal: one per kernel file.
-void launch_gemm_tc(const GemmParams &p, cudaStream_t stream);   // f16, bf16 (gemm_tc.cu)
+void launch_gemm_tc(const GemmParams &p, cudaStream_t stream);  // f16, bf16 (gemm_tc.cu)
 // f16, bf16 on sm_90 (gemm_sm90.cu); path is automatic or one of the sm90 ones.
 void launch_gemm_sm90(const GemmParams &p, GemmPath path, cudaStream_t stream);
 
 // The automatic float32 path; with_workspace: as if p carried a large enough workspace.
 F32Path gemm_f32_auto_path(const GemmParams &p, int device, bool with_workspace);
-int64_t gemm_f32_workspace_bytes(const GemmParams &p, F32Path path);  // 0 unless path is split_*
+int64_t gemm_f32_workspace_bytes(const GemmParams &p, F32Path path);                // 0 unless path is split_*
 void launch_gemm_f32_path(const GemmParams &p, F32Path path, cudaStream_t stream);  // f32 (gemm_f32.cu)
 // The column-stream path (gemm_f32_stream.cu), launched through launch_gemm_f32_path: whether its
 // grid and TMA coordinates can hold the problem, and the launch.

@@ -83,9 +83,9 @@ constexpr int pitch_of(int rows) { return (rows + 27) / 32 * 32 + 4; }
 
 template <int BM_, int BN_, int TM_, int TN_, int LM_, int BK_, int STAGES_, int CTAS_PER_SM_>
 struct TileShape {
-  static constexpr int BM = BM_, BN = BN_;   // CTA tile
-  static constexpr int TM = TM_, TN = TN_;   // per thread: TM / 4 groups of 4 rows, TN / 4 of 4 columns
-  static constexpr int LM = LM_, LN = 32 / LM_;  // lanes of a warp along M and N
+  static constexpr int BM = BM_, BN = BN_;          // CTA tile
+  static constexpr int TM = TM_, TN = TN_;          // per thread: TM / 4 groups of 4 rows, TN / 4 of 4 columns
+  static constexpr int LM = LM_, LN = 32 / LM_;     // lanes of a warp along M and N
   static constexpr int WM = LM * TM, WN = LN * TN;  // warp tile
   static constexpr int WARPS_M = BM / WM, WARPS_N = BN / WN;
   static constexpr int THREADS = 32 * WARPS_M * WARPS_N;
@@ -109,8 +109,10 @@ using LargeTile = TileShape<128, 128, 8, 8, 4, 16, 3, 2>;
 using SmallTile = TileShape<32, 128, 4, 4, 2, 32, 4, 2>;
 // The tiles the launch rules (gemm_policy.h) count.
 static_assert(TallTile::BM == gemm_policy::kF32Tall.m && TallTile::BN == gemm_policy::kF32Tall.n, "policy's tall tile");
-static_assert(LargeTile::BM == gemm_policy::kF32Large.m && LargeTile::BN == gemm_policy::kF32Large.n, "policy's large tile");
-static_assert(SmallTile::BM == gemm_policy::kF32Small.m && SmallTile::BN == gemm_policy::kF32Small.n, "policy's small tile");
+static_assert(LargeTile::BM == gemm_policy::kF32Large.m && LargeTile::BN == gemm_policy::kF32Large.n,
+              "policy's large tile");
+static_assert(SmallTile::BM == gemm_policy::kF32Small.m && SmallTile::BN == gemm_policy::kF32Small.n,
+              "policy's small tile");
 
 // persistent_tile (gemm_common.cuh) in 32-bit arithmetic, which spares the kernel the register
 // cost of 64-bit divisions: the same tile order while tile counts * GROUP_M stay below 2^31 (the
@@ -141,12 +143,14 @@ struct Walk {
 // (never stored) or k past the chunk (never multiplied in), so no zero fill is needed. ok:
 // nonzero to copy.
 __device__ __forceinline__ void cp_async4_if(uint32_t dst, const float *src, uint32_t ok) {
-  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n @p cp.async.ca.shared.global [%0], [%1], 4;\n}\n" ::"r"(dst),
-               "l"(src), "r"(ok));
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n @p cp.async.ca.shared.global [%0], [%1], 4;\n}\n" ::"r"(dst),
+      "l"(src), "r"(ok));
 }
 __device__ __forceinline__ void cp_async16_if(uint32_t dst, const float *src, uint32_t ok) {
   asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n @p cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n}\n" ::"r"(dst),
+      "{\n .reg .pred p;\n setp.ne.b32 p, %2, 0;\n @p cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n}\n" ::"r"(
+          dst),
       "l"(src), "r"(ok));
 }
 
@@ -198,7 +202,8 @@ struct RowCopy {
     return m;
   }
   __device__ __forceinline__ void copy(int i, uint32_t stage, uint32_t mask, int64_t ld, int tid) const {
-    cp_async16_if(stage + (((tid >> 5) + 8 * i) * T::ROW + T::BM + (tid & 31) * 4) * 4, src + 8 * i * ld, mask & (1u << i));
+    cp_async16_if(stage + (((tid >> 5) + 8 * i) * T::ROW + T::BM + (tid & 31) * 4) * 4, src + 8 * i * ld,
+                  mask & (1u << i));
   }
   __device__ __forceinline__ void advance(int64_t ld) { src += T::BK * ld; }
 };
@@ -217,7 +222,7 @@ struct Loader {
   BCopy b;
   int tile;  // the next step
   int64_t k0;
-  uint32_t ma, mb;   // its copy predicates
+  uint32_t ma, mb;  // its copy predicates
 
   __device__ __forceinline__ void set_tile(const F32Args &p, const Walk &w, int64_t tiles_m, int64_t tiles_n, int tid) {
     if (tile >= w.tile_end) return;
@@ -232,7 +237,8 @@ struct Loader {
   }
   // The next step's predicates (all false when the walk is done).
   __device__ __forceinline__ void begin(const Walk &w, int tid) {
-    const int kleft = tile < w.tile_end && k0 < w.kend ? static_cast<int>(min(static_cast<int64_t>(T::BK), w.kend - k0)) : 0;
+    const int kleft =
+        tile < w.tile_end && k0 < w.kend ? static_cast<int>(min(static_cast<int64_t>(T::BK), w.kend - k0)) : 0;
     ma = a.mask(kleft, tid);
     mb = b.mask(kleft, tid);
   }
@@ -261,8 +267,8 @@ struct Loader {
     cp_async_commit();
   }
   // A whole step at once.
-  __device__ __forceinline__ void load(const F32Args &p, const Walk &w, uint32_t stage, int64_t tiles_m, int64_t tiles_n,
-                                       int tid) {
+  __device__ __forceinline__ void load(const F32Args &p, const Walk &w, uint32_t stage, int64_t tiles_m,
+                                       int64_t tiles_n, int tid) {
     begin(w, tid);
 #pragma unroll
     for (int j = 0; j < COPIES; ++j) copy(j, stage, p, tid);
@@ -281,12 +287,18 @@ __device__ __forceinline__ void load_frag(Frag<T> &f, const float *row, int a_of
 #pragma unroll
   for (int g = 0; g < T::TM / 4; ++g) {
     const float4 v = *reinterpret_cast<const float4 *>(row + a_off + g * T::LM * 4);
-    f.a[g * 4] = v.x; f.a[g * 4 + 1] = v.y; f.a[g * 4 + 2] = v.z; f.a[g * 4 + 3] = v.w;
+    f.a[g * 4] = v.x;
+    f.a[g * 4 + 1] = v.y;
+    f.a[g * 4 + 2] = v.z;
+    f.a[g * 4 + 3] = v.w;
   }
 #pragma unroll
   for (int g = 0; g < T::TN / 4; ++g) {
     const float4 v = *reinterpret_cast<const float4 *>(row + T::BM + b_off + g * T::LN * 4);
-    f.b[g * 4] = v.x; f.b[g * 4 + 1] = v.y; f.b[g * 4 + 2] = v.z; f.b[g * 4 + 3] = v.w;
+    f.b[g * 4] = v.x;
+    f.b[g * 4 + 1] = v.y;
+    f.b[g * 4 + 2] = v.z;
+    f.b[g * 4 + 3] = v.w;
   }
 }
 
@@ -307,7 +319,10 @@ __device__ __forceinline__ float4 acc4(const float (&acc)[TM][TN], int q) {
 template <int TM, int TN>
 __device__ __forceinline__ void set_acc4(float (&acc)[TM][TN], int q, float4 v) {
   float *a = &acc[q / (TN / 4)][q % (TN / 4) * 4];
-  a[0] = v.x; a[1] = v.y; a[2] = v.z; a[3] = v.w;
+  a[0] = v.x;
+  a[1] = v.y;
+  a[2] = v.z;
+  a[3] = v.w;
 }
 // f(r, col, q) for each group of 4 columns of the thread's accumulators whose row lies below
 // valid_m: tile row r, tile columns col .. col + 3, acc4(acc, q).
@@ -367,7 +382,12 @@ __global__ void __launch_bounds__(T::THREADS, T::CTAS_PER_SM) gemm_f32_kernel(co
     const int c = static_cast<int>(blockIdx.x % ch.count);
     w = {tile, 1, tile + 1, c * ch.size, min(p.K, (c + 1) * ch.size), c, c + 1};
   } else {
-    w = {static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x), static_cast<int>(tiles_m * tiles_n * p.batch), 0, p.K, 0,
+    w = {static_cast<int>(blockIdx.x),
+         static_cast<int>(gridDim.x),
+         static_cast<int>(tiles_m * tiles_n * p.batch),
+         0,
+         p.K,
+         0,
          ch.count};
   }
 
@@ -471,7 +491,8 @@ __global__ void __launch_bounds__(T::THREADS, T::CTAS_PER_SM) gemm_f32_kernel(co
             for (int q = 0; q < T::TM * T::TN / 4; ++q) totals[q * T::THREADS] = acc4(acc, q);
           } else if (c + 1 < w.c_end) {
 #pragma unroll
-            for (int q = 0; q < T::TM * T::TN / 4; ++q) totals[q * T::THREADS] = add4(totals[q * T::THREADS], acc4(acc, q));
+            for (int q = 0; q < T::TM * T::TN / 4; ++q)
+              totals[q * T::THREADS] = add4(totals[q * T::THREADS], acc4(acc, q));
           } else {
 #pragma unroll
             for (int q = 0; q < T::TM * T::TN / 4; ++q) set_acc4(acc, q, add4(totals[q * T::THREADS], acc4(acc, q)));
@@ -523,7 +544,9 @@ __global__ void __launch_bounds__(T::THREADS, T::CTAS_PER_SM) gemm_f32_kernel(co
       for (int q = rank * per + tid; q < q_end; q += T::THREADS) {
         const int r = q / (T::BN / 4), c4 = (q % (T::BN / 4)) * 4;
         if (r >= valid_m || n0 + c4 >= p.N) continue;
-        auto part = [&](int src) { return *reinterpret_cast<const float4 *>(cluster.map_shared_rank(partial, src) + q * 4); };
+        auto part = [&](int src) {
+          return *reinterpret_cast<const float4 *>(cluster.map_shared_rank(partial, src) + q * 4);
+        };
         float4 t = part(0);
 #pragma unroll
         for (int src = 1; src < kMaxKChunks; ++src)  // the adds in rank order
@@ -571,11 +594,12 @@ template <class T, bool B_KN, Schedule SCHED>
 void opt_in(int dev) {
   static std::atomic<uint64_t> opted_in{0};
   configure_once_per_device(opted_in, dev, [] {
-    DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(gemm_f32_kernel<T, B_KN, SCHED>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            smem_bytes<T>(SCHED)));
+    DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(gemm_f32_kernel<T, B_KN, SCHED>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<T>(SCHED)));
     // All of the SM's unified memory as shared memory, so that CTAS_PER_SM CTAs fit.
     DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(gemm_f32_kernel<T, B_KN, SCHED>,
-                                            cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+                                            cudaFuncAttributePreferredSharedMemoryCarveout,
+                                            cudaSharedmemCarveoutMaxShared));
   });
 }
 
@@ -590,7 +614,8 @@ void launch_persistent(const F32Args &args, const GemmParams &p, int dev, cudaSt
   const int64_t tiles = tile_count<T>(p);
   const int64_t slots = static_cast<int64_t>(p.num_ctas) * T::CTAS_PER_SM;
   const int ctas = static_cast<int>(tiles < slots ? tiles : slots);
-  gemm_f32_kernel<T, B_KN, Schedule::persistent><<<ctas, T::THREADS, smem_bytes<T>(Schedule::persistent), stream>>>(args, nullptr);
+  gemm_f32_kernel<T, B_KN, Schedule::persistent>
+      <<<ctas, T::THREADS, smem_bytes<T>(Schedule::persistent), stream>>>(args, nullptr);
   DETFUZZ_LAUNCH_CHECK();
 }
 
@@ -602,7 +627,8 @@ void launch_split(const F32Args &args, const GemmParams &p, int dev, cudaStream_
   const int count = k_chunks(p.K).count;
   float *const workspace = static_cast<float *>(p.workspace);
   gemm_f32_kernel<T, B_KN, Schedule::split>
-      <<<static_cast<unsigned>(tile_count<T>(p) * count), T::THREADS, smem_bytes<T>(Schedule::split), stream>>>(args, workspace);
+      <<<static_cast<unsigned>(tile_count<T>(p) * count), T::THREADS, smem_bytes<T>(Schedule::split), stream>>>(
+          args, workspace);
   DETFUZZ_LAUNCH_CHECK();
   launch_gemm_f32_split_reduce(p, stream);
 }
@@ -623,7 +649,8 @@ void launch_cluster(const F32Args &args, const GemmParams &p, int dev, cudaStrea
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  DETFUZZ_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemm_f32_kernel<T, B_KN, Schedule::cluster>, args, static_cast<float *>(nullptr)));
+  DETFUZZ_CUDA_CHECK(
+      cudaLaunchKernelEx(&cfg, gemm_f32_kernel<T, B_KN, Schedule::cluster>, args, static_cast<float *>(nullptr)));
 }
 
 // ask(dev), asked once per device (devices 0..63; others are asked every time): the launcher's
@@ -684,8 +711,8 @@ bool is_split(F32Path path) {
 void launch_gemm_f32_split_reduce(const GemmParams &p, cudaStream_t stream) {
   const int64_t quads = p.batch * p.M * (f32_split_pitch(p.N) / 4);
   const int64_t blocks = std::min<int64_t>((quads + 255) / 256, static_cast<int64_t>(p.num_ctas) * 8);
-  split_reduce_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(gemm_args<float>(p), static_cast<const float *>(p.workspace),
-                                                                          k_chunks(p.K).count);
+  split_reduce_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
+      gemm_args<float>(p), static_cast<const float *>(p.workspace), k_chunks(p.K).count);
   DETFUZZ_LAUNCH_CHECK();
 }
 
@@ -748,9 +775,9 @@ void launch_gemm_f32_path(const GemmParams &p, F32Path path, cudaStream_t stream
     throw std::runtime_error(std::string("launch_gemm_f32: too many tiles for path ") + gemm_f32_path_name(path));
   if (is_split(path) && (p.workspace == nullptr || p.workspace_bytes < split_workspace_bytes(p) ||
                          (reinterpret_cast<uintptr_t>(p.workspace) & 15) != 0))
-    throw std::runtime_error(std::string("launch_gemm_f32: path ") + gemm_f32_path_name(path) + " needs a 16-byte aligned workspace of " +
-                             std::to_string(split_workspace_bytes(p)) + " bytes (gemm_workspace_bytes), got " +
-                             std::to_string(p.workspace_bytes));
+    throw std::runtime_error(std::string("launch_gemm_f32: path ") + gemm_f32_path_name(path) +
+                             " needs a 16-byte aligned workspace of " + std::to_string(split_workspace_bytes(p)) +
+                             " bytes (gemm_workspace_bytes), got " + std::to_string(p.workspace_bytes));
   const F32Args args = gemm_args<float>(p);
   switch (path) {
     case F32Path::persistent_tall: launch_tile<TallTile, Schedule::persistent>(args, p, dev, stream); break;
@@ -769,7 +796,9 @@ void launch_gemm_f32_path(const GemmParams &p, F32Path path, cudaStream_t stream
   }
 }
 
-int64_t gemm_f32_workspace_bytes(const GemmParams &p, F32Path path) { return is_split(path) ? split_workspace_bytes(p) : 0; }
+int64_t gemm_f32_workspace_bytes(const GemmParams &p, F32Path path) {
+  return is_split(path) ? split_workspace_bytes(p) : 0;
+}
 
 std::pair<int64_t, int> gemm_k_chunks(int64_t K) {
   const KChunks ch = k_chunks(K);

@@ -53,16 +53,16 @@ using gemm_policy::f32_stream_rows;
 
 template <int G, int R, int C>
 struct StreamShape {
-  static constexpr int BM = R * G;                                  // rows per CTA
-  static constexpr int GROUP = kCols / C;                           // threads of a row group
-  static constexpr int CONSUMERS = GROUP * G;                       // consumer threads
-  static constexpr int THREADS = CONSUMERS + 32;                    // + the producer warp
-  static constexpr int STAGES = G == 4 ? 5 : 6;                     // two CTAs per SM (6 of 4 groups' 20 KiB would not)
-  static constexpr int B_BYTES = kCols * kBK * 4;                   // 16 KiB
-  static constexpr int A_BOX_BYTES = BM * kBK * 4;                 // what a stage's TMA boxes bring:
-  static constexpr int TX_BYTES = B_BYTES + A_BOX_BYTES;            // the full mbarrier's byte count
+  static constexpr int BM = R * G;                        // rows per CTA
+  static constexpr int GROUP = kCols / C;                 // threads of a row group
+  static constexpr int CONSUMERS = GROUP * G;             // consumer threads
+  static constexpr int THREADS = CONSUMERS + 32;          // + the producer warp
+  static constexpr int STAGES = G == 4 ? 5 : 6;           // two CTAs per SM (6 of 4 groups' 20 KiB would not)
+  static constexpr int B_BYTES = kCols * kBK * 4;         // 16 KiB
+  static constexpr int A_BOX_BYTES = BM * kBK * 4;        // what a stage's TMA boxes bring:
+  static constexpr int TX_BYTES = B_BYTES + A_BOX_BYTES;  // the full mbarrier's byte count
   static constexpr int STAGE_BYTES = B_BYTES + (A_BOX_BYTES + 1023) / 1024 * 1024;  // a multiple of 1 KiB
-  static constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 2 * STAGES * 8 + 1024;  // + mbarriers, alignment
+  static constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 2 * STAGES * 8 + 1024;   // + mbarriers, alignment
   static_assert(STAGE_BYTES % 1024 == 0, "stages stay 1 KiB aligned (the 128-byte swizzle)");
   static_assert(BM * kCols * 4 <= STAGES * STAGE_BYTES, "the p_c tile fits in the stages");
   static_assert(2 * (SMEM_BYTES + 1024) <= 228 * 1024, "two CTAs per SM");
@@ -97,7 +97,8 @@ __device__ __forceinline__ void fma_group(float (&acc)[R][C], const float (&b)[4
 }
 
 // The float32 epilogue of element (m, n).
-__device__ __forceinline__ float finish(const GemmArgs<float> &g, const float *bias, int64_t m, int64_t n, float total) {
+__device__ __forceinline__ float finish(const GemmArgs<float> &g, const float *bias, int64_t m, int64_t n,
+                                        float total) {
   return f32_epilogue(g, total, bias ? bias + m * g.bsm + n * g.bsn : nullptr);
 }
 
@@ -148,7 +149,8 @@ __global__ void __launch_bounds__(StreamShape<G, R, C>::THREADS, 2)
           sm90::tma_load_matrix(stage, &map_b, p.b_rank3, bar, static_cast<int>(n0), k0, static_cast<int>(batch));
         else
           sm90::tma_load_matrix(stage, &map_b, p.b_rank3, bar, k0, static_cast<int>(n0), static_cast<int>(batch));
-        sm90::tma_load_matrix(stage + S::B_BYTES, &map_a, p.a_rank3, bar, k0, static_cast<int>(m0), static_cast<int>(batch));
+        sm90::tma_load_matrix(stage + S::B_BYTES, &map_a, p.a_rank3, bar, k0, static_cast<int>(m0),
+                              static_cast<int>(batch));
       }
     }
   } else {
@@ -170,7 +172,7 @@ __global__ void __launch_bounds__(StreamShape<G, R, C>::THREADS, 2)
       const float *a_rows = reinterpret_cast<const float *>(stage + S::B_BYTES) + group * R * kBK;
       // k group j of the thread's columns. B [K,N]: row k of the box is 128 floats; B [N,K]: row n
       // is 32 floats in 16-byte groups j stored at j ^ (n % 8).
-      auto b_group = [&](int j, float (&b)[4][C]) {
+      auto b_group = [&](int j, float(&b)[4][C]) {
         if constexpr (B_KN) {
           const float *row = reinterpret_cast<const float *>(stage) + j * 4 * kCols;
 #pragma unroll
@@ -179,7 +181,10 @@ __global__ void __launch_bounds__(StreamShape<G, R, C>::THREADS, 2)
               b[kk][0] = row[kk * kCols + t];
             } else {
               const float4 v = *reinterpret_cast<const float4 *>(row + kk * kCols + 4 * t);
-              b[kk][0] = v.x; b[kk][1] = v.y; b[kk][2] = v.z; b[kk][3] = v.w;
+              b[kk][0] = v.x;
+              b[kk][1] = v.y;
+              b[kk][2] = v.z;
+              b[kk][3] = v.w;
             }
           }
         } else {
@@ -187,7 +192,10 @@ __global__ void __launch_bounds__(StreamShape<G, R, C>::THREADS, 2)
           for (int c = 0; c < C; ++c) {
             const int n = column(c);
             const float4 v = *reinterpret_cast<const float4 *>(stage + n * 128 + ((j ^ (n & 7)) << 4));
-            b[0][c] = v.x; b[1][c] = v.y; b[2][c] = v.z; b[3][c] = v.w;
+            b[0][c] = v.x;
+            b[1][c] = v.y;
+            b[2][c] = v.z;
+            b[3][c] = v.w;
           }
         }
       };
@@ -278,9 +286,10 @@ __global__ void __launch_bounds__(StreamShape<G, R, C>::THREADS, 2)
 CUtensorMap f32_map(const void *base, int64_t cols, int64_t rows, int64_t ld, int64_t batch, int64_t batch_stride,
                     int box_cols, int box_rows, bool swizzle128, int *rank3) {
   // K = 0 has no step to load, but a map needs sizes >= 1 and a row pitch of >= 16 bytes.
-  const MatrixMap m = matrix_map("gemm_f32 column-stream", CU_TENSOR_MAP_DATA_TYPE_FLOAT32, base, std::max<int64_t>(cols, 1),
-                                 std::max<int64_t>(rows, 1), std::max<int64_t>(ld, 4), batch, batch_stride, box_cols,
-                                 box_rows, swizzle128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE);
+  const MatrixMap m =
+      matrix_map("gemm_f32 column-stream", CU_TENSOR_MAP_DATA_TYPE_FLOAT32, base, std::max<int64_t>(cols, 1),
+                 std::max<int64_t>(rows, 1), std::max<int64_t>(ld, 4), batch, batch_stride, box_cols, box_rows,
+                 swizzle128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE);
   *rank3 = m.rank3;
   return m.map;
 }
@@ -335,9 +344,9 @@ void launch(const GemmParams &p, bool split, int dev, cudaStream_t stream) {
   args.tiles_n = (p.N + kCols - 1) / kCols;
   args.workspace = split && ch.count > 1 ? static_cast<float *>(p.workspace) : nullptr;
   const CUtensorMap map_a = f32_map(p.a, p.K, p.M, p.lda, p.batch, p.batch_stride_a, kBK, S::BM, false, &args.a_rank3);
-  const CUtensorMap map_b = I::B_KN
-                                ? f32_map(p.b, p.N, p.K, p.ldb, p.batch, p.batch_stride_b, kCols, kBK, false, &args.b_rank3)
-                                : f32_map(p.b, p.K, p.N, p.ldb, p.batch, p.batch_stride_b, kBK, kCols, true, &args.b_rank3);
+  const CUtensorMap map_b =
+      I::B_KN ? f32_map(p.b, p.N, p.K, p.ldb, p.batch, p.batch_stride_b, kCols, kBK, false, &args.b_rank3)
+              : f32_map(p.b, p.K, p.N, p.ldb, p.batch, p.batch_stride_b, kBK, kCols, true, &args.b_rank3);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(args.tiles_m * args.tiles_n * p.batch * ch.count));
   cfg.blockDim = dim3(S::THREADS);

@@ -171,7 +171,8 @@ inline bool side_by_side_pays(const GemmShape &s) {
 inline bool split_pays(const GemmShape &s, int consumers, bool half_width, int64_t clusters) {
   const int64_t tiles = tile_count(s, 64 * consumers, 128);
   const int chunks = k_chunks(s.K).count;
-  const int64_t persistent_cost = half_width ? waves(tile_count(s, 64, 64), s.sms) * chunks : 2 * waves(tiles, s.sms) * chunks;
+  const int64_t persistent_cost =
+      half_width ? waves(tile_count(s, 64, 64), s.sms) * chunks : 2 * waves(tiles, s.sms) * chunks;
   return 2 * waves(tiles, clusters) * 3 < persistent_cost;
 }
 
@@ -195,15 +196,18 @@ Sm90Kernel sm90_kernel(const GemmShape &s, GemmPath path, bool c_storable_by_tma
   const bool forced_persistent = path == GemmPath::sm90_persistent || path == GemmPath::sm90_persistent_64 ||
                                  path == GemmPath::sm90_persistent_128x192 || path == GemmPath::sm90_persistent_64x256;
   bool cluster = forced_cluster;
-  if (!forced_cluster && !forced_persistent && chunks > 1) cluster = split_pays(s, consumers, half_width, clusters(consumers, chunks));
+  if (!forced_cluster && !forced_persistent && chunks > 1)
+    cluster = split_pays(s, consumers, half_width, clusters(consumers, chunks));
   if (cluster) return consumers == 1 ? Sm90Kernel::split_64x128 : Sm90Kernel::split_128x128;
   if (consumers == 1) {
     if (half_width) return Sm90Kernel::persistent_64x64;
-    if (path == GemmPath::sm90_persistent_64x256 || (automatic && side_by_side_pays(s))) return Sm90Kernel::persistent_64x256;
+    if (path == GemmPath::sm90_persistent_64x256 || (automatic && side_by_side_pays(s)))
+      return Sm90Kernel::persistent_64x256;
     return Sm90Kernel::persistent_64x128;
   }
   if (!c_storable_by_tma) return Sm90Kernel::persistent_128x128;
-  if (path == GemmPath::sm90_persistent_128x192 || (automatic && wide_tiles_pay(s))) return Sm90Kernel::persistent_128x192_staged;
+  if (path == GemmPath::sm90_persistent_128x192 || (automatic && wide_tiles_pay(s)))
+    return Sm90Kernel::persistent_128x192_staged;
   return Sm90Kernel::persistent_128x128_staged;
 }
 
@@ -242,7 +246,8 @@ inline int64_t f32_stream_ctas(const GemmShape &s) {
 }
 // Whether its grid and TMA coordinates (32-bit) can hold the problem.
 inline bool f32_stream_fits(const GemmShape &s) {
-  return f32_stream_ctas(s) <= INT_MAX && s.K < INT_MAX - kStreamBK && s.N < INT_MAX && s.M < INT_MAX && s.batch < INT_MAX;
+  return f32_stream_ctas(s) <= INT_MAX && s.K < INT_MAX - kStreamBK && s.N < INT_MAX && s.M < INT_MAX &&
+         s.batch < INT_MAX;
 }
 
 // Whether the column stream's split form (partials through the workspace, a second launch) beats
@@ -277,8 +282,9 @@ F32Path f32_auto_path(const GemmShape &s, bool with_workspace, Device &&device) 
   // 17-32 rows (4 columns x 8 rows per thread); its split form where the clusters would not fit
   // one wave or would be packed two CTAs deep. At 9-16 rows the 32 x 128 tiles win.
   if ((s.M <= 8 || (s.M > 16 && s.M <= 32)) && device.cluster_capable() && f32_stream_fits(s))
-    return split && f32_stream_split_pays(s, [&](int size) { return device.stream_clusters(size); }) ? F32Path::column_stream_split
-                                                                                                     : F32Path::column_stream;
+    return split && f32_stream_split_pays(s, [&](int size) { return device.stream_clusters(size); })
+               ? F32Path::column_stream_split
+               : F32Path::column_stream;
   // 256 x 128 tiles (the shape cuBLAS picks for float32 on Hopper: more FMAs per shared-memory
   // read) where they are full and give every SM at least one; below 1024 rows they leave waves
   // half empty or compute padding.
@@ -309,7 +315,8 @@ F32Path f32_auto_path(const GemmShape &s, bool with_workspace, Device &&device) 
     const int64_t persistent_cost = (tiles + slots - 1) / slots * chunks;
     const int64_t cluster_cost = (tiles * chunks + slots - 1) / slots;
     const bool tie_to_cluster = persistent_cost == cluster_cost && 8 * tiles < 7 * slots;
-    if ((persistent_cost <= cluster_cost && !tie_to_cluster) || !f32_per_chunk_fits(s, kF32Large)) return F32Path::persistent_large;
+    if ((persistent_cost <= cluster_cost && !tie_to_cluster) || !f32_per_chunk_fits(s, kF32Large))
+      return F32Path::persistent_large;
     // Fewer (tile, chunk) CTAs than SMs even so: the small tiles give 4 times as many.
     if (tiles * chunks < slots && f32_per_chunk_fits(s, kF32Small)) return F32Path::cluster_small;
     return F32Path::cluster_large;

@@ -159,8 +159,9 @@ __device__ __forceinline__ uint16_t rounded(float total, const Sm90Args &p, cons
 // the bits are those of every other epilogue.
 // vec4: C's rows are 8-byte aligned (LEAN implies it).
 template <typename T, int BN, bool LEAN>
-__device__ __forceinline__ void store_rows(const float (&v)[BN / 2], const Sm90Args &p, uint16_t *C, const uint16_t *bias,
-                                           bool vec4, int64_t m0, int64_t n0, int row_base, int valid_m, int lane) {
+__device__ __forceinline__ void store_rows(const float (&v)[BN / 2], const Sm90Args &p, uint16_t *C,
+                                           const uint16_t *bias, bool vec4, int64_t m0, int64_t n0, int row_base,
+                                           int valid_m, int lane) {
   const int q = lane % 4, src = lane - q + 2 * (q % 2);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -197,8 +198,8 @@ __device__ __forceinline__ void store_rows(const float (&v)[BN / 2], const Sm90A
   }
 }
 template <typename T, int BN>
-__device__ __forceinline__ void store_fragment(const float (&v)[BN / 2], const Sm90Args &p, const TileCoord &tc, int64_t m0,
-                                               int64_t n0, int row_base, int valid_m, int lane) {
+__device__ __forceinline__ void store_fragment(const float (&v)[BN / 2], const Sm90Args &p, const TileCoord &tc,
+                                               int64_t m0, int64_t n0, int row_base, int valid_m, int lane) {
   static_assert(BN % 16 == 0, "pairs of n8 blocks");
   uint16_t *C = p.g.c + tc.batch * p.g.sc;
   const uint16_t *bias = p.g.bias ? p.g.bias + tc.batch * p.g.sbias : nullptr;
@@ -217,8 +218,8 @@ __device__ __forceinline__ void store_fragment(const float (&v)[BN / 2], const S
 // checked form costs the consumers a few thousand instructions per tile while the tensor cores
 // wait.
 template <typename T, int BN, bool LEAN>
-__device__ __forceinline__ void stage_values(const float (&v)[BN / 2], const Sm90Args &p, const uint16_t *bias, int64_t m0,
-                                             int64_t n0, int cw, uint32_t out, int warp, int lane) {
+__device__ __forceinline__ void stage_values(const float (&v)[BN / 2], const Sm90Args &p, const uint16_t *bias,
+                                             int64_t m0, int64_t n0, int cw, uint32_t out, int warp, int lane) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = warp * 16 + lane / 4 + 8 * h;  // row within this warpgroup's 64
@@ -241,8 +242,7 @@ __device__ __forceinline__ void stage_values(const float (&v)[BN / 2], const Sm9
 }
 template <typename T, int BN, bool LEAN>
 __device__ __forceinline__ void store_staged(const float (&v)[BN / 2], const Sm90Args &p, const CUtensorMap *tmap_c,
-                                             const TileCoord &tc, int64_t m0, int64_t n0, int cw, uint32_t out,
-                                             int t) {
+                                             const TileCoord &tc, int64_t m0, int64_t n0, int cw, uint32_t out, int t) {
 #if DETFUZZ_SM90A
   using namespace sm90;
   const int warp = t / 32, lane = t % 32;
@@ -271,7 +271,8 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
 #if DETFUZZ_SM90A
   using namespace sm90;
   constexpr bool SPLIT = SCHED != kPersistent;
-  static_assert(!STAGED || (SCHED == kPersistent && CONSUMERS == 2), "the staged epilogue is the 128-row persistent one's");
+  static_assert(!STAGED || (SCHED == kPersistent && CONSUMERS == 2),
+                "the staged epilogue is the 128-row persistent one's");
   using G = Geometry<CONSUMERS, BN, STAGED>;
   static_assert(!G::n_split || (!SPLIT && !STAGED && CONSUMERS == 2), "64 x 256 tiles: persistent, register stores");
   constexpr int CN = G::consumer_n;
@@ -279,7 +280,7 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
   constexpr int TILE_M = G::tile_m, STAGES = G::stages, STAGE_BYTES = G::stage_bytes, A_BYTES = G::a_bytes;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
-  const uint32_t stages = (raw + 1023) & ~1023u;  // 128-byte swizzle wants 1024-byte alignment
+  const uint32_t stages = (raw + 1023) & ~1023u;           // 128-byte swizzle wants 1024-byte alignment
   const uint32_t staging = stages + STAGES * STAGE_BYTES;  // STAGED: 64 * BN * 2 bytes per consumer
   const uint32_t full_bar = staging + G::staging_bytes;
   const uint32_t empty_bar = full_bar + STAGES * 8;
@@ -371,9 +372,12 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
             const uint64_t da = desc_advance(da0, kk * 32);
             const uint64_t db = desc_advance(db0, B_KN ? kk * 2048 : kk * 32);
             const int accumulate = (kb > cb || kk > 0) ? 1 : 0;
-            if constexpr (CN == 192) wgmma_m64n192k16<T, B_KN ? 1 : 0>(acc, da, db, accumulate);
-            else if constexpr (CN == 128) wgmma_m64n128k16<T, B_KN ? 1 : 0>(acc, da, db, accumulate);
-            else wgmma_m64n64k16_ss<T, B_KN ? 1 : 0>(acc, da, db, accumulate);
+            if constexpr (CN == 192)
+              wgmma_m64n192k16<T, B_KN ? 1 : 0>(acc, da, db, accumulate);
+            else if constexpr (CN == 128)
+              wgmma_m64n128k16<T, B_KN ? 1 : 0>(acc, da, db, accumulate);
+            else
+              wgmma_m64n64k16_ss<T, B_KN ? 1 : 0>(acc, da, db, accumulate);
           }
           wgmma_commit();
           wgmma_wait<1>();  // the previous stage's MMAs are done: release it
@@ -411,8 +415,10 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
       const int row_base = (G::n_split ? 0 : cw * 64) + warp * 16 + lane / 4;
       if (!active) continue;
       if constexpr (!SPLIT) {
-        if constexpr (STAGED) store_staged<T, BN, !BIAS>(acc, p, &tmap_c, tc, m0, n0, cw, my_staging, t);
-        else store_fragment<T, CN>(acc, p, tc, m0, n0 + (G::n_split ? cw * CN : 0), row_base, valid_m, lane);
+        if constexpr (STAGED)
+          store_staged<T, BN, !BIAS>(acc, p, &tmap_c, tc, m0, n0, cw, my_staging, t);
+        else
+          store_fragment<T, CN>(acc, p, tc, m0, n0 + (G::n_split ? cw * CN : 0), row_base, valid_m, lane);
       } else {
         // Leave the partial in this CTA's shared memory.
         float *part = reinterpret_cast<float *>(smem_raw + (stages - raw));
@@ -462,7 +468,8 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
       // One 8-byte store where it fits: a warp then writes whole sectors.
       uint16_t *dst = C + gm * p.g.ldc + n0 + c;
       if (c + 3 < valid_n && (reinterpret_cast<uintptr_t>(dst) & 7) == 0) {
-        const uint32_t lo = out[0] | (static_cast<uint32_t>(out[1]) << 16), hi = out[2] | (static_cast<uint32_t>(out[3]) << 16);
+        const uint32_t lo = out[0] | (static_cast<uint32_t>(out[1]) << 16),
+                       hi = out[2] | (static_cast<uint32_t>(out[3]) << 16);
         asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(dst), "r"(lo), "r"(hi) : "memory");
       } else {
         for (int e = 0; e < 4 && c + e < valid_n; ++e) dst[e] = out[e];
@@ -517,8 +524,8 @@ cudaLaunchConfig_t launch_config(int grid, int cluster, cudaStream_t stream, cud
 template <typename T, bool B_KN, int CONSUMERS>
 int max_active_clusters(int dev, int size) {
   static ClusterCapacity capacity;
-  const int clusters = capacity.get(dev, size, prepared_kernel<T, B_KN, kCluster, CONSUMERS, 128>(dev), kThreads<CONSUMERS>,
-                                    Geometry<CONSUMERS, 128, false>::smem_bytes);
+  const int clusters = capacity.get(dev, size, prepared_kernel<T, B_KN, kCluster, CONSUMERS, 128>(dev),
+                                    kThreads<CONSUMERS>, Geometry<CONSUMERS, 128, false>::smem_bytes);
   return std::max(clusters, 1);
 }
 
@@ -558,7 +565,8 @@ Launch prepare(const GemmParams &p, int tile_m, int bn, bool staged) {
 template <typename T, bool B_KN, int SCHED, int CONSUMERS, int BN, bool STAGED = false>
 void launch_one(const GemmParams &p, int grid_limit, int dev, cudaStream_t stream) {
   const Launch l = prepare(p, Geometry<CONSUMERS, BN, STAGED>::tile_m, BN, STAGED);
-  const int grid = static_cast<int>(SCHED == kCluster ? l.args.tiles * l.args.chunks : std::min<int64_t>(l.args.tiles, grid_limit));
+  const int grid =
+      static_cast<int>(SCHED == kCluster ? l.args.tiles * l.args.chunks : std::min<int64_t>(l.args.tiles, grid_limit));
   // The staged epilogue has a kernel without the bias's checks (BIAS false).
   const auto kernel = [&] {
     if constexpr (STAGED)
@@ -566,7 +574,8 @@ void launch_one(const GemmParams &p, int grid_limit, int dev, cudaStream_t strea
     return prepared_kernel<T, B_KN, SCHED, CONSUMERS, BN, STAGED>(dev);
   }();
   cudaLaunchAttribute attr[1];
-  const cudaLaunchConfig_t cfg = launch_config<CONSUMERS, BN, STAGED>(grid, SCHED == kCluster ? l.args.chunks : 1, stream, attr);
+  const cudaLaunchConfig_t cfg =
+      launch_config<CONSUMERS, BN, STAGED>(grid, SCHED == kCluster ? l.args.chunks : 1, stream, attr);
   DETFUZZ_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, l.ma, l.mb, l.mc, l.args));
   DETFUZZ_LAUNCH_CHECK();
 }
@@ -576,9 +585,11 @@ template <typename T, bool B_KN>
 void dispatch(const GemmParams &p, GemmPath path, int dev, cudaStream_t stream) {
   using gemm_policy::Sm90Kernel;
   const int sms = p.num_ctas;
-  const Sm90Kernel kernel = gemm_policy::sm90_kernel(gemm_shape(p), path, c_storable_by_tma(p), [&](int consumers, int chunks) {
-    return consumers == 1 ? max_active_clusters<T, B_KN, 1>(dev, chunks) : max_active_clusters<T, B_KN, 2>(dev, chunks);
-  });
+  const Sm90Kernel kernel =
+      gemm_policy::sm90_kernel(gemm_shape(p), path, c_storable_by_tma(p), [&](int consumers, int chunks) {
+        return consumers == 1 ? max_active_clusters<T, B_KN, 1>(dev, chunks)
+                              : max_active_clusters<T, B_KN, 2>(dev, chunks);
+      });
   switch (kernel) {
     case Sm90Kernel::split_64x128: return launch_one<T, B_KN, kCluster, 1, 128>(p, sms, dev, stream);
     case Sm90Kernel::split_128x128: return launch_one<T, B_KN, kCluster, 2, 128>(p, sms, dev, stream);
@@ -586,8 +597,10 @@ void dispatch(const GemmParams &p, GemmPath path, int dev, cudaStream_t stream) 
     case Sm90Kernel::persistent_64x128: return launch_one<T, B_KN, kPersistent, 1, 128>(p, sms, dev, stream);
     case Sm90Kernel::persistent_64x256: return launch_one<T, B_KN, kPersistent, 2, 256>(p, sms, dev, stream);
     case Sm90Kernel::persistent_128x128: return launch_one<T, B_KN, kPersistent, 2, 128>(p, sms, dev, stream);
-    case Sm90Kernel::persistent_128x128_staged: return launch_one<T, B_KN, kPersistent, 2, 128, true>(p, sms, dev, stream);
-    case Sm90Kernel::persistent_128x192_staged: return launch_one<T, B_KN, kPersistent, 2, 192, true>(p, sms, dev, stream);
+    case Sm90Kernel::persistent_128x128_staged:
+      return launch_one<T, B_KN, kPersistent, 2, 128, true>(p, sms, dev, stream);
+    case Sm90Kernel::persistent_128x192_staged:
+      return launch_one<T, B_KN, kPersistent, 2, 192, true>(p, sms, dev, stream);
   }
 }
 
@@ -601,11 +614,15 @@ void launch_gemm_sm90(const GemmParams &p, GemmPath path, cudaStream_t stream) {
   DETFUZZ_CUDA_CHECK(cudaGetDevice(&dev));
   const bool bf16 = p.dtype == DType::bf16;
   if (p.b_kn) {
-    if (bf16) dispatch<__nv_bfloat16, true>(p, path, dev, stream);
-    else dispatch<__half, true>(p, path, dev, stream);
+    if (bf16)
+      dispatch<__nv_bfloat16, true>(p, path, dev, stream);
+    else
+      dispatch<__half, true>(p, path, dev, stream);
   } else {
-    if (bf16) dispatch<__nv_bfloat16, false>(p, path, dev, stream);
-    else dispatch<__half, false>(p, path, dev, stream);
+    if (bf16)
+      dispatch<__nv_bfloat16, false>(p, path, dev, stream);
+    else
+      dispatch<__half, false>(p, path, dev, stream);
   }
 }
 

@@ -34,7 +34,7 @@ namespace detfuzz::cuda_kernels {
 namespace {
 
 constexpr int BM = 128, BN = 128, BK = 64, STAGES = 3, THREADS = 256, GROUP_M = 8;
-constexpr int CTAS_PER_SM = 2;  // co-resident persistent CTAs (registers <= 128, 96 KiB of shared memory each)
+constexpr int CTAS_PER_SM = 2;    // co-resident persistent CTAs (registers <= 128, 96 KiB of shared memory each)
 constexpr int A_STAGE = BM * BK;  // elements
 constexpr int B_STAGE = BK * BN;
 constexpr int SMEM_BYTES = STAGES * (A_STAGE + B_STAGE) * 2;
@@ -207,7 +207,8 @@ __global__ void __launch_bounds__(THREADS, CTAS_PER_SM) gemm_tc_kernel(const TcA
           }
           uint16_t *dst = C + gm * p.ldc + gn;
           if (vec2 && gn + 1 < p.N) {
-            const uint32_t packed = static_cast<uint32_t>(from_f<T>(v[0])) | (static_cast<uint32_t>(from_f<T>(v[1])) << 16);
+            const uint32_t packed =
+                static_cast<uint32_t>(from_f<T>(v[0])) | (static_cast<uint32_t>(from_f<T>(v[1])) << 16);
             *reinterpret_cast<uint32_t *>(dst) = packed;
           } else {
             if (gn < p.N) dst[0] = from_f<T>(v[0]);
@@ -240,11 +241,15 @@ void launch_one(const TcArgs &args, int ctas, cudaStream_t stream) {
 void launch_gemm_tc(const GemmParams &p, cudaStream_t stream) {
   const TcArgs args = gemm_args<uint16_t>(p);
   if (p.dtype == DType::bf16) {
-    if (p.b_kn) launch_one<__nv_bfloat16, true>(args, p.num_ctas, stream);
-    else launch_one<__nv_bfloat16, false>(args, p.num_ctas, stream);
+    if (p.b_kn)
+      launch_one<__nv_bfloat16, true>(args, p.num_ctas, stream);
+    else
+      launch_one<__nv_bfloat16, false>(args, p.num_ctas, stream);
   } else if (p.dtype == DType::f16) {
-    if (p.b_kn) launch_one<__half, true>(args, p.num_ctas, stream);
-    else launch_one<__half, false>(args, p.num_ctas, stream);
+    if (p.b_kn)
+      launch_one<__half, true>(args, p.num_ctas, stream);
+    else
+      launch_one<__half, false>(args, p.num_ctas, stream);
   } else {
     throw std::invalid_argument("launch_gemm_tc: dtype must be f16 or bf16");
   }

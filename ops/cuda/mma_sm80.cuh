@@ -10,16 +10,26 @@
 
 namespace detfuzz::cuda_kernels {
 
-template <typename T> __device__ __forceinline__ float to_f(uint16_t v);
-template <> __device__ __forceinline__ float to_f<__nv_bfloat16>(uint16_t v) {
+template <typename T>
+__device__ __forceinline__ float to_f(uint16_t v);
+template <>
+__device__ __forceinline__ float to_f<__nv_bfloat16>(uint16_t v) {
   return __bfloat162float(__ushort_as_bfloat16(v));
 }
-template <> __device__ __forceinline__ float to_f<__half>(uint16_t v) { return __half2float(__ushort_as_half(v)); }
-template <typename T> __device__ __forceinline__ uint16_t from_f(float v);
-template <> __device__ __forceinline__ uint16_t from_f<__nv_bfloat16>(float v) {
+template <>
+__device__ __forceinline__ float to_f<__half>(uint16_t v) {
+  return __half2float(__ushort_as_half(v));
+}
+template <typename T>
+__device__ __forceinline__ uint16_t from_f(float v);
+template <>
+__device__ __forceinline__ uint16_t from_f<__nv_bfloat16>(float v) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(v));
 }
-template <> __device__ __forceinline__ uint16_t from_f<__half>(float v) { return __half_as_ushort(__float2half_rn(v)); }
+template <>
+__device__ __forceinline__ uint16_t from_f<__half>(float v) {
+  return __half_as_ushort(__float2half_rn(v));
+}
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -32,7 +42,8 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
                : "r"(addr));
 }
 
-template <typename T> __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
 template <>
 __device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   asm volatile(
@@ -56,6 +67,9 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool v
   asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
 
 }  // namespace detfuzz::cuda_kernels

@@ -37,8 +37,11 @@ std::vector<ImplInfo> cuda_invariant_impls() {
       {"invariant", "mm", b, float_dtypes(), e,
        "16-bit: Hopper TMA+wgmma, 128x128 tiles, fixed K chunks (persistent or cluster split, same bits); fp32: FMA",
        [](const OpArgs &x) { return cuda_ops::mm(x.tensors.at(0), x.tensors.at(1)); }},
-      {"invariant", "addmm", b, float_dtypes(), e, "persistent matmul with alpha/beta and the bias fused in the epilogue",
-       [](const OpArgs &x) { return cuda_ops::addmm(x.tensors.at(0), x.tensors.at(1), x.tensors.at(2), x.beta, x.alpha); }},
+      {"invariant", "addmm", b, float_dtypes(), e,
+       "persistent matmul with alpha/beta and the bias fused in the epilogue",
+       [](const OpArgs &x) {
+         return cuda_ops::addmm(x.tensors.at(0), x.tensors.at(1), x.tensors.at(2), x.beta, x.alpha);
+       }},
       {"invariant", "bmm", b, float_dtypes(), e, "persistent matmul, batch folded into the tile space (one launch)",
        [](const OpArgs &x) { return cuda_ops::bmm(x.tensors.at(0), x.tensors.at(1)); }},
       // The mma.sync kernel that other GPUs run, forced on this one: invariant on its own bits.

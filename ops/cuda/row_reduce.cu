@@ -31,22 +31,50 @@
 namespace detfuzz::cuda_kernels {
 namespace {
 
-template <typename T> __device__ __forceinline__ float to_f(T v) { return static_cast<float>(v); }
-template <> __device__ __forceinline__ float to_f<__half>(__half v) { return __half2float(v); }
-template <> __device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T>
+__device__ __forceinline__ float to_f(T v) {
+  return static_cast<float>(v);
+}
+template <>
+__device__ __forceinline__ float to_f<__half>(__half v) {
+  return __half2float(v);
+}
+template <>
+__device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
 
-template <typename T> __device__ __forceinline__ uint32_t out_bits(float v);
-template <> __device__ __forceinline__ uint32_t out_bits<float>(float v) { return __float_as_uint(v); }
-template <> __device__ __forceinline__ uint32_t out_bits<__half>(float v) { return __half_as_ushort(__float2half_rn(v)); }
-template <> __device__ __forceinline__ uint32_t out_bits<__nv_bfloat16>(float v) {
+template <typename T>
+__device__ __forceinline__ uint32_t out_bits(float v);
+template <>
+__device__ __forceinline__ uint32_t out_bits<float>(float v) {
+  return __float_as_uint(v);
+}
+template <>
+__device__ __forceinline__ uint32_t out_bits<__half>(float v) {
+  return __half_as_ushort(__float2half_rn(v));
+}
+template <>
+__device__ __forceinline__ uint32_t out_bits<__nv_bfloat16>(float v) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(v));
 }
-template <typename T> __device__ __forceinline__ T from_f(float v);
-template <> __device__ __forceinline__ float from_f<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <typename T>
+__device__ __forceinline__ T from_f(float v);
+template <>
+__device__ __forceinline__ float from_f<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __half from_f<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
 
-template <typename Tin> struct Chunk {
+template <typename Tin>
+struct Chunk {
   static constexpr int V = 16 / static_cast<int>(sizeof(Tin));
 };
 
@@ -95,9 +123,9 @@ __device__ __forceinline__ float group_reduce(float v, int tpr, float *red) {
 // memory; pass 1 writes each thread's chunks there and passes 2 and 3 read them back (the same
 // thread's own chunks, so no barrier is needed beyond the reductions').
 template <typename Tin, typename Tout, bool CACHE>
-__global__ void __launch_bounds__(1024) log_softmax_kernel(const Tin *__restrict__ x, Tout *__restrict__ y, int64_t rows,
-                                                         int64_t len, int64_t xs, int64_t ys, int tpr, bool vec_in,
-                                                         bool vec_out) {
+__global__ void __launch_bounds__(1024)
+    log_softmax_kernel(const Tin *__restrict__ x, Tout *__restrict__ y, int64_t rows, int64_t len, int64_t xs,
+                       int64_t ys, int tpr, bool vec_in, bool vec_out) {
   constexpr int V = Chunk<Tin>::V;
   constexpr int OUT_BYTES = V * static_cast<int>(sizeof(Tout));
   static_assert(OUT_BYTES % 16 == 0, "chunk output must be whole 16-byte vectors");
@@ -108,7 +136,8 @@ __global__ void __launch_bounds__(1024) log_softmax_kernel(const Tin *__restrict
   const int g = threadIdx.x / tpr, lt = threadIdx.x % tpr;
   const int64_t chunks = (len + V - 1) / V;
 
-  for (int64_t rbase = static_cast<int64_t>(blockIdx.x) * gpb; rbase < rows; rbase += static_cast<int64_t>(gridDim.x) * gpb) {
+  for (int64_t rbase = static_cast<int64_t>(blockIdx.x) * gpb; rbase < rows;
+       rbase += static_cast<int64_t>(gridDim.x) * gpb) {
     const int64_t row = rbase + g;
     const bool active = row < rows;
     const Tin *xr = x + (active ? row * xs : 0);
@@ -186,7 +215,8 @@ __global__ void __launch_bounds__(1024) log_softmax_kernel(const Tin *__restrict
           }
 #pragma unroll
           for (int q = 0; q < OUT_BYTES / 16; ++q)
-            reinterpret_cast<uint4 *>(yr + base)[q] = make_uint4(words[4 * q], words[4 * q + 1], words[4 * q + 2], words[4 * q + 3]);
+            reinterpret_cast<uint4 *>(yr + base)[q] =
+                make_uint4(words[4 * q], words[4 * q + 1], words[4 * q + 2], words[4 * q + 3]);
         } else {
 #pragma unroll
           for (int e = 0; e < V; ++e)
@@ -200,19 +230,20 @@ __global__ void __launch_bounds__(1024) log_softmax_kernel(const Tin *__restrict
 
 template <typename Tin, typename Tout>
 __global__ void __launch_bounds__(1024) mean_kernel(const Tin *__restrict__ x, Tout *__restrict__ y, int64_t rows,
-                                                   int64_t len, int64_t xs, int tpr, bool vec_in) {
+                                                    int64_t len, int64_t xs, int tpr, bool vec_in) {
   constexpr int V = Chunk<Tin>::V;
   __shared__ float red[32];
   const int gpb = blockDim.x / tpr;
   const int g = threadIdx.x / tpr, lt = threadIdx.x % tpr;
   const int64_t chunks = (len + V - 1) / V;
-  for (int64_t rbase = static_cast<int64_t>(blockIdx.x) * gpb; rbase < rows; rbase += static_cast<int64_t>(gridDim.x) * gpb) {
+  for (int64_t rbase = static_cast<int64_t>(blockIdx.x) * gpb; rbase < rows;
+       rbase += static_cast<int64_t>(gridDim.x) * gpb) {
     const int64_t row = rbase + g;
     const bool active = row < rows;
     float s = 0.f;
     if (active) {
       const Tin *xr = x + row * xs;
-      #pragma unroll 4
+#pragma unroll 4
       for (int64_t c = lt; c < chunks; c += tpr) {
         float v[V];
         load_chunk<Tin>(xr, c, len, vec_in, 0.f, v);
@@ -258,9 +289,10 @@ void lsm_typed(const RowReduceParams &p, cudaStream_t stream) {
   auto *y = static_cast<Tout *>(p.y);
   if (cache) {
     DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(log_softmax_kernel<Tin, Tout, true>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kMaxCacheBytes)));
-    log_softmax_kernel<Tin, Tout, true><<<l.blocks, l.threads, static_cast<size_t>(cache_bytes), stream>>>(x, y, p.rows, p.len, p.x_row_stride,
-                                                                            p.y_row_stride, l.tpr, vec_in, vec_out);
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(kMaxCacheBytes)));
+    log_softmax_kernel<Tin, Tout, true><<<l.blocks, l.threads, static_cast<size_t>(cache_bytes), stream>>>(
+        x, y, p.rows, p.len, p.x_row_stride, p.y_row_stride, l.tpr, vec_in, vec_out);
   } else {
     log_softmax_kernel<Tin, Tout, false><<<l.blocks, l.threads, 0, stream>>>(x, y, p.rows, p.len, p.x_row_stride,
                                                                              p.y_row_stride, l.tpr, vec_in, vec_out);
@@ -274,7 +306,7 @@ void mean_typed(const RowReduceParams &p, cudaStream_t stream) {
   const int V = chunk_width(p.in_dtype);
   const bool vec_in = aligned16(p.x) && p.x_row_stride % V == 0;
   mean_kernel<Tin, Tout><<<l.blocks, l.threads, 0, stream>>>(static_cast<const Tin *>(p.x), static_cast<Tout *>(p.y),
-                                                              p.rows, p.len, p.x_row_stride, l.tpr, vec_in);
+                                                             p.rows, p.len, p.x_row_stride, l.tpr, vec_in);
   DETFUZZ_LAUNCH_CHECK();
 }
 
@@ -284,7 +316,9 @@ void mean_out(const RowReduceParams &p, cudaStream_t stream) {
     case DType::f32: return mean_typed<Tin, float>(p, stream);
     case DType::f16: return mean_typed<Tin, __half>(p, stream);
     case DType::bf16: return mean_typed<Tin, __nv_bfloat16>(p, stream);
-    default: throw std::invalid_argument(std::string("launch_mean: output dtype ") + dtype_name(p.out_dtype) + " is not supported");
+    default:
+      throw std::invalid_argument(std::string("launch_mean: output dtype ") + dtype_name(p.out_dtype) +
+                                  " is not supported");
   }
 }
 
@@ -321,7 +355,8 @@ void launch_log_softmax(const RowReduceParams &p, cudaStream_t stream) {
   if (i == DType::f16 && o == DType::f32) return lsm_typed<__half, float>(p, stream);
   if (i == DType::bf16 && o == DType::bf16) return lsm_typed<__nv_bfloat16, __nv_bfloat16>(p, stream);
   if (i == DType::bf16 && o == DType::f32) return lsm_typed<__nv_bfloat16, float>(p, stream);
-  throw std::invalid_argument(std::string("launch_log_softmax: ") + dtype_name(i) + " -> " + dtype_name(o) + " is not supported");
+  throw std::invalid_argument(std::string("launch_log_softmax: ") + dtype_name(i) + " -> " + dtype_name(o) +
+                              " is not supported");
 }
 
 void launch_mean(const RowReduceParams &p, cudaStream_t stream) {

@@ -15,7 +15,8 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
     void *f = nullptr;
     cudaDriverEntryPointQueryResult q{};
     DETFUZZ_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q));
-    if (q != cudaDriverEntryPointSuccess || !f) throw std::runtime_error("the CUDA driver has no cuTensorMapEncodeTiled");
+    if (q != cudaDriverEntryPointSuccess || !f)
+      throw std::runtime_error("the CUDA driver has no cuTensorMapEncodeTiled");
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
   }();
   return fn;
@@ -30,8 +31,10 @@ MatrixMap encode_matrix_map(const char *who, CUtensorMapDataType type, const voi
   MatrixMap m{};
   const bool r3 = batch > 1 && batch_stride != 0;
   m.rank3 = r3 ? 1 : 0;
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(batch)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(ld) * elem_bytes, static_cast<cuuint64_t>(batch_stride) * elem_bytes};
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows),
+                              static_cast<cuuint64_t>(batch)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(ld) * elem_bytes,
+                                 static_cast<cuuint64_t>(batch_stride) * elem_bytes};
   const cuuint32_t box[3] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows), 1};
   const cuuint32_t elem[3] = {1, 1, 1};
   const CUresult r = encode_tiled()(&m.map, type, r3 ? 3 : 2, const_cast<void *>(base), dims, strides, box, elem,
@@ -46,8 +49,9 @@ MatrixMap encode_matrix_map(const char *who, CUtensorMapDataType type, const voi
 
 }  // namespace
 
-MatrixMap matrix_map(const char *who, CUtensorMapDataType type, const void *base, int64_t cols, int64_t rows, int64_t ld,
-                     int64_t batch, int64_t batch_stride, int box_cols, int box_rows, CUtensorMapSwizzle swizzle) {
+MatrixMap matrix_map(const char *who, CUtensorMapDataType type, const void *base, int64_t cols, int64_t rows,
+                     int64_t ld, int64_t batch, int64_t batch_stride, int box_cols, int box_rows,
+                     CUtensorMapSwizzle swizzle) {
   struct Key {
     CUtensorMapDataType type;
     const void *base;
@@ -70,7 +74,8 @@ MatrixMap matrix_map(const char *who, CUtensorMapDataType type, const void *base
   const Key key{type, base, cols, rows, ld, batch, batch_stride, box_cols, box_rows, swizzle};
   for (const Entry &e : cache)
     if (e.used && e.key == key) return e.map;
-  const MatrixMap m = encode_matrix_map(who, type, base, cols, rows, ld, batch, batch_stride, box_cols, box_rows, swizzle);
+  const MatrixMap m =
+      encode_matrix_map(who, type, base, cols, rows, ld, batch, batch_stride, box_cols, box_rows, swizzle);
   cache[next] = Entry{key, m, true};
   next = (next + 1) % kEntries;
   return m;

@@ -27,7 +27,8 @@ struct MatrixMap {
 // the allocator's reused activation buffers give the same pointers and shapes call after call. A
 // map holds only these parameters (no data), so a hit is exact. Throws std::runtime_error, naming
 // `who`, when the driver refuses the map.
-MatrixMap matrix_map(const char *who, CUtensorMapDataType type, const void *base, int64_t cols, int64_t rows, int64_t ld,
-                     int64_t batch, int64_t batch_stride, int box_cols, int box_rows, CUtensorMapSwizzle swizzle);
+MatrixMap matrix_map(const char *who, CUtensorMapDataType type, const void *base, int64_t cols, int64_t rows,
+                     int64_t ld, int64_t batch, int64_t batch_stride, int box_cols, int box_rows,
+                     CUtensorMapSwizzle swizzle);
 
 }  // namespace detfuzz::cuda_kernels

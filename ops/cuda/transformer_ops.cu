@@ -26,15 +26,35 @@ namespace {
 constexpr int kRmsThreads = 256;
 constexpr int kRmsBlock = 64;  // = cpu_ops::kRmsBlock
 
-template <typename T> __device__ float load(const T *p, int64_t i);
-template <> __device__ float load<float>(const float *p, int64_t i) { return p[i]; }
-template <> __device__ float load<__half>(const __half *p, int64_t i) { return __half2float(p[i]); }
-template <> __device__ float load<__nv_bfloat16>(const __nv_bfloat16 *p, int64_t i) { return __bfloat162float(p[i]); }
+template <typename T>
+__device__ float load(const T *p, int64_t i);
+template <>
+__device__ float load<float>(const float *p, int64_t i) {
+  return p[i];
+}
+template <>
+__device__ float load<__half>(const __half *p, int64_t i) {
+  return __half2float(p[i]);
+}
+template <>
+__device__ float load<__nv_bfloat16>(const __nv_bfloat16 *p, int64_t i) {
+  return __bfloat162float(p[i]);
+}
 
-template <typename T> __device__ void store(T *p, int64_t i, float v);
-template <> __device__ void store<float>(float *p, int64_t i, float v) { p[i] = v; }
-template <> __device__ void store<__half>(__half *p, int64_t i, float v) { p[i] = __float2half_rn(v); }
-template <> __device__ void store<__nv_bfloat16>(__nv_bfloat16 *p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+template <typename T>
+__device__ void store(T *p, int64_t i, float v);
+template <>
+__device__ void store<float>(float *p, int64_t i, float v) {
+  p[i] = v;
+}
+template <>
+__device__ void store<__half>(__half *p, int64_t i, float v) {
+  p[i] = __float2half_rn(v);
+}
+template <>
+__device__ void store<__nv_bfloat16>(__nv_bfloat16 *p, int64_t i, float v) {
+  p[i] = __float2bfloat16_rn(v);
+}
 
 template <typename T>
 __global__ void rms_norm_kernel(const T *x, const T *w, T *y, int64_t h, float eps) {
@@ -89,8 +109,8 @@ __global__ void rope_kernel(const T *x, const int64_t *positions, T *y, int64_t 
   for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t i = k % half, th = k / half, t = th / heads;
-    const double a = static_cast<double>(positions[t]) *
-                     pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(d));
+    const double a =
+        static_cast<double>(positions[t]) * pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(d));
     const float c = static_cast<float>(cos(a)), s = static_cast<float>(sin(a));
     const T *in = x + th * d;
     T *out = y + th * d;
@@ -119,14 +139,17 @@ void by_dtype(DType dtype, const char *op, F &&f) {
 void launch_rms_norm(DType dtype, const void *x, const void *w, void *y, int64_t rows, int64_t h, float eps,
                      cudaStream_t stream) {
   if (rows == 0 || h == 0) return;
-  if (h > kRmsNormMaxH) throw std::invalid_argument("rms_norm: H = " + std::to_string(h) + " exceeds " + std::to_string(kRmsNormMaxH));
+  if (h > kRmsNormMaxH)
+    throw std::invalid_argument("rms_norm: H = " + std::to_string(h) + " exceeds " + std::to_string(kRmsNormMaxH));
   const size_t smem = sizeof(float) * static_cast<size_t>((h + kRmsBlock - 1) / kRmsBlock);
   by_dtype(dtype, "rms_norm", [&](auto tag) {
     using T = decltype(tag);
     auto kernel = rms_norm_kernel<T>;
-    if (smem > 48 * 1024) DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    kernel<<<static_cast<unsigned>(rows), kRmsThreads, smem, stream>>>(static_cast<const T *>(x), static_cast<const T *>(w),
-                                                                       static_cast<T *>(y), h, eps);
+    if (smem > 48 * 1024)
+      DETFUZZ_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    kernel<<<static_cast<unsigned>(rows), kRmsThreads, smem, stream>>>(
+        static_cast<const T *>(x), static_cast<const T *>(w), static_cast<T *>(y), h, eps);
     DETFUZZ_LAUNCH_CHECK();
   });
 }
@@ -135,7 +158,8 @@ void launch_silu_and_mul(DType dtype, const void *x, void *y, int64_t rows, int6
   if (rows * i == 0) return;
   by_dtype(dtype, "silu_and_mul", [&](auto tag) {
     using T = decltype(tag);
-    silu_and_mul_kernel<T><<<elementwise_blocks(rows * i), 256, 0, stream>>>(static_cast<const T *>(x), static_cast<T *>(y), rows, i);
+    silu_and_mul_kernel<T>
+        <<<elementwise_blocks(rows * i), 256, 0, stream>>>(static_cast<const T *>(x), static_cast<T *>(y), rows, i);
     DETFUZZ_LAUNCH_CHECK();
   });
 }
@@ -146,7 +170,7 @@ void launch_rope(DType dtype, const void *x, const int64_t *positions, void *y, 
   by_dtype(dtype, "rope", [&](auto tag) {
     using T = decltype(tag);
     rope_kernel<T><<<elementwise_blocks(t * heads * d / 2), 256, 0, stream>>>(static_cast<const T *>(x), positions,
-                                                                             static_cast<T *>(y), t, heads, d, theta);
+                                                                              static_cast<T *>(y), t, heads, d, theta);
     DETFUZZ_LAUNCH_CHECK();
   });
 }

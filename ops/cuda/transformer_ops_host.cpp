@@ -50,7 +50,8 @@ at::Tensor rms_norm(const at::Tensor &x, const at::Tensor &weight, double eps) {
   TORCH_CHECK(weight.dim() == 1 && weight.size(0) == x.size(1), "rms_norm: weight must be [", x.size(1), "], got ",
               weight.sizes());
   TORCH_CHECK(weight.scalar_type() == x.scalar_type() && weight.device() == x.device(), "rms_norm: weight (",
-              weight.scalar_type(), " on ", weight.device(), ") must match x (", x.scalar_type(), " on ", x.device(), ")");
+              weight.scalar_type(), " on ", weight.device(), ") must match x (", x.scalar_type(), " on ", x.device(),
+              ")");
   TORCH_CHECK(eps >= 0 && std::isfinite(eps), "rms_norm: eps must be finite and >= 0, got ", eps);
   TORCH_CHECK(x.size(1) <= ck::kRmsNormMaxH, "rms_norm: H = ", x.size(1), " exceeds the kernel's ", ck::kRmsNormMaxH);
   const c10::cuda::CUDAGuard guard(x.device());

@@ -7,8 +7,13 @@
 namespace detfuzz::engine {
 
 PrefixBlockManager::PrefixBlockManager(int64_t num_blocks, int64_t page_size, bool reuse, int64_t reserved)
-    : allocator_(num_blocks), page_size_(page_size), reuse_(reuse), refs_(num_blocks, 0), key_(num_blocks),
-      children_(num_blocks), idle_tick_(num_blocks, 0) {
+    : allocator_(num_blocks),
+      page_size_(page_size),
+      reuse_(reuse),
+      refs_(num_blocks, 0),
+      key_(num_blocks),
+      children_(num_blocks),
+      idle_tick_(num_blocks, 0) {
   TORCH_CHECK(page_size > 0, "PrefixBlockManager: page_size must be positive, got ", page_size);
   TORCH_CHECK(reserved >= 0 && reserved <= num_blocks, "PrefixBlockManager: cannot reserve ", reserved, " of ",
               num_blocks, " blocks");
@@ -91,7 +96,7 @@ void PrefixBlockManager::publish(const std::vector<int32_t> &prompt, const std::
     const auto it = index_.find(k);
     if (it != index_.end()) {
       if (it->second == b) continue;  // a page this prompt reused
-      return;  // the same tokens were published on other pages first: keep that chain
+      return;                         // the same tokens were published on other pages first: keep that chain
     }
     if (key_[b]) return;  // cannot happen for a prompt's own pages; never index a page twice
     if (j > 0) children_[blocks[j - 1]].push_back(b);
@@ -102,8 +107,7 @@ void PrefixBlockManager::publish(const std::vector<int32_t> &prompt, const std::
 
 void PrefixBlockManager::release(const std::vector<int64_t> &blocks) {
   for (int64_t b : blocks) {
-    TORCH_CHECK(b >= 0 && b < num_blocks() && refs_[b] > 0, "PrefixBlockManager::release: block ", b,
-                " is not held");
+    TORCH_CHECK(b >= 0 && b < num_blocks() && refs_[b] > 0, "PrefixBlockManager::release: block ", b, " is not held");
     if (--refs_[b] > 0) continue;
     if (key_[b]) {
       idle_tick_[b] = ++tick_;

@@ -53,17 +53,17 @@ class PrefixBlockManager {
  private:
   using Key = std::pair<int64_t, std::vector<int32_t>>;  // (parent page or -1, the page's tokens)
   Key key_of(const std::vector<int32_t> &prompt, int64_t page, int64_t parent) const;
-  int64_t take_block();             // a free block, evicting the least recently released cached page if needed
-  void unindex(int64_t block);      // drops its key and those of pages chained behind it
+  int64_t take_block();         // a free block, evicting the least recently released cached page if needed
+  void unindex(int64_t block);  // drops its key and those of pages chained behind it
 
   attention::BlockAllocator allocator_;
   int64_t page_size_;
   bool reuse_;
   std::vector<int64_t> refs_;
   std::map<Key, int64_t> index_;
-  std::vector<std::optional<Key>> key_;             // per block: its index key when indexed
-  std::vector<std::vector<int64_t>> children_;      // per block: indexed pages whose parent it is
-  std::set<std::pair<uint64_t, int64_t>> idle_;     // (release tick, block): indexed, refs 0
+  std::vector<std::optional<Key>> key_;          // per block: its index key when indexed
+  std::vector<std::vector<int64_t>> children_;   // per block: indexed pages whose parent it is
+  std::set<std::pair<uint64_t, int64_t>> idle_;  // (release tick, block): indexed, refs 0
   std::vector<uint64_t> idle_tick_;
   uint64_t tick_ = 0;
 };

@@ -18,10 +18,11 @@ double CostModel::seconds(const StepShape &s, double wall_s) const {
 
 std::string EngineConfig::describe() const {
   std::ostringstream o;
-  o << to_string(policy) << " threshold=" << threshold << " instances=" << instances << " router="
-    << (router.laps ? "laps" : "least-loaded") << " (threshold " << router.threshold << ", interval "
+  o << to_string(policy) << " threshold=" << threshold << " instances=" << instances
+    << " router=" << (router.laps ? "laps" : "least-loaded") << " (threshold " << router.threshold << ", interval "
     << router.rebalance_interval_s << " s, ratio " << router.rebalance_ratio << ") page=" << page_size
-    << " prefix_reuse=" << prefix_reuse << " max_prefill_tokens=" << max_prefill_tokens << " max_running=" << max_running;
+    << " prefix_reuse=" << prefix_reuse << " max_prefill_tokens=" << max_prefill_tokens
+    << " max_running=" << max_running;
   return o.str();
 }
 
@@ -58,10 +59,10 @@ struct Instance {
   DualQueueScheduler scheduler;
   PrefixBlockManager pages;
   std::unique_ptr<ModelInstance> model;  // this server's KV cache (and graph runner)
-  std::vector<Live> live;  // admission order
-  int64_t chunked_id = -1;  // the request whose prompt is part-way through
-  double busy_until = kNever;  // end of the running step, kNever when idle
-  std::vector<int64_t> ending;  // ids whose first token or last token the running step produces
+  std::vector<Live> live;                // admission order
+  int64_t chunked_id = -1;               // the request whose prompt is part-way through
+  double busy_until = kNever;            // end of the running step, kNever when idle
+  std::vector<int64_t> ending;           // ids whose first token or last token the running step produces
 };
 
 void validate(const Trace &trace, const EngineConfig &c) {
@@ -166,7 +167,8 @@ class Simulation {
       in.pages.release(l.lease.blocks);
       if (in.chunked_id == l.req->id) in.chunked_id = -1;
     }
-    in.live.erase(std::remove_if(in.live.begin(), in.live.end(), [](const Live &l) { return l.aborted; }), in.live.end());
+    in.live.erase(std::remove_if(in.live.begin(), in.live.end(), [](const Live &l) { return l.aborted; }),
+                  in.live.end());
   }
 
   Live *find_live(Instance &in, int64_t id) {

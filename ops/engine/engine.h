@@ -46,17 +46,17 @@ struct CostModel {
 };
 
 struct EngineConfig {
-  Policy policy = Policy::fifo;      // each instance's waiting queue
-  int64_t threshold = 256;           // the dual queue's short/long threshold (prompt tokens)
+  Policy policy = Policy::fifo;  // each instance's waiting queue
+  int64_t threshold = 256;       // the dual queue's short/long threshold (prompt tokens)
   int64_t instances = 1;
-  RouterConfig router;               // router.laps: dynamic short/long groups (needs >= 2 instances)
+  RouterConfig router;  // router.laps: dynamic short/long groups (needs >= 2 instances)
   int64_t page_size = 16;
-  int64_t blocks_per_instance = 0;   // 0: enough for every request of the trace at once
+  int64_t blocks_per_instance = 0;  // 0: enough for every request of the trace at once
   bool prefix_reuse = true;
   int64_t max_prefill_tokens = 512;  // new tokens per prefill step; longer prompts are chunked
   int64_t max_running = 16;          // sequences an instance holds (prefilling or decoding)
   CostModel cost;
-  std::string describe() const;      // one line
+  std::string describe() const;  // one line
 };
 
 struct EngineStats {

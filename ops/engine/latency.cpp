@@ -8,7 +8,8 @@
 namespace detfuzz::engine {
 
 double percentile(std::vector<double> sample, double q) {
-  if (sample.empty() || !(q > 0 && q <= 100)) throw std::invalid_argument("percentile: empty sample or q outside (0, 100]");
+  if (sample.empty() || !(q > 0 && q <= 100))
+    throw std::invalid_argument("percentile: empty sample or q outside (0, 100]");
   std::sort(sample.begin(), sample.end());
   const size_t rank = static_cast<size_t>(std::ceil(q / 100.0 * static_cast<double>(sample.size())));
   return sample[std::max<size_t>(rank, 1) - 1];

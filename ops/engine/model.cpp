@@ -12,7 +12,8 @@ namespace {
 
 // shape = {vocab, hidden, layers, q_heads, kv_heads, head_dim, mlp}
 graph::ModelConfig config_of(at::ScalarType dtype, const std::vector<int64_t> &shape, uint64_t seed) {
-  TORCH_CHECK(shape.size() == 7, "laps_engine: the model shape is {vocab, hidden, layers, q_heads, kv_heads, head_dim, mlp}, got ",
+  TORCH_CHECK(shape.size() == 7,
+              "laps_engine: the model shape is {vocab, hidden, layers, q_heads, kv_heads, head_dim, mlp}, got ",
               shape.size(), " sizes");
   graph::ModelConfig c;
   c.vocab = shape[0];
@@ -46,8 +47,10 @@ class TransformerInstance : public ModelInstance {
   }
   StepOutput run(const std::vector<SeqWork> &batch, bool prefill) override {
     std::vector<graph::SequenceInput> seqs;
-    for (const SeqWork &w : batch) seqs.push_back({std::vector<int64_t>(w.tokens.begin(), w.tokens.end()), w.context, w.blocks});
-    const graph::RunResult r = prefill && runner_ ? runner_->run(seqs) : graph::run_eager(model_, cache_, seqs, max_blocks_);
+    for (const SeqWork &w : batch)
+      seqs.push_back({std::vector<int64_t>(w.tokens.begin(), w.tokens.end()), w.context, w.blocks});
+    const graph::RunResult r =
+        prefill && runner_ ? runner_->run(seqs) : graph::run_eager(model_, cache_, seqs, max_blocks_);
     return {r.logprobs.to(at::kCPU), r.bucket.has_value()};
   }
 
@@ -93,7 +96,8 @@ graph::Kernels split_k_from_rows(Backend backend) {
 void add_backend(std::vector<ModelImpl> &all, Backend b) {
   const std::vector<at::ScalarType> dt = {at::kBFloat16, at::kHalf};
   auto make = [b](std::function<graph::Kernels(Backend)> kernels) -> MakeModel {
-    return [b, kernels](at::ScalarType dtype, const std::vector<int64_t> &shape, uint64_t seed) -> std::unique_ptr<StepModel> {
+    return [b, kernels](at::ScalarType dtype, const std::vector<int64_t> &shape,
+                        uint64_t seed) -> std::unique_ptr<StepModel> {
       return std::make_unique<TransformerStepModel>(config_of(dtype, shape, seed), b, kernels(b));
     };
   };

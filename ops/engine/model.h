@@ -15,8 +15,8 @@
 
 namespace detfuzz::engine {
 
-using MakeModel = std::function<std::unique_ptr<StepModel>(at::ScalarType dtype, const std::vector<int64_t> &shape,
-                                                           uint64_t seed)>;
+using MakeModel =
+    std::function<std::unique_ptr<StepModel>(at::ScalarType dtype, const std::vector<int64_t> &shape, uint64_t seed)>;
 
 struct ModelImpl {
   std::string impl;

@@ -19,8 +19,8 @@ std::string RouterStatus::json() const {
   std::ostringstream o;
   o << "{\"enabled\":" << (enabled ? "true" : "false") << ",\"threshold\":" << threshold
     << ",\"short_group\":" << json_list(short_group) << ",\"long_group\":" << json_list(long_group)
-    << ",\"short_pending\":" << short_pending << ",\"long_pending\":" << long_pending << ",\"rebalances\":" << rebalances
-    << "}";
+    << ",\"short_pending\":" << short_pending << ",\"long_pending\":" << long_pending
+    << ",\"rebalances\":" << rebalances << "}";
   return o.str();
 }
 
@@ -77,8 +77,10 @@ bool LapsRouter::maybe_rebalance(double now_s) {
   last_rebalance_s_ = now_s;
   const double ratio = config_.rebalance_ratio;
   std::vector<int64_t> *from = nullptr, *to = nullptr;
-  if (short_pending_ > long_pending_ * ratio && long_group_.size() > 1) from = &long_group_, to = &short_group_;
-  else if (long_pending_ > short_pending_ * ratio && short_group_.size() > 1) from = &short_group_, to = &long_group_;
+  if (short_pending_ > long_pending_ * ratio && long_group_.size() > 1)
+    from = &long_group_, to = &short_group_;
+  else if (long_pending_ > short_pending_ * ratio && short_group_.size() > 1)
+    from = &short_group_, to = &long_group_;
   if (!from) return false;
   int64_t moved = from->front();
   for (int64_t i : *from)

@@ -21,9 +21,9 @@ namespace detfuzz::engine {
 
 struct RouterConfig {
   bool laps = true;
-  int64_t threshold = 256;             // tokens; <= threshold is short
-  double rebalance_interval_s = 5.0;   // seconds between rebalance checks
-  double rebalance_ratio = 2.0;        // pending ratio that moves an instance
+  int64_t threshold = 256;            // tokens; <= threshold is short
+  double rebalance_interval_s = 5.0;  // seconds between rebalance checks
+  double rebalance_ratio = 2.0;       // pending ratio that moves an instance
 };
 
 enum class Group { short_group, long_group };

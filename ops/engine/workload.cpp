@@ -19,8 +19,8 @@ double uniform(uint64_t seed, uint64_t stream, uint64_t index) {
 
 std::string WorkloadConfig::describe() const {
   std::ostringstream o;
-  o << requests << " requests, prompts " << min_len << "-" << max_len << " tokens (" << short_share * 100 << "% <= "
-    << short_max << "), " << rate << " req/s, " << decode_steps << " decode steps, seed " << seed;
+  o << requests << " requests, prompts " << min_len << "-" << max_len << " tokens (" << short_share * 100
+    << "% <= " << short_max << "), " << rate << " req/s, " << decode_steps << " decode steps, seed " << seed;
   return o.str();
 }
 
@@ -48,8 +48,9 @@ Trace make_workload(const WorkloadConfig &c) {
     const uint64_t system = static_cast<uint64_t>(uniform(c.seed, which, u) * static_cast<double>(c.shared_prompts));
     for (int64_t p = 0; p < len; ++p) {
       const bool from_system = with_system && p < c.shared_len;
-      const uint64_t h = from_system ? splitmix64(splitmix64(c.seed ^ 0x5157e3ull) ^ (system << 32 | static_cast<uint64_t>(p)))
-                                     : splitmix64(splitmix64(c.seed ^ token) ^ (u << 32 | static_cast<uint64_t>(p)));
+      const uint64_t h = from_system
+                             ? splitmix64(splitmix64(c.seed ^ 0x5157e3ull) ^ (system << 32 | static_cast<uint64_t>(p)))
+                             : splitmix64(splitmix64(c.seed ^ token) ^ (u << 32 | static_cast<uint64_t>(p)));
       r.prompt.push_back(static_cast<int32_t>(h % static_cast<uint64_t>(c.vocab)));
     }
     trace.push_back(std::move(r));

@@ -47,7 +47,8 @@ int64_t BufferRegistry::rows(SlotAxis axis, int64_t bs, int64_t tokens) const {
   return 0;
 }
 
-void BufferRegistry::add_plain(const std::string &name, SlotAxis axis, at::ScalarType dtype, std::vector<int64_t> inner) {
+void BufferRegistry::add_plain(const std::string &name, SlotAxis axis, at::ScalarType dtype,
+                               std::vector<int64_t> inner) {
   batch_field(ForwardBatch{}, name);  // a known field
   TORCH_CHECK(!has(name), "buffer registry: slot '", name, "' registered twice");
   std::vector<int64_t> sizes{rows(axis, max_bs_, max_tokens_)};
@@ -61,7 +62,8 @@ void BufferRegistry::add_computed(const std::string &name, SlotAxis axis, at::Sc
   TORCH_CHECK(!has(name), "buffer registry: slot '", name, "' registered twice");
   std::vector<int64_t> sizes{rows(axis, max_bs_, max_tokens_)};
   sizes.insert(sizes.end(), inner.begin(), inner.end());
-  slots_.push_back({name, axis, true, std::move(post_fill), at::zeros(sizes, at::TensorOptions().dtype(dtype).device(device_))});
+  slots_.push_back(
+      {name, axis, true, std::move(post_fill), at::zeros(sizes, at::TensorOptions().dtype(dtype).device(device_))});
 }
 
 bool BufferRegistry::has(const std::string &name) const {
@@ -79,7 +81,8 @@ void BufferRegistry::fill_from(const ForwardBatch &batch) {
     const auto &field = batch_field(batch, slot.name);
     if (!field) continue;  // absent this batch: extract_buffer carries it as absent
     const int64_t n = rows(slot.axis, batch.batch_size, batch.num_tokens);
-    TORCH_CHECK(field->size(0) == n, "buffer registry: field ", slot.name, " has ", field->size(0), " rows, expected ", n);
+    TORCH_CHECK(field->size(0) == n, "buffer registry: field ", slot.name, " has ", field->size(0), " rows, expected ",
+                n);
     at::Tensor dst = slot.buffer.narrow(0, 0, n);
     if (field->dim() == 2 && field->size(1) < dst.size(1)) {  // block_table: the batch's columns, then zeros
       dst.narrow(1, field->size(1), dst.size(1) - field->size(1)).zero_();

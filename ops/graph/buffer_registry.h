@@ -45,7 +45,8 @@ class BufferRegistry {
   // buffer (inner columns past the field's are set to 0), then runs the post-fills. The batch's
   // batch_size and num_tokens must fit the capacity (TORCH_CHECK).
   void fill_from(const ForwardBatch &batch);
-  ForwardBatch extract_buffer(int64_t padded_bs, int64_t padded_tokens, const ForwardBatch &forward_batch_template) const;
+  ForwardBatch extract_buffer(int64_t padded_bs, int64_t padded_tokens,
+                              const ForwardBatch &forward_batch_template) const;
 
  private:
   struct Slot {

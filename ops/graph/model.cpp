@@ -41,8 +41,10 @@ at::Tensor need(const std::optional<at::Tensor> &t, const char *name) {
 class SplitCpuAttention : public AttentionStep {
  public:
   SplitCpuAttention(const ForwardBatch &b, bool rows_without_keys)
-      : cu_(need(b.cu_seqlens_q, "cu_seqlens_q")), kv_(need(b.seq_lens, "seq_lens")),
-        table_(need(b.block_table, "block_table")), rows_without_keys_(rows_without_keys) {}
+      : cu_(need(b.cu_seqlens_q, "cu_seqlens_q")),
+        kv_(need(b.seq_lens, "seq_lens")),
+        table_(need(b.block_table, "block_table")),
+        rows_without_keys_(rows_without_keys) {}
   at::Tensor run(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v) const override {
     return attention::paged_attention_split_cpu(q, k, v, cu_, kv_, table_, 0.0, {}, rows_without_keys_);
   }
@@ -70,8 +72,10 @@ class FusedCudaAttention : public AttentionStep {
 class SdpaAttention : public AttentionStep {
  public:
   SdpaAttention(const ForwardBatch &b, Backend backend)
-      : impl_(find_impl("paged_attention", "torch-sdpa", backend)), cu_(need(b.cu_seqlens_q, "cu_seqlens_q")),
-        kv_(need(b.seq_lens, "seq_lens")), table_(need(b.block_table, "block_table")) {
+      : impl_(find_impl("paged_attention", "torch-sdpa", backend)),
+        cu_(need(b.cu_seqlens_q, "cu_seqlens_q")),
+        kv_(need(b.seq_lens, "seq_lens")),
+        table_(need(b.block_table, "block_table")) {
     TORCH_CHECK(impl_ != nullptr, "forward: no torch-sdpa attention on backend ", to_string(backend));
   }
   at::Tensor run(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v) const override {
@@ -89,8 +93,8 @@ class SdpaAttention : public AttentionStep {
 }  // namespace
 
 void ModelConfig::validate() const {
-  TORCH_CHECK(vocab >= 1 && hidden >= 1 && layers >= 1 && mlp >= 1, "model: vocab, hidden, layers and mlp must be >= 1 (",
-              describe(), ")");
+  TORCH_CHECK(vocab >= 1 && hidden >= 1 && layers >= 1 && mlp >= 1,
+              "model: vocab, hidden, layers and mlp must be >= 1 (", describe(), ")");
   TORCH_CHECK(kv_heads >= 1 && q_heads >= kv_heads && q_heads % kv_heads == 0,
               "model: q_heads must be a positive multiple of kv_heads (", describe(), ")");
   TORCH_CHECK(head_dim >= 2 && head_dim % 2 == 0, "model: head_dim must be even and >= 2 (", describe(), ")");
@@ -169,7 +173,7 @@ Kernels torch_kernels(Backend) {
   // half_to_float exists only for float16 on CUDA: everything else converts first.
   k.log_softmax_f32 = [](const at::Tensor &x) {
     return x.is_cuda() && x.scalar_type() == at::kHalf ? at::_log_softmax(x, -1, true)
-                                                        : at::_log_softmax(x.to(at::kFloat), -1, false);
+                                                       : at::_log_softmax(x.to(at::kFloat), -1, false);
   };
   return k;
 }
@@ -179,8 +183,8 @@ std::unique_ptr<AttentionStep> invariant_attention(const ForwardBatch &batch, co
   if (!cache.k(0).is_cuda()) return std::make_unique<SplitCpuAttention>(batch, rows_without_keys);
 #ifdef DETFUZZ_WITH_CUDA
   // The plan validates q's shape against the metadata (it reads no q values).
-  const at::Tensor q_like = at::empty({batch.num_tokens, config.q_heads, config.head_dim},
-                                      cache.k(0).options().dtype(config.dtype));
+  const at::Tensor q_like =
+      at::empty({batch.num_tokens, config.q_heads, config.head_dim}, cache.k(0).options().dtype(config.dtype));
   return std::make_unique<FusedCudaAttention>(batch, q_like, cache);
 #else
   (void)config;
@@ -193,7 +197,9 @@ std::unique_ptr<AttentionStep> torch_attention(const ForwardBatch &batch, Backen
 }
 
 Model::Model(ModelConfig config, Backend backend, Kernels kernels)
-    : config_(std::move(config)), backend_(backend), kernels_(std::move(kernels)),
+    : config_(std::move(config)),
+      backend_(backend),
+      kernels_(std::move(kernels)),
       weights_(make_weights(config_, device_of_backend(backend))) {}
 
 at::Device Model::device() const { return device_of_backend(backend_); }

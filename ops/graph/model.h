@@ -35,8 +35,8 @@ struct ModelConfig {
   double rope_theta = 10000.0, rms_eps = 1e-6;
   uint64_t weight_seed = 1;
 
-  void validate() const;          // TORCH_CHECK, naming the bad field
-  std::string describe() const;   // "vocab=128 hidden=64 ..."
+  void validate() const;         // TORCH_CHECK, naming the bad field
+  std::string describe() const;  // "vocab=128 hidden=64 ..."
 };
 
 struct LayerWeights {
@@ -52,14 +52,14 @@ ModelWeights make_weights(const ModelConfig &config, at::Device device);
 // The inputs of one forward pass over a packed ragged batch: S sequences, T new tokens. These
 // are the slots of the buffer registry (buffer_registry.h); a slot may be absent (nullopt).
 struct ForwardBatch {
-  std::optional<at::Tensor> input_ids;      // int64 [T]
-  std::optional<at::Tensor> input_embeds;   // [T, hidden] in the model's dtype: replaces input_ids
-  std::optional<at::Tensor> positions;      // int64 [T]
-  std::optional<at::Tensor> out_cache_loc;  // int64 [T]: the KV slot each token writes
-  std::optional<at::Tensor> cu_seqlens_q;   // int32 [S+1]
-  std::optional<at::Tensor> seq_lens;       // int32 [S]: cached tokens after this pass (kv_len)
-  std::optional<at::Tensor> block_table;    // int32 [S, max_blocks]
-  std::optional<at::Tensor> logits_index;   // int64 [S]: the row of each sequence's last token
+  std::optional<at::Tensor> input_ids;          // int64 [T]
+  std::optional<at::Tensor> input_embeds;       // [T, hidden] in the model's dtype: replaces input_ids
+  std::optional<at::Tensor> positions;          // int64 [T]
+  std::optional<at::Tensor> out_cache_loc;      // int64 [T]: the KV slot each token writes
+  std::optional<at::Tensor> cu_seqlens_q;       // int32 [S+1]
+  std::optional<at::Tensor> seq_lens;           // int32 [S]: cached tokens after this pass (kv_len)
+  std::optional<at::Tensor> block_table;        // int32 [S, max_blocks]
+  std::optional<at::Tensor> logits_index;       // int64 [S]: the row of each sequence's last token
   std::optional<at::Tensor> global_num_tokens;  // int64 [S], each T (what data-parallel attention syncs)
   int64_t batch_size = 0, num_tokens = 0;
 };

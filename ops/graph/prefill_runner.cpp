@@ -20,7 +20,8 @@ constexpr int64_t kScratchSlot = 0;  // slot 0 of page 0
 at::Tensor host_long(int64_t n) { return at::zeros({n}, at::kLong); }
 at::Tensor host_int(at::IntArrayRef sizes) { return at::zeros(sizes, at::kInt); }
 
-void check_sequences(const std::vector<SequenceInput> &seqs, const Model &model, int64_t block_size, int64_t max_blocks) {
+void check_sequences(const std::vector<SequenceInput> &seqs, const Model &model, int64_t block_size,
+                     int64_t max_blocks) {
   TORCH_CHECK(!seqs.empty(), "prefill: the batch has no sequence");
   for (size_t s = 0; s < seqs.size(); ++s) {
     const SequenceInput &q = seqs[s];
@@ -67,7 +68,8 @@ ForwardBatch pack_batch(const std::vector<SequenceInput> &seqs, int64_t block_si
     }
     cp[s + 1] = static_cast<int32_t>(t);
     kp[s] = static_cast<int32_t>(q.cached + static_cast<int64_t>(q.new_tokens.size()));
-    for (size_t j = 0; j < q.blocks.size(); ++j) tp[s * max_blocks + static_cast<int64_t>(j)] = static_cast<int32_t>(q.blocks[j]);
+    for (size_t j = 0; j < q.blocks.size(); ++j)
+      tp[s * max_blocks + static_cast<int64_t>(j)] = static_cast<int32_t>(q.blocks[j]);
     last.data_ptr<int64_t>()[s] = t - 1;
   }
   ForwardBatch b;
@@ -107,8 +109,7 @@ struct BatchPrefillGraphRunner::Captured {
 };
 
 BatchPrefillGraphRunner::BatchPrefillGraphRunner(const Model &model, attention::KVCache &cache, RunnerOptions options)
-    : model_(model), cache_(cache), options_(std::move(options)),
-      registry_(model.device(), 1, 1) {
+    : model_(model), cache_(cache), options_(std::move(options)), registry_(model.device(), 1, 1) {
   TORCH_CHECK(!options_.batch_sizes.empty() && !options_.seq_lens.empty(), "prefill runner: no buckets");
   for (int64_t bs : options_.batch_sizes)
     for (int64_t len : options_.seq_lens) {
@@ -248,8 +249,8 @@ RunResult BatchPrefillGraphRunner::run(const std::vector<SequenceInput> &seqs, s
   check_sequences(seqs, model_, cache_.config().block_size, options_.max_blocks);
   const std::vector<Bucket> fits = fitting(seqs);
   if (bucket) {
-    TORCH_CHECK(std::find(fits.begin(), fits.end(), *bucket) != fits.end(), "prefill runner: the batch (",
-                seqs.size(), " sequences) does not fit bucket ", bucket->name());
+    TORCH_CHECK(std::find(fits.begin(), fits.end(), *bucket) != fits.end(), "prefill runner: the batch (", seqs.size(),
+                " sequences) does not fit bucket ", bucket->name());
   } else if (fits.empty()) {
     RunResult r = run_eager(model_, cache_, seqs, options_.max_blocks);
     std::ostringstream why;

@@ -103,15 +103,16 @@ std::vector<int64_t> dims_of(at::OptionalIntArrayRef dim) { return dim ? dim->ve
 template <typename Addmm, typename Bmm>
 at::Tensor baddbmm_from(const at::Tensor &self, const at::Tensor &batch1, const at::Tensor &batch2, double beta,
                         double alpha, Addmm addmm, Bmm bmm) {
-  TORCH_CHECK(batch1.dim() == 3 && batch2.dim() == 3, "baddbmm: batch1 and batch2 must be 3-D, got shapes ", batch1.sizes(),
-              " and ", batch2.sizes());
+  TORCH_CHECK(batch1.dim() == 3 && batch2.dim() == 3, "baddbmm: batch1 and batch2 must be 3-D, got shapes ",
+              batch1.sizes(), " and ", batch2.sizes());
   TORCH_CHECK(batch1.size(0) == batch2.size(0) && batch1.size(2) == batch2.size(1), "baddbmm: shapes ", batch1.sizes(),
               " and ", batch2.sizes(), " cannot be multiplied batch-wise");
   const int64_t b = batch1.size(0), m = batch1.size(1), n = batch2.size(2);
   const at::Tensor bias = self.expand({b, m, n});  // throws when self does not broadcast
   if (beta == 0.0 && alpha == 1.0) return bmm(batch1, batch2);
   at::Tensor out = at::empty({b, m, n}, batch1.options());
-  for (int64_t e = 0; e < b; ++e) out.select(0, e).copy_(addmm(bias.select(0, e), batch1.select(0, e), batch2.select(0, e), beta, alpha));
+  for (int64_t e = 0; e < b; ++e)
+    out.select(0, e).copy_(addmm(bias.select(0, e), batch1.select(0, e), batch2.select(0, e), beta, alpha));
   return out;
 }
 
@@ -124,7 +125,8 @@ at::Tensor mm_cpu(const at::Tensor &self, const at::Tensor &mat2) {
 
 at::Tensor addmm_cpu(const at::Tensor &self, const at::Tensor &mat1, const at::Tensor &mat2, const at::Scalar &beta,
                      const at::Scalar &alpha) {
-  if (!ours_take({&self, &mat1, &mat2}) || !real_scalars(beta, alpha)) return at::cpu::addmm(self, mat1, mat2, beta, alpha);
+  if (!ours_take({&self, &mat1, &mat2}) || !real_scalars(beta, alpha))
+    return at::cpu::addmm(self, mat1, mat2, beta, alpha);
   return cpu_ops::addmm(self, mat1, mat2, beta.toDouble(), alpha.toDouble());
 }
 
@@ -133,8 +135,8 @@ at::Tensor bmm_cpu(const at::Tensor &self, const at::Tensor &mat2) {
   return cpu_ops::bmm(self, mat2);
 }
 
-at::Tensor baddbmm_cpu(const at::Tensor &self, const at::Tensor &batch1, const at::Tensor &batch2, const at::Scalar &beta,
-                       const at::Scalar &alpha) {
+at::Tensor baddbmm_cpu(const at::Tensor &self, const at::Tensor &batch1, const at::Tensor &batch2,
+                       const at::Scalar &beta, const at::Scalar &alpha) {
   if (!ours_take({&self, &batch1, &batch2}) || !real_scalars(beta, alpha))
     return at::cpu::baddbmm(self, batch1, batch2, beta, alpha);
   return baddbmm_from(self, batch1, batch2, beta.toDouble(), alpha.toDouble(), &cpu_ops::addmm, &cpu_ops::bmm);
@@ -145,7 +147,8 @@ at::Tensor log_softmax_cpu(const at::Tensor &self, int64_t dim, bool half_to_flo
   return cpu_ops::log_softmax(self, dim, half_to_float);
 }
 
-at::Tensor mean_cpu(const at::Tensor &self, at::OptionalIntArrayRef dim, bool keepdim, std::optional<at::ScalarType> dtype) {
+at::Tensor mean_cpu(const at::Tensor &self, at::OptionalIntArrayRef dim, bool keepdim,
+                    std::optional<at::ScalarType> dtype) {
   if (!ours_take_mean(self, dtype)) return at::cpu::mean(self, dim, keepdim, dtype);
   return cpu_ops::mean(self, dims_of(dim), keepdim, dtype);
 }
@@ -160,7 +163,8 @@ at::Tensor mm_cuda(const at::Tensor &self, const at::Tensor &mat2) {
 
 at::Tensor addmm_cuda(const at::Tensor &self, const at::Tensor &mat1, const at::Tensor &mat2, const at::Scalar &beta,
                       const at::Scalar &alpha) {
-  if (!ours_take({&self, &mat1, &mat2}) || !real_scalars(beta, alpha)) return at::cuda::addmm(self, mat1, mat2, beta, alpha);
+  if (!ours_take({&self, &mat1, &mat2}) || !real_scalars(beta, alpha))
+    return at::cuda::addmm(self, mat1, mat2, beta, alpha);
   return cuda_ops::addmm(self, mat1, mat2, beta.toDouble(), alpha.toDouble());
 }
 
@@ -169,8 +173,8 @@ at::Tensor bmm_cuda(const at::Tensor &self, const at::Tensor &mat2) {
   return cuda_ops::bmm(self, mat2);
 }
 
-at::Tensor baddbmm_cuda(const at::Tensor &self, const at::Tensor &batch1, const at::Tensor &batch2, const at::Scalar &beta,
-                        const at::Scalar &alpha) {
+at::Tensor baddbmm_cuda(const at::Tensor &self, const at::Tensor &batch1, const at::Tensor &batch2,
+                        const at::Scalar &beta, const at::Scalar &alpha) {
   if (!ours_take({&self, &batch1, &batch2}) || !real_scalars(beta, alpha))
     return at::cuda::baddbmm(self, batch1, batch2, beta, alpha);
   return baddbmm_from(self, batch1, batch2, beta.toDouble(), alpha.toDouble(), &cuda_ops::addmm, &cuda_ops::bmm);
@@ -181,7 +185,8 @@ at::Tensor log_softmax_cuda(const at::Tensor &self, int64_t dim, bool half_to_fl
   return cuda_ops::log_softmax(self, dim, half_to_float);
 }
 
-at::Tensor mean_cuda(const at::Tensor &self, at::OptionalIntArrayRef dim, bool keepdim, std::optional<at::ScalarType> dtype) {
+at::Tensor mean_cuda(const at::Tensor &self, at::OptionalIntArrayRef dim, bool keepdim,
+                     std::optional<at::ScalarType> dtype) {
   if (!ours_take_mean(self, dtype)) return at::cuda::mean(self, dim, keepdim, dtype);
   return cuda_ops::mean(self, dims_of(dim), keepdim, dtype);
 }
@@ -207,7 +212,8 @@ std::vector<std::unique_ptr<torch::Library>> register_aten_overrides() {
   cpu->impl("mean.dim", TORCH_FN(mean_cpu));
   libs.push_back(std::move(cpu));
 #ifdef DETFUZZ_WITH_CUDA
-  auto cuda = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::CUDA, __FILE__, __LINE__);
+  auto cuda =
+      std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::CUDA, __FILE__, __LINE__);
   cuda->impl("mm", TORCH_FN(mm_cuda));
   cuda->impl("addmm", TORCH_FN(addmm_cuda));
   cuda->impl("bmm", TORCH_FN(bmm_cuda));

@@ -30,8 +30,10 @@ void set_mode(bool on) {
   ModeState &s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   if (on == !s.libs.empty()) return;
-  if (on) s.libs = torch_mode::register_aten_overrides();
-  else s.libs.clear();  // ~Library deregisters: the native kernels are back
+  if (on)
+    s.libs = torch_mode::register_aten_overrides();
+  else
+    s.libs.clear();  // ~Library deregisters: the native kernels are back
 }
 
 }  // namespace
@@ -45,7 +47,9 @@ bool is_batch_invariant_mode_enabled() {
   return !s.libs.empty();
 }
 
-BatchInvariantMode::BatchInvariantMode(bool enabled) : previous_(is_batch_invariant_mode_enabled()) { set_mode(enabled); }
+BatchInvariantMode::BatchInvariantMode(bool enabled) : previous_(is_batch_invariant_mode_enabled()) {
+  set_mode(enabled);
+}
 BatchInvariantMode::~BatchInvariantMode() { set_mode(previous_); }
 
 }  // namespace detfuzz

@@ -66,7 +66,8 @@ OpArgs paged_batch(const std::vector<int64_t> &kv_lens, int64_t q_len, int64_t h
     rows += std::min(q_len, l);
   }
   at::Tensor table = at::zeros({static_cast<int64_t>(kv_lens.size()), max_blocks}, i32);
-  at::Tensor cu = at::zeros({static_cast<int64_t>(kv_lens.size()) + 1}, i32), lens = at::zeros({static_cast<int64_t>(kv_lens.size())}, i32);
+  at::Tensor cu = at::zeros({static_cast<int64_t>(kv_lens.size()) + 1}, i32),
+             lens = at::zeros({static_cast<int64_t>(kv_lens.size())}, i32);
   auto t = table.accessor<int32_t, 2>();
   auto c = cu.accessor<int32_t, 1>();
   auto l = lens.accessor<int32_t, 1>();
@@ -78,14 +79,19 @@ OpArgs paged_batch(const std::vector<int64_t> &kv_lens, int64_t q_len, int64_t h
     c[s + 1] = c[s] + static_cast<int32_t>(std::min(q_len, kv_lens[s]));
   }
   OpArgs a;
-  a.tensors = {at::randn({rows, hq, d}, gen, f32).to(dtype), at::randn({blocks, page, hkv, d}, gen, f32).to(dtype),
-               at::randn({blocks, page, hkv, d}, gen, f32).to(dtype), cu.cuda(), lens.cuda(), table.cuda()};
+  a.tensors = {at::randn({rows, hq, d}, gen, f32).to(dtype),
+               at::randn({blocks, page, hkv, d}, gen, f32).to(dtype),
+               at::randn({blocks, page, hkv, d}, gen, f32).to(dtype),
+               cu.cuda(),
+               lens.cuda(),
+               table.cuda()};
   return a;
 }
 
 // The fused kernel's run step with a plan made once for the batch (an engine plans once per step
 // and runs once per layer), replayed from a CUDA graph.
-double time_planned_attention(const OpArgs &a, const attention::CudaAttentionOptions &options, int reps, const BenchClock &clock) {
+double time_planned_attention(const OpArgs &a, const attention::CudaAttentionOptions &options, int reps,
+                              const BenchClock &clock) {
   const auto &t = a.tensors;
   const attention::PagedAttentionCudaPlan plan(t[0], t[1], t[2], t[3], t[4], t[5], options);
   return median_graph_us([&] { plan.run(t[0], t[1], t[2], 0.0); }, reps, clock);
@@ -103,7 +109,8 @@ at::Tensor run_paged(const OpArgs &a, const attention::CudaAttentionOptions &opt
 // consumer turns (`invariant@pingpong`, `invariant@no-pingpong`; all rows) and the decode
 // schedule (`invariant@split-per-cta`, `invariant@split-groups`; decode rows) where --impl names
 // them, on the same inputs; one row each.
-void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostream &log, at::Generator &gen, const BenchClock &clock) {
+void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostream &log, at::Generator &gen,
+                     const BenchClock &clock) {
   using Options = attention::CudaAttentionOptions;
   struct Timed {
     std::string impl;
@@ -154,7 +161,8 @@ void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostre
       const int64_t batch = shape.m, ctx = shape.n, d = shape.k, page = shape.page;
       const OpArgs args = paged_batch(std::vector<int64_t>(batch, ctx), 1, hq, hkv, d, page, dtype, gen);
       const double bytes = elem * (2.0 * batch * ctx * hkv * d + 2.0 * batch * hq * d);
-      at::Tensor src = at::empty({static_cast<int64_t>(bytes / 2)}, at::TensorOptions().device(at::kCUDA).dtype(at::kByte));
+      at::Tensor src =
+          at::empty({static_cast<int64_t>(bytes / 2)}, at::TensorOptions().device(at::kCUDA).dtype(at::kByte));
       at::Tensor dst = at::empty_like(src);
       // The copy reads and writes `bytes`; the faster of eager and graph-replayed (a graph runs a
       // large copy as a memcpy node, slower than the eager copy; eager adds launch time to small ones).
@@ -170,13 +178,13 @@ void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostre
         if (impl.prefill_only) continue;
         const double us = time_planned_attention(args, impl.options, reps, clock);
         const bool verified = same_bits(run_paged(one, impl.options), run_paged(args, impl.options).narrow(0, 0, 1));
-        csv << "paged_attention_decode," << impl.impl << ',' << dtype_name(dtype) << ',' << batch << ',' << ctx << ',' << d << ','
-            << fmt(us) << ",," << fmt(bytes / us * 1e-3, "%.1f") << ",d2d-copy," << fmt(copy_us) << ','
-            << fmt(copy_us / us, "%.4f") << ',' << (verified ? "yes" : "no") << ',' << fmt(bytes / copy_us * 1e-3, "%.1f") << ','
-            << fmt(copy_us / us, "%.4f") << ',' << page << '\n';
-        log << "paged_attention decode " << impl.impl << ' ' << dtype_name(dtype) << " batch=" << batch << " ctx=" << ctx
-            << (page == 16 ? "" : " page=" + std::to_string(page)) << ": "
-            << fmt(us, "%.1f") << " us, " << fmt(bytes / us * 1e-3, "%.0f") << " GB/s = " << fmt(100.0 * copy_us / us, "%.0f")
+        csv << "paged_attention_decode," << impl.impl << ',' << dtype_name(dtype) << ',' << batch << ',' << ctx << ','
+            << d << ',' << fmt(us) << ",," << fmt(bytes / us * 1e-3, "%.1f") << ",d2d-copy," << fmt(copy_us) << ','
+            << fmt(copy_us / us, "%.4f") << ',' << (verified ? "yes" : "no") << ','
+            << fmt(bytes / copy_us * 1e-3, "%.1f") << ',' << fmt(copy_us / us, "%.4f") << ',' << page << '\n';
+        log << "paged_attention decode " << impl.impl << ' ' << dtype_name(dtype) << " batch=" << batch
+            << " ctx=" << ctx << (page == 16 ? "" : " page=" + std::to_string(page)) << ": " << fmt(us, "%.1f")
+            << " us, " << fmt(bytes / us * 1e-3, "%.0f") << " GB/s = " << fmt(100.0 * copy_us / us, "%.0f")
             << "% of a device copy" << (verified ? "" : "  (invariance FAILED)") << std::endl;
       }
     }
@@ -186,8 +194,20 @@ void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostre
       const OpArgs args = paged_batch({len}, len, hq, hkv, d, page, dtype, gen);
       // SDPA on the same values, contiguous [1, H, L, D], causal, K/V heads repeated for GQA.
       const at::Tensor q = args.tensors[0].transpose(0, 1).unsqueeze(0).contiguous();
-      const at::Tensor k = args.tensors[1].reshape({-1, hkv, d}).narrow(0, 0, len).transpose(0, 1).repeat_interleave(hq / hkv, 0).unsqueeze(0).contiguous();
-      const at::Tensor v = args.tensors[2].reshape({-1, hkv, d}).narrow(0, 0, len).transpose(0, 1).repeat_interleave(hq / hkv, 0).unsqueeze(0).contiguous();
+      const at::Tensor k = args.tensors[1]
+                               .reshape({-1, hkv, d})
+                               .narrow(0, 0, len)
+                               .transpose(0, 1)
+                               .repeat_interleave(hq / hkv, 0)
+                               .unsqueeze(0)
+                               .contiguous();
+      const at::Tensor v = args.tensors[2]
+                               .reshape({-1, hkv, d})
+                               .narrow(0, 0, len)
+                               .transpose(0, 1)
+                               .repeat_interleave(hq / hkv, 0)
+                               .unsqueeze(0)
+                               .contiguous();
       // torch's flash backend of SDPA, called directly (the dispatcher's choice may be another backend).
       const double sdpa_us = median_graph_us([&] { at::_scaled_dot_product_flash_attention(q, k, v, 0.0, true); },
                                              std::max(3, cfg.repetitions), clock);
@@ -202,13 +222,14 @@ void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostre
       for (const Timed &impl : impls) {
         if (impl.decode_only) continue;
         const double us = time_planned_attention(args, impl.options, std::max(3, cfg.repetitions), clock);
-        const bool verified = same_bits(run_paged(shifted, impl.options).narrow(0, 100, len), run_paged(args, impl.options));
-        csv << "paged_attention_prefill," << impl.impl << ',' << dtype_name(dtype) << ",1," << len << ',' << d << ',' << fmt(us)
-            << ',' << fmt(flops / us * 1e-6, "%.2f") << ",,torch-sdpa-flash," << fmt(sdpa_us) << ',' << fmt(sdpa_us / us, "%.4f")
-            << ',' << (verified ? "yes" : "no") << ",,," << page << '\n';
+        const bool verified =
+            same_bits(run_paged(shifted, impl.options).narrow(0, 100, len), run_paged(args, impl.options));
+        csv << "paged_attention_prefill," << impl.impl << ',' << dtype_name(dtype) << ",1," << len << ',' << d << ','
+            << fmt(us) << ',' << fmt(flops / us * 1e-6, "%.2f") << ",,torch-sdpa-flash," << fmt(sdpa_us) << ','
+            << fmt(sdpa_us / us, "%.4f") << ',' << (verified ? "yes" : "no") << ",,," << page << '\n';
         log << "paged_attention prefill " << impl.impl << ' ' << dtype_name(dtype) << " len=" << len
-            << (page == 16 ? "" : " page=" + std::to_string(page)) << ": " << fmt(us, "%.1f")
-            << " us, " << fmt(flops / us * 1e-6, "%.1f") << " TFLOP/s, " << fmt(sdpa_us / us, "%.2f") << "x torch SDPA (flash)"
+            << (page == 16 ? "" : " page=" + std::to_string(page)) << ": " << fmt(us, "%.1f") << " us, "
+            << fmt(flops / us * 1e-6, "%.1f") << " TFLOP/s, " << fmt(sdpa_us / us, "%.2f") << "x torch SDPA (flash)"
             << (verified ? "" : "  (invariance FAILED)") << std::endl;
       }
     }
@@ -227,7 +248,9 @@ void add_attention_bench(PropertyFamily &f) {
     if (s.op == kPrefill && s.m != 1) throw std::invalid_argument("a prefill row times one sequence (M = 1)");
     if (s.page <= 0 || s.page > 4096) throw std::invalid_argument("page must be 1 to 4096 tokens");
   };
-  f.bench_impl = [](const std::string &impl) { return impl == "invariant" || attention_variant_by_name(impl).has_value(); };
+  f.bench_impl = [](const std::string &impl) {
+    return impl == "invariant" || attention_variant_by_name(impl).has_value();
+  };
 #ifdef DETFUZZ_WITH_CUDA
   f.bench = [](const FamilyBenchConfig &cfg, std::ostream &csv, std::ostream &log) {
     const BenchClock clock;

@@ -47,13 +47,16 @@ std::string join(const std::vector<int64_t> &v) {
   return s;
 }
 
-float value(uint64_t seed, uint64_t tensor, uint64_t index) { return keyed_value(counter_data::tensor_key(seed, tensor), index); }
+float value(uint64_t seed, uint64_t tensor, uint64_t index) {
+  return keyed_value(counter_data::tensor_key(seed, tensor), index);
+}
 
 float keyed_value(uint64_t key, uint64_t index) { return counter_data::irwin_hall_value(key, index); }
 
 Geometry geometry(const CaseSpec &c) {
   if (c.shape.size() != 4)
-    throw std::invalid_argument("paged_attention case: shape must be {H_q, H_kv, D, page_size}, got " + c.shape_string());
+    throw std::invalid_argument("paged_attention case: shape must be {H_q, H_kv, D, page_size}, got " +
+                                c.shape_string());
   Geometry g{c.shape[0], c.shape[1], c.shape[2], c.shape[3]};
   if (g.h_q <= 0 || g.h_kv <= 0 || g.head_dim <= 0 || g.page_size <= 0 || g.h_q % g.h_kv != 0)
     throw std::invalid_argument("paged_attention case: shape " + c.shape_string() +
@@ -68,18 +71,15 @@ std::vector<Seq> sequences(const CaseSpec &c) {
   std::vector<Seq> out;
   for (size_t i = 0; i < q.size(); ++i) {
     if (q[i] < 1 || q[i] > kv[i])
-      throw std::invalid_argument("paged_attention case: sequence " + std::to_string(i) + " has q=" + std::to_string(q[i]) +
-                                  " kv=" + std::to_string(kv[i]) + " (need 1 <= q <= kv)");
+      throw std::invalid_argument("paged_attention case: sequence " + std::to_string(i) + " has q=" +
+                                  std::to_string(q[i]) + " kv=" + std::to_string(kv[i]) + " (need 1 <= q <= kv)");
     out.push_back({static_cast<int64_t>(i), q[i], kv[i], 0});
   }
   return out;
 }
 
 SequenceRows::SequenceRows(const CaseSpec &c)
-    : seed_(c.seed),
-      width_{0, 0, 0},
-      dtype_(c.dtype),
-      device_(case_device(c)) {
+    : seed_(c.seed), width_{0, 0, 0}, dtype_(c.dtype), device_(case_device(c)) {
   const Geometry g = geometry(c);
   width_[0] = g.h_q * g.head_dim;
   width_[1] = width_[2] = g.h_kv * g.head_dim;
@@ -89,7 +89,8 @@ at::Tensor SequenceRows::rows(int64_t uid, int which, int64_t from, int64_t to) 
   Made &m = made_[{uid, which}];
   if (!m.rows.defined() || from < m.from || to > m.to) {
     // Make the union of what was asked so far (a check asks for its largest batch first).
-    const int64_t lo = m.rows.defined() ? std::min(from, m.from) : from, hi = m.rows.defined() ? std::max(to, m.to) : to;
+    const int64_t lo = m.rows.defined() ? std::min(from, m.from) : from,
+                  hi = m.rows.defined() ? std::max(to, m.to) : to;
     const uint64_t key = counter_data::tensor_key(seed_, 3 * static_cast<uint64_t>(uid) + static_cast<uint64_t>(which));
     std::vector<uint64_t> keys(static_cast<size_t>(hi - lo), key), first;
     first.reserve(keys.size());
@@ -181,8 +182,7 @@ Batch build(const CaseSpec &c, const std::vector<Seq> &seqs, int64_t place_seed,
     kl.push_back(s.kv_len);
   }
   const AttnMetadata meta = make_metadata(ql, kl, blocks, max_pages, dev);
-  b.args.tensors = {qh, cache.k(0), cache.v(0), meta.cu_seqlens_q, meta.seq_lens_kv,
-                    meta.block_table};
+  b.args.tensors = {qh, cache.k(0), cache.v(0), meta.cu_seqlens_q, meta.seq_lens_kv, meta.block_table};
   b.args.alpha = c.param_double("alpha", 0.0);
   b.num_blocks = num_blocks;
   return b;
@@ -204,9 +204,7 @@ at::Tensor rows(const at::Tensor &out, const Batch &b, int64_t seq, int64_t from
   return out.slice(0, begin, end);  // left where it is: CUDA rows are compared on the device
 }
 
-double dtype_eps(at::ScalarType t) {
-  return t == at::kBFloat16 ? 0x1.0p-7 : t == at::kHalf ? 0x1.0p-10 : 0x1.0p-20;
-}
+double dtype_eps(at::ScalarType t) { return t == at::kBFloat16 ? 0x1.0p-7 : t == at::kHalf ? 0x1.0p-10 : 0x1.0p-20; }
 
 // The impl's output against the float64 reference: every element within 2 eps (|ref| + 1), eps
 // from dtype_eps (the output's own rounding to bf16 or fp16 costs eps / 2 of that).
@@ -269,7 +267,8 @@ Verdict check_attention_case(const CaseSpec &c) {
       const int64_t share = c.param_int("share", 0), place2 = c.param_int("place2", 0);
       require(share >= 0, "share must be >= 0");
       for (int64_t i = 1; i < S; ++i)
-        seqs[i].share_pages = std::min({share, seqs[0].kv_len / geometry(c).page_size, seqs[i].kv_len / geometry(c).page_size});
+        seqs[i].share_pages =
+            std::min({share, seqs[0].kv_len / geometry(c).page_size, seqs[i].kv_len / geometry(c).page_size});
       const Batch a = build(c, seqs, place, extra, false, &data);
       const Batch b = build(c, seqs, place2, extra, true, &data);
       return Verdict::from_diff(run(a), run(b),
@@ -311,7 +310,8 @@ Verdict check_attention_case(const CaseSpec &c) {
     }
     if (c.property == "repeat") {
       const Batch b = build(c, seqs, place, extra, false, &data);
-      return second_run_agrees(c.backend, run(b), [&] { return run(b); }, "two runs of the same batch");
+      return second_run_agrees(
+          c.backend, run(b), [&] { return run(b); }, "two runs of the same batch");
     }
     // accuracy
     const Batch b = build(c, seqs, place, extra, false, &data);
@@ -337,13 +337,13 @@ struct Limits {
 
 rc::Gen<int64_t> length_gen(int64_t page, int64_t max_len) {
   std::vector<int64_t> edges;
-  for (int64_t v : {int64_t{1}, page - 1, page, page + 1, 2 * page, 2 * page + 1, attention::kKvTile - 1,
-                    attention::kKvTile, attention::kKvTile + 1, attention::kKvSplit - 1, attention::kKvSplit,
-                    attention::kKvSplit + 1, 2 * attention::kKvSplit - 1, 2 * attention::kKvSplit,
-                    2 * attention::kKvSplit + 1})
+  for (int64_t v :
+       {int64_t{1}, page - 1, page, page + 1, 2 * page, 2 * page + 1, attention::kKvTile - 1, attention::kKvTile,
+        attention::kKvTile + 1, attention::kKvSplit - 1, attention::kKvSplit, attention::kKvSplit + 1,
+        2 * attention::kKvSplit - 1, 2 * attention::kKvSplit, 2 * attention::kKvSplit + 1})
     if (v >= 1 && v <= max_len && std::find(edges.begin(), edges.end(), v) == edges.end()) edges.push_back(v);
-  return rc::gen::weightedOneOf<int64_t>({{3, rc::gen::inRange<int64_t>(1, max_len + 1)},
-                                          {2, rc::gen::elementOf(edges)}});
+  return rc::gen::weightedOneOf<int64_t>(
+      {{3, rc::gen::inRange<int64_t>(1, max_len + 1)}, {2, rc::gen::elementOf(edges)}});
 }
 
 }  // namespace

@@ -72,7 +72,8 @@ std::string join(const std::vector<int64_t> &v);  // "5.1.1"
 
 // The data generator: normal-ish, never zero.
 float value(uint64_t seed, uint64_t tensor, uint64_t index);
-float keyed_value(uint64_t key, uint64_t index);  // value(seed, tensor, i) with key = counter_data::tensor_key(seed, tensor)
+float keyed_value(uint64_t key,
+                  uint64_t index);  // value(seed, tensor, i) with key = counter_data::tensor_key(seed, tensor)
 
 struct Seq {
   int64_t uid = 0, q_len = 1, kv_len = 1;
@@ -89,7 +90,7 @@ struct Batch {
   int64_t num_blocks = 0;
 };
 
-Geometry geometry(const CaseSpec &c);     // throws std::invalid_argument
+Geometry geometry(const CaseSpec &c);           // throws std::invalid_argument
 std::vector<Seq> sequences(const CaseSpec &c);  // from q=, kv= (uid = index); throws std::invalid_argument
 
 // The q, K and V rows of a case's sequences, in the case's dtype and on its device, made on first

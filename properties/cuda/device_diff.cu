@@ -21,12 +21,17 @@ __device__ double value_of(uint64_t bits, DiffKind kind) {
   switch (kind) {
     case DiffKind::float16: {
       // Exact half -> float: sign, exponent rebased, subnormals normalised.
-      const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16, exp = (bits >> 10) & 0x1fu, mant = bits & 0x3ffu;
+      const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16, exp = (bits >> 10) & 0x1fu,
+                     mant = bits & 0x3ffu;
       uint32_t f;
-      if (exp == 0x1f) f = sign | 0x7f800000u | (mant << 13);
-      else if (exp != 0) f = sign | ((exp + 112u) << 23) | (mant << 13);
-      else if (mant == 0) f = sign;
-      else return (sign ? -1.0 : 1.0) * static_cast<double>(mant) * 0x1.0p-24;
+      if (exp == 0x1f)
+        f = sign | 0x7f800000u | (mant << 13);
+      else if (exp != 0)
+        f = sign | ((exp + 112u) << 23) | (mant << 13);
+      else if (mant == 0)
+        f = sign;
+      else
+        return (sign ? -1.0 : 1.0) * static_cast<double>(mant) * 0x1.0p-24;
       return static_cast<double>(__uint_as_float(f));
     }
     case DiffKind::bfloat16: return static_cast<double>(__uint_as_float(static_cast<uint32_t>(bits) << 16));
@@ -42,7 +47,8 @@ __device__ bool is_nan_bits(uint64_t bits, DiffKind kind) {
     case DiffKind::float16: return (bits & 0x7c00) == 0x7c00 && (bits & 0x03ff) != 0;
     case DiffKind::bfloat16: return (bits & 0x7f80) == 0x7f80 && (bits & 0x007f) != 0;
     case DiffKind::float32: return (bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu) != 0;
-    case DiffKind::float64: return (bits & 0x7ff0000000000000ull) == 0x7ff0000000000000ull && (bits & 0x000fffffffffffffull) != 0;
+    case DiffKind::float64:
+      return (bits & 0x7ff0000000000000ull) == 0x7ff0000000000000ull && (bits & 0x000fffffffffffffull) != 0;
     default: return false;
   }
 }
@@ -78,7 +84,8 @@ __global__ void init_result(DeviceDiff *r) { *r = DeviceDiff{0ull, LLONG_MAX, 0u
 
 template <typename Word>
 __global__ void bitwise_diff_kernel(const Word *expected, const Word *actual, int64_t n, DiffKind kind, DeviceDiff *r) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const uint64_t x = expected[i], y = actual[i];
     if (x == y) continue;
     atomicAdd(&r->differing, 1ull);
@@ -91,17 +98,19 @@ __global__ void bitwise_diff_kernel(const Word *expected, const Word *actual, in
 }
 
 template <typename Word>
-void launch(const void *expected, const void *actual, int64_t n, DiffKind kind, DeviceDiff *result, cudaStream_t stream) {
+void launch(const void *expected, const void *actual, int64_t n, DiffKind kind, DeviceDiff *result,
+            cudaStream_t stream) {
   constexpr int threads = 256;
   const int blocks = static_cast<int>(std::min<int64_t>(std::max<int64_t>((n + threads - 1) / threads, 1), 2048));
-  bitwise_diff_kernel<Word><<<blocks, threads, 0, stream>>>(static_cast<const Word *>(expected), static_cast<const Word *>(actual), n, kind,
-                                                            result);
+  bitwise_diff_kernel<Word><<<blocks, threads, 0, stream>>>(static_cast<const Word *>(expected),
+                                                            static_cast<const Word *>(actual), n, kind, result);
   DETFUZZ_LAUNCH_CHECK();
 }
 
 }  // namespace
 
-void launch_bitwise_diff(const void *expected, const void *actual, int64_t n, DiffKind kind, DeviceDiff *result, cudaStream_t stream) {
+void launch_bitwise_diff(const void *expected, const void *actual, int64_t n, DiffKind kind, DeviceDiff *result,
+                         cudaStream_t stream) {
   init_result<<<1, 1, 0, stream>>>(result);
   DETFUZZ_LAUNCH_CHECK();
   if (n == 0) return;

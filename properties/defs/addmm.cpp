@@ -16,7 +16,8 @@ OpDef addmm_def() {
     defs::need_rank(c, 3, 3);
     const auto &s = c.shape;
     const int64_t bias = c.param_int("bias", 1);
-    if (bias != 1 && bias != 2) throw std::invalid_argument("addmm bias=" + std::to_string(bias) + " (expected 1 or 2: the bias rank)");
+    if (bias != 1 && bias != 2)
+      throw std::invalid_argument("addmm bias=" + std::to_string(bias) + " (expected 1 or 2: the bias rank)");
     return std::vector<std::vector<int64_t>>{
         bias == 1 ? std::vector<int64_t>{s[1]} : std::vector<int64_t>{s[0], s[1]}, {s[0], s[2]}, {s[2], s[1]}};
   };
@@ -41,7 +42,8 @@ OpDef addmm_def() {
                                      }});
   };
   d.reference = [](const OpArgs &a) {
-    return at::addmm(defs::f64(a.tensors.at(0)), defs::f64(a.tensors.at(1)), defs::f64(a.tensors.at(2)), a.beta, a.alpha);
+    return at::addmm(defs::f64(a.tensors.at(0)), defs::f64(a.tensors.at(1)), defs::f64(a.tensors.at(2)), a.beta,
+                     a.alpha);
   };
   d.core_bound = [](const OpArgs &args) {
     const at::Tensor &bias = args.tensors.at(0), &a = args.tensors.at(1), &b = args.tensors.at(2);

@@ -6,8 +6,8 @@
 
 namespace detfuzz {
 std::vector<OpDef> builtin_op_defs() {
-  return {mm_def(),      addmm_def(), bmm_def(),          log_softmax_def(), mean_def(),
-          rms_norm_def(), rope_def(), silu_and_mul_def(), embedding_def()};
+  return {mm_def(),       addmm_def(), bmm_def(),          log_softmax_def(), mean_def(),
+          rms_norm_def(), rope_def(),  silu_and_mul_def(), embedding_def()};
 }
 
 std::string OpDef::shape_text() const {
@@ -20,8 +20,8 @@ namespace defs {
 
 void need_rank(const CaseSpec &c, size_t lo, size_t hi) {
   if (c.shape.size() < lo || c.shape.size() > hi)
-    throw std::invalid_argument(c.op + " needs a shape of " + std::to_string(lo) + (lo == hi ? "" : ".." + std::to_string(hi)) +
-                                " sizes, got '" + c.shape_string() + "'");
+    throw std::invalid_argument(c.op + " needs a shape of " + std::to_string(lo) +
+                                (lo == hi ? "" : ".." + std::to_string(hi)) + " sizes, got '" + c.shape_string() + "'");
 }
 
 int64_t normalized_dim(int64_t d, int64_t rank, const std::string &what) {
@@ -66,7 +66,8 @@ BatchAxis first_unreduced_axis(const CaseSpec &c, const std::vector<int64_t> &re
 
 BenchDef matmul_bench() {
   BenchDef b;
-  const std::pair<int64_t, int64_t> nk[] = {{4096, 4096}, {14336, 4096}, {4096, 14336}, {1024, 8192}, {6144, 4096}, {128256, 4096}};
+  const std::pair<int64_t, int64_t> nk[] = {{4096, 4096}, {14336, 4096}, {4096, 14336},
+                                            {1024, 8192}, {6144, 4096},  {128256, 4096}};
   for (auto [n, k] : nk)
     for (int64_t m : {1, 8, 32, 128, 512, 2048, 8192}) b.shapes.push_back({"mm", m, n, k});
   b.uses_k = true;
@@ -91,7 +92,8 @@ BenchDef matmul_bench() {
 
 BenchDef row_reduction_bench(const std::string &op, bool reduces_to_rows) {
   BenchDef b;
-  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1024, 32768}, {4096, 32768}, {1024, 131072}}) b.shapes.push_back({op, rows, cols, 0});
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1024, 32768}, {4096, 32768}, {1024, 131072}})
+    b.shapes.push_back({op, rows, cols, 0});
   b.args = [](const BenchShape &s, at::ScalarType dtype, at::Generator &gen) {
     const auto opts = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
     OpArgs a;
@@ -107,7 +109,9 @@ BenchDef row_reduction_bench(const std::string &op, bool reduces_to_rows) {
     const double out_elem = reduces_to_rows ? (dtype == at::kFloat ? 4 : elem) : elem;
     return elem * s.m * s.n + out_elem * (reduces_to_rows ? s.m : s.m * s.n);
   };
-  b.input_bytes = [](const BenchShape &s, at::ScalarType dtype) { return static_cast<double>(c10::elementSize(dtype)) * s.m * s.n; };
+  b.input_bytes = [](const BenchShape &s, at::ScalarType dtype) {
+    return static_cast<double>(c10::elementSize(dtype)) * s.m * s.n;
+  };
   b.against_copy = [](const BenchShape &) { return false; };
   return b;
 }

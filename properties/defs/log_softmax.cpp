@@ -45,7 +45,8 @@ OpDef log_softmax_def() {
     const at::Tensor p = at::_log_softmax(x_nd, dim, false).exp();
     const at::Tensor weighted = at::where(p > 0, p * deviation, at::zeros_like(p)).sum(dim, /*keepdim=*/true);
     const at::Tensor log_sum = (x_nd - m).exp().sum(dim, /*keepdim=*/true).log();
-    const at::Tensor core = (2 * deviation + 2 * weighted + 4 * log_sum.abs() + (2 * n + 8)) * kUnitRoundoffF32 + n * kTinyF32;
+    const at::Tensor core =
+        (2 * deviation + 2 * weighted + 4 * log_sum.abs() + (2 * n + 8)) * kUnitRoundoffF32 + n * kTinyF32;
     return core.view(x.sizes());
   };
   d.out_dtype = [](const OpArgs &a) { return a.half_to_float ? at::kFloat : a.tensors.back().scalar_type(); };

@@ -51,9 +51,9 @@ struct BenchDef {
   // (the speed a PyTorch user gets through the dispatcher).
   bool dispatch_row = false;
   std::function<OpArgs(const BenchShape &, at::ScalarType, at::Generator &)> args;  // on the GPU
-  std::function<double(const BenchShape &)> flops;                     // 0: not a FLOP-bound op
-  std::function<double(const BenchShape &, at::ScalarType)> bytes;     // read + written once
-  std::function<double(const BenchShape &, at::ScalarType)> input_bytes;  // one input set
+  std::function<double(const BenchShape &)> flops;                                  // 0: not a FLOP-bound op
+  std::function<double(const BenchShape &, at::ScalarType)> bytes;                  // read + written once
+  std::function<double(const BenchShape &, at::ScalarType)> input_bytes;            // one input set
   // Whether bench also reports the share of a device copy of the same bytes (B-bound products).
   std::function<bool(const BenchShape &)> against_copy;
 };

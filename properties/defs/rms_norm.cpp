@@ -32,7 +32,10 @@ OpDef rms_norm_def() {
   d.read_attributes = [](const CaseSpec &c, OpArgs &a) { a.eps = c.param_double("eps", 1e-6); };
   d.gen = [](const Target &t) {
     return row_cases::gen_tokens(
-        t, [](const row_cases::TokenDraw &r) { return std::vector<int64_t>{r.tokens, r.width}; },
+        t,
+        [](const row_cases::TokenDraw &r) {
+          return std::vector<int64_t>{r.tokens, r.width};
+        },
         [](CaseSpec &c, const row_cases::TokenDraw &r) {
           if (r.eps_kind) c.params["eps"] = double_to_hex(r.eps_kind == 1 ? 1e-5 : 0.0);
         });
@@ -46,8 +49,10 @@ OpDef rms_norm_def() {
     const at::Tensor denom = (sum_sq / h + a.eps).expand_as(ref);
     const at::Tensor underflow = at::where(denom > 0x1p-140, 0x1p-149 / denom, at::full_like(denom, INFINITY));
     const at::Tensor w_abs = defs::f64(a.tensors.at(1)).abs().unsqueeze(0);
-    const at::Tensor core = ref * ((h + 10) * kUnitRoundoffF32) + ref * underflow + w_abs * 0x1p-149 + (h + 10) * kTinyF32;
-    return unbounded_where_huge(sum_sq.expand_as(ref), at::where(underflow.isinf(), at::full_like(core, INFINITY), core));
+    const at::Tensor core =
+        ref * ((h + 10) * kUnitRoundoffF32) + ref * underflow + w_abs * 0x1p-149 + (h + 10) * kTinyF32;
+    return unbounded_where_huge(sum_sq.expand_as(ref),
+                                at::where(underflow.isinf(), at::full_like(core, INFINITY), core));
   };
   d.out_dtype = [](const OpArgs &a) { return a.tensors.back().scalar_type(); };
   return d;

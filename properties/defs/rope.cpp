@@ -14,7 +14,8 @@ namespace {
 std::pair<at::Tensor, at::Tensor> cos_sin_f64(const at::Tensor &positions, int64_t d, double theta) {
   const int64_t half = d / 2;
   auto inv_freq = at::empty({half}, at::kDouble);
-  for (int64_t i = 0; i < half; ++i) inv_freq[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(d));
+  for (int64_t i = 0; i < half; ++i)
+    inv_freq[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(d));
   const at::Tensor angle = positions.to(at::kCPU, at::kDouble).unsqueeze(1) * inv_freq.unsqueeze(0);
   return {angle.cos().unsqueeze(1), angle.sin().unsqueeze(1)};
 }
@@ -27,7 +28,8 @@ OpDef rope_def() {
   d.size_names = {"T", "H", "D"};
   d.input_sizes = [](const CaseSpec &c) {
     defs::need_rank(c, 3, 3);
-    if (c.shape[2] % 2 != 0) throw std::invalid_argument("rope needs an even head dim, got shape '" + c.shape_string() + "'");
+    if (c.shape[2] % 2 != 0)
+      throw std::invalid_argument("rope needs an even head dim, got shape '" + c.shape_string() + "'");
     return std::vector<std::vector<int64_t>>{c.shape, {c.shape[0]}};
   };
   d.batch_axis = [](const CaseSpec &c) { return BatchAxis{{{0, 0}, {1, 0}}, 0, c.shape[0]}; };
@@ -35,7 +37,9 @@ OpDef rope_def() {
   d.index_range = [](const CaseSpec &, size_t t) -> int64_t { return t == 1 ? 4096 : 0; };
   d.read_attributes = [](const CaseSpec &c, OpArgs &a) { a.theta = c.param_double("theta", 10000.0); };
   d.gen = [](const Target &t) {
-    return row_cases::gen_tokens(t, [](const row_cases::TokenDraw &r) { return std::vector<int64_t>{r.tokens, r.heads, 2 * r.half_dim}; });
+    return row_cases::gen_tokens(t, [](const row_cases::TokenDraw &r) {
+      return std::vector<int64_t>{r.tokens, r.heads, 2 * r.half_dim};
+    });
   };
   d.reference = [](const OpArgs &a) {
     const at::Tensor x = defs::f64(a.tensors.at(0));

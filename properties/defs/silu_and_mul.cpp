@@ -30,7 +30,9 @@ OpDef silu_and_mul_def() {
   };
   d.batch_axis = [](const CaseSpec &c) { return BatchAxis{{{0, 0}}, 0, c.shape[0]}; };
   d.gen = [](const Target &t) {
-    return row_cases::gen_tokens(t, [](const row_cases::TokenDraw &r) { return std::vector<int64_t>{r.tokens, r.width}; });
+    return row_cases::gen_tokens(t, [](const row_cases::TokenDraw &r) {
+      return std::vector<int64_t>{r.tokens, r.width};
+    });
   };
   d.reference = silu_and_mul_f64;
   d.core_bound = [](const OpArgs &a) {

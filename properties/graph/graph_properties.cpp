@@ -52,8 +52,9 @@ struct GraphCase {
 
 GraphCase parse(const CaseSpec &c) {
   if (c.shape.size() != 7)
-    throw std::invalid_argument("prefill_graph case: shape must be vocab x hidden x layers x q_heads x kv_heads x head_dim x mlp, got '" +
-                                c.shape_string() + "'");
+    throw std::invalid_argument(
+        "prefill_graph case: shape must be vocab x hidden x layers x q_heads x kv_heads x head_dim x mlp, got '" +
+        c.shape_string() + "'");
   GraphCase g;
   auto &m = g.config;
   m.vocab = c.shape[0];
@@ -76,8 +77,8 @@ GraphCase parse(const CaseSpec &c) {
     throw std::invalid_argument("prefill_graph case: cached= and new= must list the same number (>= 1) of sequences");
   for (size_t s = 0; s < g.fresh.size(); ++s)
     if (g.fresh[s] < 1 || g.cached[s] < 0)
-      throw std::invalid_argument("prefill_graph case: sequence " + std::to_string(s) + " has cached=" +
-                                  std::to_string(g.cached[s]) + " new=" + std::to_string(g.fresh[s]) +
+      throw std::invalid_argument("prefill_graph case: sequence " + std::to_string(s) +
+                                  " has cached=" + std::to_string(g.cached[s]) + " new=" + std::to_string(g.fresh[s]) +
                                   " (needs cached >= 0, new >= 1)");
   g.page = c.param_int("page", 16);
   if (g.page < 1) throw std::invalid_argument("prefill_graph case: page=" + std::to_string(g.page) + " must be >= 1");
@@ -89,8 +90,8 @@ GraphCase parse(const CaseSpec &c) {
     if (v < 1) throw std::invalid_argument("prefill_graph case: bucket length " + std::to_string(v) + " < 1");
   g.target = c.param_int("target", 0);
   if (g.target < 0 || g.target >= static_cast<int64_t>(g.fresh.size()))
-    throw std::invalid_argument("prefill_graph case: target=" + std::to_string(g.target) + " is not a sequence index in [0, " +
-                                std::to_string(g.fresh.size()) + ")");
+    throw std::invalid_argument("prefill_graph case: target=" + std::to_string(g.target) +
+                                " is not a sequence index in [0, " + std::to_string(g.fresh.size()) + ")");
   return g;
 }
 
@@ -120,8 +121,8 @@ World make_world(const CaseSpec &c, const GraphCase &g, const std::vector<int64_
   World w;
   w.uids = uids;
   w.max_blocks = max_blocks_of(g);
-  w.model = std::make_unique<graph::Model>(g.config, c.backend,
-                                           torch_kernels ? graph::torch_kernels(c.backend) : graph::invariant_kernels(c.backend));
+  w.model = std::make_unique<graph::Model>(
+      g.config, c.backend, torch_kernels ? graph::torch_kernels(c.backend) : graph::invariant_kernels(c.backend));
   int64_t next_page = 1;
   for (int64_t u : uids) {
     SequenceInput q;
@@ -223,7 +224,8 @@ Verdict bucket_invariance(const CaseSpec &c, const GraphCase &g) {
   const attention::KVCache before = w.cache->clone();
   graph::BatchPrefillGraphRunner runner(*w.model, *w.cache, runner_options(c, g, w));
   const std::vector<Bucket> fits = runner.fitting(w.batch);
-  if (fits.size() < 2) return Verdict::pass({}, "the batch fits " + std::to_string(fits.size()) + " bucket(s): nothing to compare");
+  if (fits.size() < 2)
+    return Verdict::pass({}, "the batch fits " + std::to_string(fits.size()) + " bucket(s): nothing to compare");
   const graph::RunResult first = runner.run(w.batch, fits.front());
   const at::Tensor first_pools = pools_without_scratch(*w.cache);
   for (size_t i = 1; i < fits.size(); ++i) {
@@ -286,19 +288,21 @@ Verdict seq_alone_vs_batched(const CaseSpec &c, const GraphCase &g) {
   World alone = make_world(c, g, {g.target});
   std::unique_ptr<graph::BatchPrefillGraphRunner> rb, ra;
   if (is_runner_impl(c.impl)) {
-    rb = std::make_unique<graph::BatchPrefillGraphRunner>(*batched.model, *batched.cache, runner_options(c, g, batched));
+    rb =
+        std::make_unique<graph::BatchPrefillGraphRunner>(*batched.model, *batched.cache, runner_options(c, g, batched));
     ra = std::make_unique<graph::BatchPrefillGraphRunner>(*alone.model, *alone.cache, runner_options(c, g, alone));
   }
   const graph::RunResult in_batch = run_impl(c, batched, rb.get());
   const graph::RunResult by_itself = run_impl(c, alone, ra.get());
   const SequenceInput &q = batched.batch[g.target];
   const int64_t tokens = q.cached + static_cast<int64_t>(q.new_tokens.size());
-  const std::string what = "sequence " + std::to_string(g.target) + " alone (" + bucket_text(by_itself) + ") vs in a batch of " +
-                           std::to_string(g.fresh.size()) + " (" + bucket_text(in_batch) + ")";
-  return both(Verdict::from_diff(by_itself.logprobs, in_batch.logprobs.narrow(0, g.target, 1), "log-probs: " + what), [&] {
-    return Verdict::from_diff(sequence_kv(*alone.cache, alone.batch[0], tokens), sequence_kv(*batched.cache, q, tokens),
-                              "K/V: " + what);
-  });
+  const std::string what = "sequence " + std::to_string(g.target) + " alone (" + bucket_text(by_itself) +
+                           ") vs in a batch of " + std::to_string(g.fresh.size()) + " (" + bucket_text(in_batch) + ")";
+  return both(Verdict::from_diff(by_itself.logprobs, in_batch.logprobs.narrow(0, g.target, 1), "log-probs: " + what),
+              [&] {
+                return Verdict::from_diff(sequence_kv(*alone.cache, alone.batch[0], tokens),
+                                          sequence_kv(*batched.cache, q, tokens), "K/V: " + what);
+              });
 }
 
 Verdict registry_agree(const CaseSpec &c, const GraphCase &g) {
@@ -314,9 +318,8 @@ Verdict registry_agree(const CaseSpec &c, const GraphCase &g) {
   restore(*w.cache, before);
   const graph::RunResult via = graph::run_eager(*w.model, *w.cache, w.batch, w.max_blocks, &inputs);
   const std::string what = std::string(inputs.no_copy() ? "no-copy" : "registry") + " vs direct";
-  return both(Verdict::from_diff(direct.logprobs, via.logprobs, "log-probs: " + what), [&] {
-    return Verdict::from_diff(direct_pools, pools_without_scratch(*w.cache), "KV pool: " + what);
-  });
+  return both(Verdict::from_diff(direct.logprobs, via.logprobs, "log-probs: " + what),
+              [&] { return Verdict::from_diff(direct_pools, pools_without_scratch(*w.cache), "KV pool: " + what); });
 }
 
 }  // namespace
@@ -377,7 +380,8 @@ rc::Gen<CaseSpec> gen_graph_case(const std::string &impl, const std::string &pro
     c.shape = {vocab, hidden, layers, kv_heads * group, kv_heads, head_dim, mlp};
     const int64_t page = *rc::gen::element<int64_t>(16, 8, 1);
     // Buckets: the default set on CUDA; on the CPU lengths up to 64 keep a case to milliseconds.
-    const std::vector<int64_t> lens = cuda ? std::vector<int64_t>{16, 32, 64, 128, 256} : std::vector<int64_t>{16, 32, 64};
+    const std::vector<int64_t> lens =
+        cuda ? std::vector<int64_t>{16, 32, 64, 128, 256} : std::vector<int64_t>{16, 32, 64};
     const int64_t max_new = lens.back(), max_cached = cuda ? 600 : 80;
     struct Draw {
       int64_t kind, cached, fresh;  // kind: 0 decode, 1 chunk over a prefix, 2 new prefill

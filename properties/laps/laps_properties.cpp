@@ -40,7 +40,8 @@ std::string join(const std::vector<int64_t> &v) {
 
 int64_t bounded(const CaseSpec &c, const std::string &key, int64_t fallback, int64_t lo, int64_t hi) {
   const int64_t v = c.param_int(key, fallback);
-  require(v >= lo && v <= hi, key + "=" + std::to_string(v) + " outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  require(v >= lo && v <= hi,
+          key + "=" + std::to_string(v) + " outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   return v;
 }
 
@@ -70,7 +71,8 @@ engine::Trace trace(const CaseSpec &c, int64_t vocab) {
   const int64_t syslen = bounded(c, "syslen", 0, 0, 1 << 16);
   engine::Trace t;
   for (size_t i = 0; i < n; ++i) {
-    require(len[i] >= 1 && len[i] <= (1 << 20), "request " + std::to_string(i) + " has a prompt of " + std::to_string(len[i]) + " tokens");
+    require(len[i] >= 1 && len[i] <= (1 << 20),
+            "request " + std::to_string(i) + " has a prompt of " + std::to_string(len[i]) + " tokens");
     engine::Request r;
     r.id = static_cast<int64_t>(i);
     r.decode_steps = dec[i];
@@ -78,7 +80,8 @@ engine::Trace trace(const CaseSpec &c, int64_t vocab) {
     for (int64_t p = 0; p < len[i]; ++p) {
       const bool shared = sys[i] > 0 && p < syslen;
       const uint64_t stream = shared ? 2 * static_cast<uint64_t>(sys[i]) : 2 * i + 1;
-      r.prompt.push_back(static_cast<int32_t>(counter_bits(c.seed, stream, static_cast<uint64_t>(p)) % static_cast<uint64_t>(vocab)));
+      r.prompt.push_back(
+          static_cast<int32_t>(counter_bits(c.seed, stream, static_cast<uint64_t>(p)) % static_cast<uint64_t>(vocab)));
     }
     t.push_back(std::move(r));
   }
@@ -108,7 +111,8 @@ engine::Trace variant_trace(const CaseSpec &c, const engine::Trace &base) {
   const auto aborted = list(c, "abort", false), after = list(c, "abort_ms", false);
   require(aborted.size() == after.size(), "abort= and abort_ms= must list the same number of requests");
   for (size_t k = 0; k < aborted.size(); ++k) {
-    require(aborted[k] < static_cast<int64_t>(t.size()), "abort= names request " + std::to_string(aborted[k]) + ", which does not exist");
+    require(aborted[k] < static_cast<int64_t>(t.size()),
+            "abort= names request " + std::to_string(aborted[k]) + ", which does not exist");
     t[aborted[k]].abort_s = t[aborted[k]].arrival_s + static_cast<double>(after[k]) * 1e-3;
   }
   return t;
@@ -154,8 +158,10 @@ engine::EngineConfig variant_config(const CaseSpec &c) {
   e.cost.measured = clock == "measured";
   // A cost model fitted to measured forward times (detfuzz laps --clock calibrated) travels in
   // the record as its coefficients, so the record replays with the same clock.
-  for (const auto &[key, field] : {std::pair<const char *, double *>{"cstep", &e.cost.step_s}, {"cseq", &e.cost.seq_s},
-                                   {"ctok", &e.cost.token_s}, {"cpair", &e.cost.pair_s}})
+  for (const auto &[key, field] : {std::pair<const char *, double *>{"cstep", &e.cost.step_s},
+                                   {"cseq", &e.cost.seq_s},
+                                   {"ctok", &e.cost.token_s},
+                                   {"cpair", &e.cost.pair_s}})
     if (!c.param(key).empty()) {
       *field = c.param_double(key, 0);
       require(*field >= 0 && std::isfinite(*field), std::string(key) + " must be a finite time >= 0");
@@ -195,7 +201,8 @@ Comparison compare(const CaseSpec &c, engine::StepModel &model) {
     const engine::RequestOutput &x = r.base.outputs[i], &y = r.variant.outputs[i];
     if (r.variant_trace[i].abort_s >= 0 && !y.finished) continue;
     if (!x.finished || !y.finished) {
-      r.verdict = Verdict::error("request " + std::to_string(i) + " did not finish (" + (x.finished ? "variant" : "baseline") + " run)");
+      r.verdict = Verdict::error("request " + std::to_string(i) + " did not finish (" +
+                                 (x.finished ? "variant" : "baseline") + " run)");
       return r;
     }
     ++r.compared;
@@ -259,8 +266,8 @@ rc::Gen<CaseSpec> gen(const Target &t, std::vector<int64_t> shape, int64_t max_r
     const auto len_gen = rc::gen::weightedOneOf<int64_t>(
         {{3, rc::gen::inRange<int64_t>(1, max_len + 1)}, {1, rc::gen::elementOf(edges)}});
     const auto draw = rc::gen::exec([=] {
-      return Draw{*len_gen, *rc::gen::inRange<int64_t>(0, 4), *shrinking_choice<int64_t>({{2, 0}, {3, 1}, {2, 5}, {1, 20}}),
-                  *rc::gen::inRange<int64_t>(0, 3)};
+      return Draw{*len_gen, *rc::gen::inRange<int64_t>(0, 4),
+                  *shrinking_choice<int64_t>({{2, 0}, {3, 1}, {2, 5}, {1, 20}}), *rc::gen::inRange<int64_t>(0, 3)};
     });
     const auto draws = *rc::gen::resize(static_cast<int>(max_requests),
                                         rc::gen::nonEmpty(rc::gen::container<std::vector<Draw>>(draw)));
@@ -321,7 +328,8 @@ rc::Gen<CaseSpec> gen_laps_case(const Target &t) {
 
 Verdict check_laps_case(const CaseSpec &c) {
   const engine::ModelImpl *impl = engine::find_model_impl(c.impl, c.backend);
-  if (!impl) throw std::invalid_argument("laps_engine case: no impl '" + c.impl + "' on backend " + to_string(c.backend));
+  if (!impl)
+    throw std::invalid_argument("laps_engine case: no impl '" + c.impl + "' on backend " + to_string(c.backend));
   if (std::find(impl->dtypes.begin(), impl->dtypes.end(), c.dtype) == impl->dtypes.end())
     throw std::invalid_argument("laps_engine case: impl " + c.impl + " does not take " + dtype_name(c.dtype));
   return laps_case::check(c, [impl](const CaseSpec &spec) { return impl->make(spec.dtype, spec.shape, spec.seed); });

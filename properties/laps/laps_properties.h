@@ -66,7 +66,7 @@ namespace laps_case {
 
 using ModelFactory = std::function<std::unique_ptr<engine::StepModel>(const CaseSpec &)>;
 
-engine::Trace trace(const CaseSpec &c, int64_t vocab);  // the baseline trace
+engine::Trace trace(const CaseSpec &c, int64_t vocab);                      // the baseline trace
 engine::Trace variant_trace(const CaseSpec &c, const engine::Trace &base);  // permuted arrivals, aborts
 engine::EngineConfig baseline_config();
 engine::EngineConfig variant_config(const CaseSpec &c);

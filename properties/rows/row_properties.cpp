@@ -104,14 +104,16 @@ struct RowCase {
     const std::string of_batch = " (the case's batch has " + std::to_string(batch) + " rows)";
     if (batch == 0) {
       if (i != 0 || j != 0)
-        throw std::invalid_argument("parameters i=" + std::to_string(i) + " j=" + std::to_string(j) + " must be 0 for an empty batch");
+        throw std::invalid_argument("parameters i=" + std::to_string(i) + " j=" + std::to_string(j) +
+                                    " must be 0 for an empty batch");
       return {0, 0};
     }
     if (i < 0 || i >= batch)
-      throw std::invalid_argument("parameter i=" + std::to_string(i) + " is outside [0, " + std::to_string(batch) + ")" + of_batch);
+      throw std::invalid_argument("parameter i=" + std::to_string(i) + " is outside [0, " + std::to_string(batch) +
+                                  ")" + of_batch);
     if (j <= i || j > batch)
-      throw std::invalid_argument("parameter j=" + std::to_string(j) + " is outside (i, " + std::to_string(batch) + "] = (" +
-                                  std::to_string(i) + ", " + std::to_string(batch) + "]" + of_batch);
+      throw std::invalid_argument("parameter j=" + std::to_string(j) + " is outside (i, " + std::to_string(batch) +
+                                  "] = (" + std::to_string(i) + ", " + std::to_string(batch) + "]" + of_batch);
     return {i, j};
   }
 };
@@ -123,7 +125,8 @@ Verdict batch_slice(const RowCase &r, const BatchAxis &ax) {
   for (auto [t, d] : ax.inputs) part.tensors[t] = full.tensors[t].narrow(d, i, j - i);
   const at::Tensor whole = r.run_own(full, ax.size);
   const at::Tensor sliced = r.run(part);
-  return Verdict::from_diff(whole.narrow(ax.out_dim, i, j - i), sliced, "op(x" + range_text(i, j) + ") vs op(x)" + range_text(i, j));
+  return Verdict::from_diff(whole.narrow(ax.out_dim, i, j - i), sliced,
+                            "op(x" + range_text(i, j) + ") vs op(x)" + range_text(i, j));
 }
 
 Verdict batch_compose(const RowCase &r, const BatchAxis &ax) {
@@ -144,10 +147,11 @@ Verdict batch_compose(const RowCase &r, const BatchAxis &ax) {
   const at::Tensor a = r.run_own(r.args(values, false), ax.size);
   const at::Tensor b = r.run(r.args(composed, false));
   if (b.dim() <= ax.out_dim || b.size(ax.out_dim) != composed_batch)
-    throw OpFailure(r.def.name + " returned shape " + sizes_text(b.sizes()) + " for a batch of " + std::to_string(composed_batch));
+    throw OpFailure(r.def.name + " returned shape " + sizes_text(b.sizes()) + " for a batch of " +
+                    std::to_string(composed_batch));
   return Verdict::from_diff(a.narrow(ax.out_dim, i, len), b.narrow(ax.out_dim, offset, len),
-                            "rows" + range_text(i, j) + " alone vs at offset " + std::to_string(offset) + " of a batch of " +
-                                std::to_string(composed_batch));
+                            "rows" + range_text(i, j) + " alone vs at offset " + std::to_string(offset) +
+                                " of a batch of " + std::to_string(composed_batch));
 }
 
 Verdict permute(const RowCase &r, const BatchAxis &ax) {
@@ -166,7 +170,8 @@ Verdict permute(const RowCase &r, const BatchAxis &ax) {
 
 Verdict repeat(const RowCase &r, int64_t batch) {
   const OpArgs args = r.args(r.values(), false);
-  return second_run_agrees(r.c.backend, r.run_own(args, batch), [&] { return r.run(args); }, "two runs");
+  return second_run_agrees(
+      r.c.backend, r.run_own(args, batch), [&] { return r.run(args); }, "two runs");
 }
 
 #ifdef DETFUZZ_WITH_CUDA
@@ -247,7 +252,8 @@ ImplInfo impl_of(const OpDef &def, const CaseSpec &c) {
   if (def.dispatcher_impl && c.impl != "torch")
     throw std::invalid_argument("spec op " + c.op + " has only the impl 'torch', not '" + c.impl + "'");
   const auto impl = row_impl(def, c.impl, c.backend);
-  if (!impl) throw std::invalid_argument("no impl '" + c.impl + "' of op '" + c.op + "' on backend " + to_string(c.backend));
+  if (!impl)
+    throw std::invalid_argument("no impl '" + c.impl + "' of op '" + c.op + "' on backend " + to_string(c.backend));
   if (!impl->supports(c.dtype))
     throw std::invalid_argument("impl '" + c.impl + "' of " + c.op + " does not support dtype " + dtype_name(c.dtype));
   return *impl;
@@ -256,7 +262,8 @@ ImplInfo impl_of(const OpDef &def, const CaseSpec &c) {
 }  // namespace
 
 const std::vector<std::string> &row_properties() {
-  static const std::vector<std::string> p = {"batch_slice", "batch_compose", "permute", "repeat", "variant_agree", "accuracy"};
+  static const std::vector<std::string> p = {"batch_slice", "batch_compose", "permute",
+                                             "repeat",      "variant_agree", "accuracy"};
   return p;
 }
 
@@ -308,7 +315,8 @@ Verdict check_row_case(const CaseSpec &c) {
   const ImplInfo impl = impl_of(def, c);
   const auto props = row_properties_of(def);
   if (std::find(props.begin(), props.end(), c.property) == props.end()) {
-    if (def.dispatcher_impl) throw std::invalid_argument("property '" + c.property + "' does not apply to spec op " + c.op);
+    if (def.dispatcher_impl)
+      throw std::invalid_argument("property '" + c.property + "' does not apply to spec op " + c.op);
     throw std::invalid_argument("unknown property '" + c.property + "' for row op " + c.op);
   }
   def.input_sizes(c);
@@ -336,7 +344,9 @@ PropertyFamily row_family() {
   f.ops = [] { return builtin_row_ops(); };
   f.owns = [](const std::string &op) { return find_op_def(op) != nullptr; };
   f.properties = [](const std::string &op) { return row_properties_of(op_def_of(op)); };
-  f.impl = [](const std::string &op, const std::string &impl, Backend backend) { return row_impl(op_def_of(op), impl, backend); };
+  f.impl = [](const std::string &op, const std::string &impl, Backend backend) {
+    return row_impl(op_def_of(op), impl, backend);
+  };
   f.gen = gen_row_case;
   f.check = check_row_case;
   return f;

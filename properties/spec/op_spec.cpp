@@ -32,7 +32,8 @@ std::string first_line(const std::string &s) { return s.substr(0, s.find('\n'));
 
 bool is_identifier(const std::string &s) {
   if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
-  return std::all_of(s.begin(), s.end(), [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_'; });
+  return std::all_of(s.begin(), s.end(),
+                     [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_'; });
 }
 
 bool parse_int(const std::string &s, int64_t &out) {
@@ -64,7 +65,8 @@ std::vector<std::string> tokens_of(const std::string &raw) {
 }
 
 // "[M,K]" -> {"M","K"}; "[]" -> {}.
-std::vector<std::string> bracket_list(const std::string &tok, const std::string &origin, int line, const std::string &what) {
+std::vector<std::string> bracket_list(const std::string &tok, const std::string &origin, int line,
+                                      const std::string &what) {
   if (tok.size() < 2 || tok.front() != '[' || tok.back() != ']')
     fail_at(origin, line, what + " '" + tok + "' is not a bracketed list like [M,K]");
   std::vector<std::string> items;
@@ -106,7 +108,8 @@ SpecArg::Kind kind_from(const std::string &s, const std::string &origin, int lin
 }
 
 // One value of a value argument in the case-param encoding.
-std::string encode_value(SpecArg::Kind kind, const std::string &v, const std::string &origin, int line, const std::string &arg) {
+std::string encode_value(SpecArg::Kind kind, const std::string &v, const std::string &origin, int line,
+                         const std::string &arg) {
   if (v == "none" && kind != SpecArg::Kind::bool_value) return "none";
   switch (kind) {
     case SpecArg::Kind::int_value: {
@@ -125,7 +128,8 @@ std::string encode_value(SpecArg::Kind kind, const std::string &v, const std::st
       if (v == "false" || v == "0") return "0";
       bad_value(origin, line, arg, v, "true or false");
     case SpecArg::Kind::int_list: {
-      if (v.size() < 2 || v.front() != '[' || v.back() != ']') bad_value(origin, line, arg, v, "a list like [1,2], [] or none");
+      if (v.size() < 2 || v.front() != '[' || v.back() != ']')
+        bad_value(origin, line, arg, v, "a list like [1,2], [] or none");
       const auto items = bracket_list(v, origin, line, "argument '" + arg + "' value");
       if (items.empty()) return "empty";
       std::string out;
@@ -136,9 +140,7 @@ std::string encode_value(SpecArg::Kind kind, const std::string &v, const std::st
       }
       return out;
     }
-    case SpecArg::Kind::dtype:
-      try {
-        return dtype_name(dtype_from_string(v));
+    case SpecArg::Kind::dtype: try { return dtype_name(dtype_from_string(v));
       } catch (const std::invalid_argument &) {
         bad_value(origin, line, arg, v, "a dtype (float32, float16, bfloat16, float64, int32, int64) or none");
       }
@@ -162,14 +164,16 @@ void parse_arg(OpSpec &spec, const std::vector<std::string> &t, const std::strin
     for (const auto &d : a.dims) {
       int64_t v;
       if (!is_identifier(d) && !(parse_int(d, v) && v >= 0))
-        fail_at(origin, line, "size '" + d + "' of '" + a.name + "' is neither a size variable nor a non-negative integer");
+        fail_at(origin, line,
+                "size '" + d + "' of '" + a.name + "' is neither a size variable nor a non-negative integer");
     }
     for (size_t k = 4; k < t.size(); ++k) {
       const std::string &opt = t[k];
       int64_t v;
       if (opt.rfind("batch=", 0) == 0) {
         if (!parse_int(opt.substr(6), v) || v < 0 || v >= static_cast<int64_t>(a.dims.size()))
-          fail_at(origin, line, "'" + opt + "' of '" + a.name + "' is not a dim of its " + std::to_string(a.dims.size()) + " dims");
+          fail_at(origin, line,
+                  "'" + opt + "' of '" + a.name + "' is not a dim of its " + std::to_string(a.dims.size()) + " dims");
         a.batch = static_cast<int>(v);
       } else if (opt.rfind("dtype=", 0) == 0) {
         try {
@@ -186,8 +190,9 @@ void parse_arg(OpSpec &spec, const std::vector<std::string> &t, const std::strin
     a.values = {"none"};
   } else {
     if (t.size() != 4)
-      fail_at(origin, line, "argument '" + a.name + "' needs exactly one value list like 1|2 (no spaces), got " +
-                                std::to_string(t.size() - 3) + " tokens");
+      fail_at(origin, line,
+              "argument '" + a.name + "' needs exactly one value list like 1|2 (no spaces), got " +
+                  std::to_string(t.size() - 3) + " tokens");
     for (const auto &v : split_alternatives(t[3])) a.values.push_back(encode_value(a.kind, v, origin, line, a.name));
   }
   spec.args.push_back(std::move(a));
@@ -208,8 +213,9 @@ void parse_out(OpSpec &spec, const std::vector<std::string> &t, const std::strin
     }
   }
   if (spec.out_shape_given && spec.out_batch >= static_cast<int>(spec.out_dims.size()))
-    fail_at(origin, line, "out batch=" + std::to_string(spec.out_batch) + " is not a dim of its " +
-                              std::to_string(spec.out_dims.size()) + " dims");
+    fail_at(origin, line,
+            "out batch=" + std::to_string(spec.out_batch) + " is not a dim of its " +
+                std::to_string(spec.out_dims.size()) + " dims");
 }
 
 void parse_sizes(OpSpec &spec, const std::vector<std::string> &t, const std::string &origin, int line) {
@@ -247,7 +253,8 @@ void finish_block(OpSpec &spec) {
   auto check_dims = [&](const std::vector<std::string> &dims, int at, const std::string &what) {
     for (const auto &d : dims) {
       if (!is_identifier(d)) continue;
-      if (spec.size_index(d) < 0) fail_at(origin, at, who + what + " uses size variable '" + d + "', which 'sizes' does not declare");
+      if (spec.size_index(d) < 0)
+        fail_at(origin, at, who + what + " uses size variable '" + d + "', which 'sizes' does not declare");
       used.insert(d);
     }
   };
@@ -258,18 +265,24 @@ void finish_block(OpSpec &spec) {
     if (a.batch < 0) continue;
     const std::string &v = a.dims[a.batch];
     if (!is_identifier(v))
-      fail_at(origin, a.line, who + "the batch dim of '" + a.name + "' is the fixed size " + v + ", not a size variable");
+      fail_at(origin, a.line,
+              who + "the batch dim of '" + a.name + "' is the fixed size " + v + ", not a size variable");
     if (!batch_var.empty() && v != batch_var)
-      fail_at(origin, a.line, who + "batch dims disagree: '" + a.name + "' has " + v + " where others have " + batch_var);
+      fail_at(origin, a.line,
+              who + "batch dims disagree: '" + a.name + "' has " + v + " where others have " + batch_var);
     batch_var = v;
   }
   check_dims(spec.out_dims, line, "out");
   for (const auto &v : spec.sizes)
-    if (!used.count(v.name)) fail_at(origin, v.line, who + "size variable '" + v.name + "' is declared but no tensor uses it");
-  if (batch_var.empty() && spec.out_batch >= 0) fail_at(origin, line, who + "out has batch= but no argument marks a batch dim");
-  if (!batch_var.empty() && spec.out_batch < 0) fail_at(origin, line, who + "arguments mark a batch dim but 'out' has no batch=");
+    if (!used.count(v.name))
+      fail_at(origin, v.line, who + "size variable '" + v.name + "' is declared but no tensor uses it");
+  if (batch_var.empty() && spec.out_batch >= 0)
+    fail_at(origin, line, who + "out has batch= but no argument marks a batch dim");
+  if (!batch_var.empty() && spec.out_batch < 0)
+    fail_at(origin, line, who + "arguments mark a batch dim but 'out' has no batch=");
   if (!batch_var.empty() && spec.out_shape_given && spec.out_dims[spec.out_batch] != batch_var)
-    fail_at(origin, line, who + "out batch dim is " + spec.out_dims[spec.out_batch] + " but the arguments' batch is " + batch_var);
+    fail_at(origin, line,
+            who + "out batch dim is " + spec.out_dims[spec.out_batch] + " but the arguments' batch is " + batch_var);
 }
 
 std::string op_name_of(const std::string &name, std::string &overload) {
@@ -324,7 +337,7 @@ bool matches_kind(const SpecArg &a, const c10::Argument &s, std::string &why) {
 
 struct SpecRegistry {
   std::mutex mu;
-  std::list<OpSpec> owned;               // never shrinks: pointers stay valid
+  std::list<OpSpec> owned;  // never shrinks: pointers stay valid
   std::vector<std::string> order;
   std::map<std::string, const OpSpec *> by_name;
   bool builtins_loaded = false;
@@ -359,7 +372,8 @@ void load_builtins_locked(SpecRegistry &r) {
 }  // namespace
 
 int OpSpec::tensor_count() const {
-  return static_cast<int>(std::count_if(args.begin(), args.end(), [](const SpecArg &a) { return a.kind == SpecArg::Kind::tensor; }));
+  return static_cast<int>(
+      std::count_if(args.begin(), args.end(), [](const SpecArg &a) { return a.kind == SpecArg::Kind::tensor; }));
 }
 
 int OpSpec::size_index(const std::string &var) const {
@@ -450,7 +464,8 @@ std::vector<OpSpec> parse_op_specs(const std::string &text, const std::string &o
 OpSpec parse_op_spec(const std::string &text, const std::string &origin) {
   auto specs = parse_op_specs(text, origin);
   if (specs.size() != 1)
-    fail_at(origin, specs[1].line, "expected one op spec, found " + std::to_string(specs.size()) + " (use parse_op_specs)");
+    fail_at(origin, specs[1].line,
+            "expected one op spec, found " + std::to_string(specs.size()) + " (use parse_op_specs)");
   return std::move(specs.front());
 }
 
@@ -458,7 +473,8 @@ void validate_op_spec(const OpSpec &spec) {
   const auto handle = c10::Dispatcher::singleton().findSchema({spec.op_name, spec.overload});
   if (!handle)
     fail_at(spec.origin, spec.line,
-            "operator " + spec.name + " is not registered with libtorch's dispatcher (load the library that defines it first)");
+            "operator " + spec.name +
+                " is not registered with libtorch's dispatcher (load the library that defines it first)");
   const c10::FunctionSchema &schema = handle->schema();
   std::stringstream sig;
   sig << schema;
@@ -466,22 +482,26 @@ void validate_op_spec(const OpSpec &spec) {
   const auto &sargs = schema.arguments();
   if (spec.args.size() > sargs.size())
     fail_at(spec.origin, spec.line,
-            spec.name + " takes " + std::to_string(sargs.size()) + " arguments, the spec gives " + std::to_string(spec.args.size()) + in_schema);
+            spec.name + " takes " + std::to_string(sargs.size()) + " arguments, the spec gives " +
+                std::to_string(spec.args.size()) + in_schema);
   for (size_t k = 0; k < sargs.size(); ++k) {
     if (k >= spec.args.size()) {
       if (!sargs[k].default_value())
-        fail_at(spec.origin, spec.line, spec.name + ": the spec leaves out argument '" + sargs[k].name() + "', which has no default" + in_schema);
+        fail_at(
+            spec.origin, spec.line,
+            spec.name + ": the spec leaves out argument '" + sargs[k].name() + "', which has no default" + in_schema);
       continue;
     }
     const SpecArg &a = spec.args[k];
     if (a.name != sargs[k].name())
       fail_at(spec.origin, a.line,
-              spec.name + ": argument " + std::to_string(k + 1) + " is '" + sargs[k].name() + "' in the schema, the spec says '" + a.name + "'" + in_schema);
+              spec.name + ": argument " + std::to_string(k + 1) + " is '" + sargs[k].name() +
+                  "' in the schema, the spec says '" + a.name + "'" + in_schema);
     std::string why;
     if (!matches_kind(a, sargs[k], why))
       fail_at(spec.origin, a.line,
-              spec.name + ": argument '" + a.name + "' is " + sargs[k].real_type()->str() + " in the schema, the spec says " + to_string(a.kind) +
-                  (why.empty() ? "" : ": " + why) + in_schema);
+              spec.name + ": argument '" + a.name + "' is " + sargs[k].real_type()->str() +
+                  " in the schema, the spec says " + to_string(a.kind) + (why.empty() ? "" : ": " + why) + in_schema);
   }
   const auto &rets = schema.returns();
   if (rets.size() != 1 || rets[0].type()->kind() != c10::TypeKind::TensorType)
@@ -497,7 +517,8 @@ void load_kernel_library(const std::string &path) {
   void *h = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
   if (!h) {
     const char *err = dlerror();
-    throw std::invalid_argument("cannot load kernel library '" + path + "': " + first_line(err ? err : "unknown dlopen error"));
+    throw std::invalid_argument("cannot load kernel library '" + path +
+                                "': " + first_line(err ? err : "unknown dlopen error"));
   }
 }
 

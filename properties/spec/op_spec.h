@@ -121,7 +121,7 @@ void register_op_spec(OpSpec spec);
 // Reads a spec file, registers every block in it, returns the op names in file order.
 std::vector<std::string> load_op_spec_file(const std::string &path);
 const OpSpec *find_op_spec(const std::string &op);  // nullptr when unknown
-std::vector<std::string> spec_ops();                 // built-ins first, then registration order
+std::vector<std::string> spec_ops();                // built-ins first, then registration order
 
 // The built-in specs' text (documentation, and what tests parse).
 const std::string &builtin_op_specs_text();

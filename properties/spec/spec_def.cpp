@@ -22,8 +22,9 @@ std::string first_line(const std::string &s) { return s.substr(0, s.find('\n'));
 c10::OperatorHandle handle_of(const OpSpec &spec) {
   const auto h = c10::Dispatcher::singleton().findSchema({spec.op_name, spec.overload});
   if (!h)
-    throw std::invalid_argument("operator " + spec.name +
-                                " is not registered with libtorch's dispatcher (load the library that defines it first)");
+    throw std::invalid_argument(
+        "operator " + spec.name +
+        " is not registered with libtorch's dispatcher (load the library that defines it first)");
   return *h;
 }
 
@@ -46,9 +47,7 @@ c10::IValue decode(const SpecArg &a, const std::string &key, const std::string &
     case SpecArg::Kind::int_value:
       if (!as_int(v)) throw bad("an integer");
       return c10::IValue(x);
-    case SpecArg::Kind::float_value:
-      try {
-        return c10::IValue(double_from_hex(v));
+    case SpecArg::Kind::float_value: try { return c10::IValue(double_from_hex(v));
       } catch (const std::invalid_argument &) {
         throw bad("the hex bits of a double");
       }
@@ -67,9 +66,7 @@ c10::IValue decode(const SpecArg &a, const std::string &key, const std::string &
       }
       return c10::IValue(list);
     }
-    case SpecArg::Kind::dtype:
-      try {
-        return c10::IValue(static_cast<int64_t>(dtype_from_string(v)));
+    case SpecArg::Kind::dtype: try { return c10::IValue(static_cast<int64_t>(dtype_from_string(v)));
       } catch (const std::invalid_argument &) {
         throw bad("a dtype");
       }
@@ -82,7 +79,8 @@ int64_t dim_value(const OpSpec &spec, const std::string &d, const std::vector<in
   return idx >= 0 ? shape[idx] : std::stoll(d);
 }
 
-std::vector<int64_t> sizes_of(const OpSpec &spec, const std::vector<std::string> &dims, const std::vector<int64_t> &shape) {
+std::vector<int64_t> sizes_of(const OpSpec &spec, const std::vector<std::string> &dims,
+                              const std::vector<int64_t> &shape) {
   std::vector<int64_t> out;
   for (const auto &d : dims) out.push_back(dim_value(spec, d, shape));
   return out;
@@ -100,8 +98,10 @@ bool needs_batch(const std::string &property) {
 
 rc::Gen<CaseSpec> gen_spec_case(const std::shared_ptr<const OpSpec> &spec, const Target &t) {
   const OpSpec &s = *spec;
-  if (t.impl != "torch") throw std::invalid_argument("spec op " + t.op + " has only the impl 'torch', not '" + t.impl + "'");
-  const bool applies = t.property == "repeat" || t.property == "variant_agree" || (needs_batch(t.property) && s.has_batch());
+  if (t.impl != "torch")
+    throw std::invalid_argument("spec op " + t.op + " has only the impl 'torch', not '" + t.impl + "'");
+  const bool applies =
+      t.property == "repeat" || t.property == "variant_agree" || (needs_batch(t.property) && s.has_batch());
   if (!applies) throw std::invalid_argument("property '" + t.property + "' does not apply to spec op " + t.op);
   if (std::find(s.dtypes.begin(), s.dtypes.end(), t.dtype) == s.dtypes.end())
     throw std::invalid_argument("spec op " + t.op + " does not list dtype " + dtype_name(t.dtype));
@@ -114,8 +114,10 @@ rc::Gen<CaseSpec> gen_spec_case(const std::shared_ptr<const OpSpec> &spec, const
     c.backend = t.backend;
     c.dtype = t.dtype;
     for (const auto &v : s.sizes) c.shape.push_back(*gen_dim(v.lo, v.hi));
-    for (int k = 0; k < s.tensor_count(); ++k) c.layout += *shrinking_choice<char>({{6, 'c'}, {2, 't'}, {1, 'p'}, {1, 'g'}});
-    c.dist = *shrinking_choice<std::string>({{5, "normal"}, {2, "uniform"}, {1, "linspace"}, {1, "wide"}, {1, "special"}});
+    for (int k = 0; k < s.tensor_count(); ++k)
+      c.layout += *shrinking_choice<char>({{6, 'c'}, {2, 't'}, {1, 'p'}, {1, 'g'}});
+    c.dist =
+        *shrinking_choice<std::string>({{5, "normal"}, {2, "uniform"}, {1, "linspace"}, {1, "wide"}, {1, "special"}});
     c.seed = *rc::gen::inRange<uint64_t>(0, 1ull << 48);
     for (const auto &a : s.args) {
       if (a.kind == SpecArg::Kind::tensor) continue;
@@ -148,13 +150,15 @@ at::Tensor call_spec_op(const OpSpec &spec, const std::vector<at::Tensor> &tenso
   const c10::OperatorHandle h = handle_of(spec);
   const auto &sargs = h.schema().arguments();
   if (static_cast<int>(tensors.size()) != spec.tensor_count())
-    throw std::invalid_argument(spec.name + " takes " + std::to_string(spec.tensor_count()) + " tensors, got " + std::to_string(tensors.size()));
+    throw std::invalid_argument(spec.name + " takes " + std::to_string(spec.tensor_count()) + " tensors, got " +
+                                std::to_string(tensors.size()));
   torch::jit::Stack stack;
   size_t t = 0;
   for (size_t k = 0; k < sargs.size(); ++k) {
     if (k >= spec.args.size()) {
       if (!sargs[k].default_value())
-        throw std::invalid_argument(spec.name + ": argument '" + sargs[k].name() + "' has no default and the spec leaves it out");
+        throw std::invalid_argument(spec.name + ": argument '" + sargs[k].name() +
+                                    "' has no default and the spec leaves it out");
       stack.push_back(*sargs[k].default_value());
       continue;
     }
@@ -243,11 +247,12 @@ OpDef spec_op_def(const OpSpec &spec) {
     if (s->out_shape_given) {
       const auto want = sizes_of(*s, s->out_dims, c.shape);
       if (out.sizes().vec() != want)
-        throw OpFailure(s->name + " returned shape " + sizes_text(out.sizes()) + " where the spec's out is " + sizes_text(want));
+        throw OpFailure(s->name + " returned shape " + sizes_text(out.sizes()) + " where the spec's out is " +
+                        sizes_text(want));
     }
     if (s->has_batch() && (out.dim() <= s->out_batch || out.size(s->out_batch) != batch))
-      throw OpFailure(s->name + " returned shape " + sizes_text(out.sizes()) + ", which has no batch of " + std::to_string(batch) +
-                      " at dim " + std::to_string(s->out_batch));
+      throw OpFailure(s->name + " returned shape " + sizes_text(out.sizes()) + ", which has no batch of " +
+                      std::to_string(batch) + " at dim " + std::to_string(s->out_batch));
   };
   d.gen = [s](const Target &t) { return gen_spec_case(s, t); };
   // A user's kernel may synchronise or allocate in ways a CUDA graph cannot capture.

@@ -68,7 +68,8 @@ int run_main(const std::vector<std::string> &args, const std::string &self_progr
   for (auto &a : storage) argv.push_back(a.data());
   argv.push_back(nullptr);
 
-  struct sigaction old_int {}, old_term {};
+  struct sigaction old_int {
+  }, old_term{};
   sigaction(SIGINT, nullptr, &old_int);
   sigaction(SIGTERM, nullptr, &old_term);
   const int threads = at::get_num_threads();
@@ -100,8 +101,11 @@ PYBIND11_MODULE(_detfuzz, m) {
   m.def("main", &run_main, py::arg("argv"), py::arg("self_program") = std::string(),
         "Runs the detfuzz command line (argv[0]: the program name repro commands print) with the GIL "
         "released; returns its exit code.");
-  m.def("enable_batch_invariant_mode", [] { detfuzz::enable_batch_invariant_mode(); },
-        "Our batch-invariant kernels behind libtorch's dispatcher for aten mm, addmm, bmm, baddbmm, _log_softmax, mean.dim");
-  m.def("disable_batch_invariant_mode", [] { detfuzz::disable_batch_invariant_mode(); }, "libtorch's own kernels again");
+  m.def(
+      "enable_batch_invariant_mode", [] { detfuzz::enable_batch_invariant_mode(); },
+      "Our batch-invariant kernels behind libtorch's dispatcher for aten mm, addmm, bmm, baddbmm, _log_softmax, "
+      "mean.dim");
+  m.def(
+      "disable_batch_invariant_mode", [] { detfuzz::disable_batch_invariant_mode(); }, "libtorch's own kernels again");
   m.def("is_batch_invariant_mode_enabled", [] { return detfuzz::is_batch_invariant_mode_enabled(); });
 }

@@ -111,9 +111,10 @@ TEST(BenchSummary, GeomeansByClassOfM) {
   s["mm/invariant/bfloat16"] = {{1, 2.0}, {32, 0.5}, {64, 1.0}, {128, 0.25}, {8192, 1.0}};
   s["log_softmax/invariant/float32"] = {{1024, 0.8}, {4096, 0.8}};
   const std::string text = speedup_summary(s);
-  EXPECT_NE(text.find("  mm/invariant/bfloat16: 0.758x over 5 shapes; M <= 32: 1.000x (lowest 0.500x, 1 of 2 below 1.0x); "
-                      "M >= 128: 0.500x (lowest 0.250x)\n"),
-            std::string::npos)
+  EXPECT_NE(
+      text.find("  mm/invariant/bfloat16: 0.758x over 5 shapes; M <= 32: 1.000x (lowest 0.500x, 1 of 2 below 1.0x); "
+                "M >= 128: 0.500x (lowest 0.250x)\n"),
+      std::string::npos)
       << text;
   EXPECT_NE(text.find("  log_softmax/invariant/float32: 0.800x over 2 shapes\n"), std::string::npos) << text;
   EXPECT_EQ(text.find("log_softmax/invariant/float32: 0.800x over 2 shapes;"), std::string::npos) << text;

@@ -21,7 +21,8 @@ struct CampaignRun {
   std::string log;
 };
 
-CampaignRun fuzz(const std::vector<Target> &targets, double budget_s, int64_t max_cases, bool stop_on_failure, uint64_t seed = 7) {
+CampaignRun fuzz(const std::vector<Target> &targets, double budget_s, int64_t max_cases, bool stop_on_failure,
+                 uint64_t seed = 7) {
   static int counter = 0;
   const fs::path out = fs::temp_directory_path() / ("detfuzz_campaign_" + std::to_string(counter++));
   remove_tree(out.string());
@@ -42,7 +43,8 @@ CampaignRun fuzz(const std::vector<Target> &targets, double budget_s, int64_t ma
   return run;
 }
 
-Target target(const std::string &op, const std::string &impl, const std::string &property, at::ScalarType dtype = at::kFloat) {
+Target target(const std::string &op, const std::string &impl, const std::string &property,
+              at::ScalarType dtype = at::kFloat) {
   const ImplInfo *i = find_impl(op, impl, Backend::cpu);
   EXPECT_NE(i, nullptr) << op << "/" << impl;
   return {op, impl, property, Backend::cpu, dtype, i ? i->expectation : Expectation::must_hold};
@@ -57,7 +59,8 @@ class MutantIsCaught : public ::testing::TestWithParam<MutantCase> {};
 TEST_P(MutantIsCaught, WithinThirtySecondsAndShrunkToASmallReplayableCase) {
   const auto &m = GetParam();
   const auto t0 = std::chrono::steady_clock::now();
-  const CampaignRun run = fuzz({target(m.op, m.impl, "batch_slice"), target(m.op, m.impl, "batch_compose")}, 30, 0, true);
+  const CampaignRun run =
+      fuzz({target(m.op, m.impl, "batch_slice"), target(m.op, m.impl, "batch_compose")}, 30, 0, true);
   const double found_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const TargetStats *hit = nullptr;
   for (const auto &s : run.result.targets)
@@ -85,12 +88,15 @@ TEST_P(MutantIsCaught, WithinThirtySecondsAndShrunkToASmallReplayableCase) {
 INSTANTIATE_TEST_SUITE_P(CpuMutants, MutantIsCaught,
                          ::testing::Values(MutantCase{"mutant-splitk", "mm"}, MutantCase{"mutant-splitk", "addmm"},
                                            MutantCase{"mutant-splitk", "bmm"}, MutantCase{"mutant-blocksize", "mm"},
-                                           MutantCase{"mutant-blocksize", "bmm"}, MutantCase{"mutant-roworder", "log_softmax"},
-                                           MutantCase{"mutant-roworder", "mean"}, MutantCase{"mutant-neighbour", "log_softmax"},
+                                           MutantCase{"mutant-blocksize", "bmm"},
+                                           MutantCase{"mutant-roworder", "log_softmax"},
+                                           MutantCase{"mutant-roworder", "mean"},
+                                           MutantCase{"mutant-neighbour", "log_softmax"},
                                            MutantCase{"mutant-neighbour", "mean"}),
                          [](const auto &info) {
                            std::string n = info.param.impl + "_" + info.param.op;
-                           for (auto &ch : n) if (ch == '-') ch = '_';
+                           for (auto &ch : n)
+                             if (ch == '-') ch = '_';
                            return n;
                          });
 

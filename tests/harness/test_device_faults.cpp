@@ -53,9 +53,12 @@ std::vector<std::vector<std::string>> csv_rows(const fs::path &p) {
     std::string cell;
     bool quoted = false;
     for (char ch : line) {
-      if (ch == '"') quoted = !quoted;
-      else if (ch == ',' && !quoted) cells.push_back(cell), cell.clear();
-      else cell += ch;
+      if (ch == '"')
+        quoted = !quoted;
+      else if (ch == ',' && !quoted)
+        cells.push_back(cell), cell.clear();
+      else
+        cell += ch;
     }
     cells.push_back(cell);
     rows.push_back(cells);
@@ -84,7 +87,8 @@ TEST_F(PlantedFaults, CampaignStopsAtTheCaseThatRaisedTheStickyError) {
   CampaignConfig cfg;
   cfg.seed = 3;
   cfg.budget_s = 60;
-  cfg.targets = {target("detfuzz_planted::sticky_rows", "repeat"), target("detfuzz_planted::sticky_rows", "batch_slice")};
+  cfg.targets = {target("detfuzz_planted::sticky_rows", "repeat"),
+                 target("detfuzz_planted::sticky_rows", "batch_slice")};
   cfg.progress = false;
   std::ostringstream log;
   ReportWriter report(out);

@@ -45,7 +45,8 @@ TEST(MinimizeCase, LowersEverySizeToTheKnownMinimum) {
     if (p(c, "j") > c.shape[0] || p(c, "i") >= p(c, "j")) return Trial::malformed;
     return c.shape[0] >= 17 && c.shape[2] >= 3 ? Trial::same : Trial::different;
   };
-  const MinimizeResult r = minimize_case(spec({52, 10, 5}, {{"i", "30"}, {"j", "41"}, {"dim", "1"}}), trial, [] { return false; });
+  const MinimizeResult r =
+      minimize_case(spec({52, 10, 5}, {{"i", "30"}, {"j", "41"}, {"dim", "1"}}), trial, [] { return false; });
   EXPECT_EQ(r.spec.shape, (std::vector<int64_t>{17, 1, 3}));
   EXPECT_EQ(r.spec.params.at("i"), "0");
   EXPECT_EQ(r.spec.params.at("j"), "1");
@@ -84,21 +85,28 @@ TEST(MinimizeCase, ListParametersAreLoweredAnItemAtATime) {
 
 TEST(MinimizeCase, StopsWhenAsked) {
   int trials = 0;
-  const MinimizeResult r = minimize_case(spec({64, 64, 64}), [&](const CaseSpec &) { ++trials; return Trial::same; },
-                                         [&] { return trials >= 2; });
+  const MinimizeResult r = minimize_case(
+      spec({64, 64, 64}),
+      [&](const CaseSpec &) {
+        ++trials;
+        return Trial::same;
+      },
+      [&] { return trials >= 2; });
   EXPECT_TRUE(r.stopped);
   EXPECT_EQ(trials, 2);
 }
 
 TEST(ErrorSignature, IgnoresTheNumbers) {
-  EXPECT_EQ(error_signature("shapes [5, 3] and [4, 2] cannot be multiplied"), error_signature("shapes [1, 3] and [7, 2] cannot be multiplied"));
+  EXPECT_EQ(error_signature("shapes [5, 3] and [4, 2] cannot be multiplied"),
+            error_signature("shapes [1, 3] and [7, 2] cannot be multiplied"));
   EXPECT_NE(error_signature("a"), error_signature("b"));
 }
 
 // Campaigns on the CPU backend, shrinking on: the first failure's record.
 Record first_failure(const Target &t, uint64_t seed, double budget_s = 60) {
   static int counter = 0;
-  const fs::path out = fs::temp_directory_path() / ("detfuzz_minimize_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
+  const fs::path out =
+      fs::temp_directory_path() / ("detfuzz_minimize_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
   remove_tree(out.string());
   CampaignConfig cfg;
   cfg.seed = seed;
@@ -135,8 +143,8 @@ void expect_local_minimum(const Record &r) {
     } catch (const std::invalid_argument &) {
       continue;  // malformed
     }
-    EXPECT_NE(to_string(verdict.outcome), r.outcome) << s.name(r.spec) << " lowers to " << v - 1 << " with the failure kept: "
-                                                    << r.spec.describe();
+    EXPECT_NE(to_string(verdict.outcome), r.outcome)
+        << s.name(r.spec) << " lowers to " << v - 1 << " with the failure kept: " << r.spec.describe();
   }
 }
 

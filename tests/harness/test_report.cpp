@@ -69,7 +69,10 @@ TEST(Report, GitCommitComesOnlyFromTheSourceTreeItself) {
   const fs::path repo = fresh_dir("detfuzz_git_enclosing");
   fs::create_directories(repo / "unpacked" / "detfuzz");
   const std::string git = "git -C '" + repo.string() + "' ";
-  ASSERT_EQ(std::system((git + "init -q && " + git + "-c user.name=t -c user.email=t@t commit -q --allow-empty -m init").c_str()), 0);
+  ASSERT_EQ(
+      std::system(
+          (git + "init -q && " + git + "-c user.name=t -c user.email=t@t commit -q --allow-empty -m init").c_str()),
+      0);
   const GitState top = git_state_of(repo);
   EXPECT_EQ(top.commit.size(), 40u) << top.commit;
   const GitState nested = git_state_of(repo / "unpacked" / "detfuzz");

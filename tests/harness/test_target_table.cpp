@@ -29,7 +29,8 @@ TEST(TargetTable, ColumnsAreAsWideAsTheLongestName) {
   b.failures = 3;
   b.max_ulp = UINT64_MAX;
   b.seconds = 2;
-  TargetStats idle{{"bmm", "invariant", "permute", Backend::cpu, at::kFloat, Expectation::must_hold}};  // no cases: not shown
+  TargetStats idle{
+      {"bmm", "invariant", "permute", Backend::cpu, at::kFloat, Expectation::must_hold}};  // no cases: not shown
   r.targets = {a, b, idle};
   std::ostringstream os;
   print_target_table(r, os);

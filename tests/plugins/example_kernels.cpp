@@ -56,12 +56,18 @@ at::Tensor fixed_order_mm(const at::Tensor &a, const at::Tensor &b, bool split_k
   return out.to(dtype);
 }
 
-at::Tensor rowwise_mm_cpu(const at::Tensor &a, const at::Tensor &b) { return fixed_order_mm(a, b, false, "rowwise_mm"); }
+at::Tensor rowwise_mm_cpu(const at::Tensor &a, const at::Tensor &b) {
+  return fixed_order_mm(a, b, false, "rowwise_mm");
+}
 at::Tensor splitk_mm_cpu(const at::Tensor &a, const at::Tensor &b) { return fixed_order_mm(a, b, true, "splitk_mm"); }
 
 #ifdef DETFUZZ_WITH_CUDA
-at::Tensor rowwise_mm_cuda(const at::Tensor &a, const at::Tensor &b) { return rowwise_mm_cpu(a.cpu(), b.cpu()).to(a.device()); }
-at::Tensor splitk_mm_cuda(const at::Tensor &a, const at::Tensor &b) { return splitk_mm_cpu(a.cpu(), b.cpu()).to(a.device()); }
+at::Tensor rowwise_mm_cuda(const at::Tensor &a, const at::Tensor &b) {
+  return rowwise_mm_cpu(a.cpu(), b.cpu()).to(a.device());
+}
+at::Tensor splitk_mm_cuda(const at::Tensor &a, const at::Tensor &b) {
+  return splitk_mm_cpu(a.cpu(), b.cpu()).to(a.device());
+}
 #endif
 
 }  // namespace

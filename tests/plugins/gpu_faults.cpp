@@ -18,7 +18,8 @@
 namespace detfuzz_gpu_faults {
 
 void launch_oob_rows(const float *a, float *out, int64_t elements, bool planted, cudaStream_t stream);
-void launch_spin_rows(const float *a, float *out, int64_t elements, bool planted, const int *never_set, cudaStream_t stream);
+void launch_spin_rows(const float *a, float *out, int64_t elements, bool planted, const int *never_set,
+                      cudaStream_t stream);
 void launch_atomic_splitk_mm(const float *a, const float *b, float *out, int64_t m, int64_t n, int64_t k, int64_t chunk,
                              cudaStream_t stream);
 
@@ -58,12 +59,13 @@ at::Tensor spin_rows(const at::Tensor &a) {
 at::Tensor atomic_splitk_mm(const at::Tensor &a, const at::Tensor &b) {
   check_rows(a, "atomic_splitk_mm");
   check_rows(b, "atomic_splitk_mm");
-  TORCH_CHECK(a.size(1) == b.size(0), "atomic_splitk_mm: shapes ", a.sizes(), " and ", b.sizes(), " cannot be multiplied");
+  TORCH_CHECK(a.size(1) == b.size(0), "atomic_splitk_mm: shapes ", a.sizes(), " and ", b.sizes(),
+              " cannot be multiplied");
   const c10::cuda::CUDAGuard guard(a.device());
   const at::Tensor ac = a.contiguous(), bc = b.contiguous();
   at::Tensor out = at::zeros({a.size(0), b.size(1)}, ac.options());
-  launch_atomic_splitk_mm(ac.const_data_ptr<float>(), bc.const_data_ptr<float>(), out.data_ptr<float>(), a.size(0), b.size(1),
-                          a.size(1), kSplitChunk, at::cuda::getCurrentCUDAStream());
+  launch_atomic_splitk_mm(ac.const_data_ptr<float>(), bc.const_data_ptr<float>(), out.data_ptr<float>(), a.size(0),
+                          b.size(1), a.size(1), kSplitChunk, at::cuda::getCurrentCUDAStream());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
 }

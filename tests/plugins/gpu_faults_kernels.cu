@@ -26,7 +26,8 @@ __global__ void oob_rows_kernel(const float *a, float *out, int64_t elements, in
   if (planted && e == 0) out[e + (int64_t(1) << 38)] = 0.0f;
 }
 
-__global__ void spin_rows_kernel(const float *a, float *out, int64_t elements, int planted, const volatile int *never_set) {
+__global__ void spin_rows_kernel(const float *a, float *out, int64_t elements, int planted,
+                                 const volatile int *never_set) {
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= elements) return;
   out[e] = a[e] * 2.0f;
@@ -56,7 +57,8 @@ void launch_oob_rows(const float *a, float *out, int64_t elements, bool planted,
   oob_rows_kernel<<<blocks_for(elements), kThreads, 0, stream>>>(a, out, elements, planted ? 1 : 0);
 }
 
-void launch_spin_rows(const float *a, float *out, int64_t elements, bool planted, const int *never_set, cudaStream_t stream) {
+void launch_spin_rows(const float *a, float *out, int64_t elements, bool planted, const int *never_set,
+                      cudaStream_t stream) {
   if (elements == 0) return;
   spin_rows_kernel<<<blocks_for(elements), kThreads, 0, stream>>>(a, out, elements, planted ? 1 : 0, never_set);
 }

@@ -33,7 +33,8 @@ std::atomic<bool> poisoned{false};
 constexpr const char *kPlantedError = "cudaErrorIllegalAddress";
 
 void fail_if_poisoned(const char *name) {
-  TORCH_CHECK(!poisoned.load(), name, ": CUDA error: an illegal memory access was encountered (planted: the process is poisoned)");
+  TORCH_CHECK(!poisoned.load(), name,
+              ": CUDA error: an illegal memory access was encountered (planted: the process is poisoned)");
 }
 
 at::Tensor rows_times_two(const at::Tensor &a) {
@@ -58,7 +59,8 @@ at::Tensor hang_rows(const at::Tensor &a) {
 
 at::Tensor known_min_mm(const at::Tensor &a, const at::Tensor &b) {
   fail_if_poisoned("known_min_mm");
-  TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0), "known_min_mm: shapes ", a.sizes(), " and ", b.sizes());
+  TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0), "known_min_mm: shapes ", a.sizes(), " and ",
+              b.sizes());
   TORCH_CHECK(a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat, "known_min_mm: float32 only");
   const at::Tensor ac = a.contiguous(), bc = b.contiguous();
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);

@@ -28,11 +28,35 @@ uint32_t aten_bits(const at::Tensor &t, int64_t i) {
 // Doubles that stress the rounding: random bit patterns over the whole range, float32/float16/
 // bfloat16 boundaries and the halfway points between neighbours, subnormals, overflow, NaN, inf.
 std::vector<double> rounding_probes() {
-  std::vector<double> v = {0.0, -0.0, std::numeric_limits<double>::quiet_NaN(), -std::numeric_limits<double>::quiet_NaN(),
-                           std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(), 65504.0, 65519.99, 65520.0,
-                           -65520.0, 65536.0, 0x1.0p-24, 0x1.0p-25, 0x1.8p-25, 0x1.0p-26, 0x1.0p-14, 0x1.ffcp-15, 0x1.0p-133, 0x1.0p-149,
-                           0x1.0p-150, 0x1.8p-150, 3.4028235677973366e38, 3.4028235e38, 1e39, 1.0 + 0x1.0p-11, 1.0 + 0x1.0p-8,
-                           1.0 + 0x1.8p-8, 1.0 + 0x1.0p-24, 1.0 + 0x1.8p-24};
+  std::vector<double> v = {0.0,
+                           -0.0,
+                           std::numeric_limits<double>::quiet_NaN(),
+                           -std::numeric_limits<double>::quiet_NaN(),
+                           std::numeric_limits<double>::infinity(),
+                           -std::numeric_limits<double>::infinity(),
+                           65504.0,
+                           65519.99,
+                           65520.0,
+                           -65520.0,
+                           65536.0,
+                           0x1.0p-24,
+                           0x1.0p-25,
+                           0x1.8p-25,
+                           0x1.0p-26,
+                           0x1.0p-14,
+                           0x1.ffcp-15,
+                           0x1.0p-133,
+                           0x1.0p-149,
+                           0x1.0p-150,
+                           0x1.8p-150,
+                           3.4028235677973366e38,
+                           3.4028235e38,
+                           1e39,
+                           1.0 + 0x1.0p-11,
+                           1.0 + 0x1.0p-8,
+                           1.0 + 0x1.8p-8,
+                           1.0 + 0x1.0p-24,
+                           1.0 + 0x1.8p-24};
   for (uint64_t k = 0; k < 200000; ++k) {
     const uint64_t b = counter_data::counter_bits(99, 0, k);
     double d;
@@ -49,7 +73,8 @@ std::vector<double> rounding_probes() {
 TEST(CounterData, RoundingMatchesATenForEveryFloatDtype) {
   const std::vector<double> probes = rounding_probes();
   const at::Tensor d = at::tensor(probes, at::kDouble);
-  for (auto [dtype, type] : {std::pair{at::kFloat, OutType::float32}, {at::kHalf, OutType::float16}, {at::kBFloat16, OutType::bfloat16}}) {
+  for (auto [dtype, type] :
+       {std::pair{at::kFloat, OutType::float32}, {at::kHalf, OutType::float16}, {at::kBFloat16, OutType::bfloat16}}) {
     const at::Tensor t = d.to(dtype).contiguous();
     int64_t mismatches = 0;
     for (size_t i = 0; i < probes.size(); ++i) {
@@ -57,7 +82,8 @@ TEST(CounterData, RoundingMatchesATenForEveryFloatDtype) {
       if (std::isnan(probes[i])) continue;
       const uint32_t ours = counter_data::rounded_bits(probes[i], type), aten = aten_bits(t, static_cast<int64_t>(i));
       if (ours != aten && ++mismatches <= 5)
-        ADD_FAILURE() << dtype << ": " << std::hexfloat << probes[i] << " -> ours 0x" << std::hex << ours << ", ATen 0x" << aten;
+        ADD_FAILURE() << dtype << ": " << std::hexfloat << probes[i] << " -> ours 0x" << std::hex << ours << ", ATen 0x"
+                      << aten;
     }
     EXPECT_EQ(mismatches, 0) << dtype;
   }
@@ -66,8 +92,11 @@ TEST(CounterData, RoundingMatchesATenForEveryFloatDtype) {
 // What the device kernel computes, run on the host: it equals make_values for every
 // distribution and dtype, and the exact distributions never ask the host to recompute.
 TEST(CounterData, TheDeviceAlgorithmGivesTheHostValues) {
-  const std::vector<std::pair<at::ScalarType, OutType>> types = {
-      {at::kFloat, OutType::float32}, {at::kHalf, OutType::float16}, {at::kBFloat16, OutType::bfloat16}, {at::kInt, OutType::int32}, {at::kLong, OutType::int64}};
+  const std::vector<std::pair<at::ScalarType, OutType>> types = {{at::kFloat, OutType::float32},
+                                                                 {at::kHalf, OutType::float16},
+                                                                 {at::kBFloat16, OutType::bfloat16},
+                                                                 {at::kInt, OutType::int32},
+                                                                 {at::kLong, OutType::int64}};
   const Dist dists[] = {Dist::normal, Dist::uniform, Dist::linspace, Dist::wide, Dist::special};
   const int64_t n = 40000;
   for (size_t k = 0; k < distributions().size(); ++k)
@@ -85,7 +114,8 @@ TEST(CounterData, TheDeviceAlgorithmGivesTheHostValues) {
         } else {
           const double v = counter_data::float_value(keys, i, n, dists[k], subnormal);
           ours = counter_data::rounded_bits(v, type);
-          const bool exact = counter_data::exact_dist(dists[k]) || (dists[k] == Dist::special && counter_data::special_constant(keys, i));
+          const bool exact = counter_data::exact_dist(dists[k]) ||
+                             (dists[k] == Dist::special && counter_data::special_constant(keys, i));
           if (!exact && !counter_data::rounds_unambiguously(v, type)) ++flagged;
         }
         uint64_t theirs = 0;
@@ -126,12 +156,14 @@ TEST(CounterData, SpecialNaNsHaveOnePattern) {
 // keyed_rows (the paged-attention data, made on the GPU for CUDA cases) is, row by row, the
 // values of its key from its first index.
 TEST(CounterData, KeyedRowsAreRunsOfKeyedValues) {
-  const std::vector<uint64_t> keys = {counter_data::tensor_key(1, 4), counter_data::tensor_key(9, 2), counter_data::tensor_key(1, 4)};
+  const std::vector<uint64_t> keys = {counter_data::tensor_key(1, 4), counter_data::tensor_key(9, 2),
+                                      counter_data::tensor_key(1, 4)};
   const std::vector<uint64_t> first = {0, 640, 128};
   const at::Tensor rows = keyed_rows(keys, first, 256, at::kCPU);
   ASSERT_EQ(rows.sizes(), (at::IntArrayRef{3, 256}));
   for (int64_t r = 0; r < 3; ++r)
-    for (int64_t e = 0; e < 256; ++e) ASSERT_EQ(rows[r][e].item<float>(), counter_data::irwin_hall_value(keys[r], first[r] + e));
+    for (int64_t e = 0; e < 256; ++e)
+      ASSERT_EQ(rows[r][e].item<float>(), counter_data::irwin_hall_value(keys[r], first[r] + e));
   // Row 2 starts where row 0's index 128 is: the same values.
   EXPECT_TRUE(at::equal(rows[0].narrow(0, 128, 128), rows[2].narrow(0, 0, 128)));
   EXPECT_THROW(keyed_rows(keys, {0}, 4, at::kCPU), std::invalid_argument);
@@ -148,7 +180,8 @@ TEST(CounterData, VectorisedKeyedRowMatchesTheScalarValues) {
       irwin_hall_row(counter_data::tensor_key(7, first), first, width, row.data());
       for (int64_t e = 0; e < width; ++e) {
         const float expected = counter_data::irwin_hall_value(counter_data::tensor_key(7, first), first + e);
-        ASSERT_EQ(0, std::memcmp(&expected, &row[e], sizeof(float))) << "first " << first << " width " << width << " e " << e;
+        ASSERT_EQ(0, std::memcmp(&expected, &row[e], sizeof(float)))
+            << "first " << first << " width " << width << " e " << e;
       }
     }
   const int64_t n = 1 << 21;

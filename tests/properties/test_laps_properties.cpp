@@ -46,7 +46,8 @@ RC_GTEST_PROP(LapsProperty, GeneratedCasesHoldForAPerSequenceModel, ()) {
 TEST(LapsProperty, ABatchLeakIsCaught) {
   int failures = 0;
   for (uint64_t seed = 0; seed < 40; ++seed) {
-    const CaseSpec c = rc::gen::exec([] { return *laps_case::gen(target(), {}, 8, 300); })(rc::Random(seed), 30).value();
+    const CaseSpec c =
+        rc::gen::exec([] { return *laps_case::gen(target(), {}, 8, 300); })(rc::Random(seed), 30).value();
     failures += laps_case::check(c, factory<BatchLeakModel>()).outcome == Verdict::Outcome::fail;
   }
   EXPECT_GT(failures, 5);
@@ -57,8 +58,9 @@ CaseSpec base_case() {
   c.op = "laps_engine";
   c.impl = "hash";
   c.property = "schedule_invariance";
-  c.params = parse_params("len=20.5.40.7 dec=1.0.2.1 at=0.3.3.9 sys=1.1.0.0 syslen=16 policy=laps thr=10 inst=2 glaps=1 "
-                          "rthr=10 ivl=1 budget=16 run=2 page=4 reuse=1 win=5 perm=3 abort=2 abort_ms=1");
+  c.params = parse_params(
+      "len=20.5.40.7 dec=1.0.2.1 at=0.3.3.9 sys=1.1.0.0 syslen=16 policy=laps thr=10 inst=2 glaps=1 "
+      "rthr=10 ivl=1 budget=16 run=2 page=4 reuse=1 win=5 perm=3 abort=2 abort_ms=1");
   return c;
 }
 
@@ -86,9 +88,9 @@ TEST(LapsProperty, TheVariantTracePermutesWithinWindowsAndAborts) {
 }
 
 TEST(LapsProperty, MalformedCasesAreRejected) {
-  for (const char *bad : {"len=", "dec=1.0.2", "policy=lifo", "inst=0", "abort=9 abort_ms=1", "abort=1.3", "len=3.x.1.1",
-                          "ratio=0x3fe0000000000000", "page=0",
-                          "ctok=0xbff0000000000000", "cpair=0x7ff0000000000000"}) {
+  for (const char *bad :
+       {"len=", "dec=1.0.2", "policy=lifo", "inst=0", "abort=9 abort_ms=1", "abort=1.3", "len=3.x.1.1",
+        "ratio=0x3fe0000000000000", "page=0", "ctok=0xbff0000000000000", "cpair=0x7ff0000000000000"}) {
     CaseSpec c = base_case();
     for (const auto &[k, v] : parse_params(bad)) c.params[k] = v;
     if (std::string(bad) == "len=") c.params.erase("len");
@@ -112,7 +114,8 @@ TEST(LapsProperty, ACalibratedClockTravelsInTheRecord) {
   EXPECT_EQ(e.cost.pair_s, 5e-8);
   EXPECT_EQ(e.cost.seq_s, 0.0);
   c.params.erase("ctok");
-  EXPECT_EQ(laps_case::variant_config(c).cost.token_s, engine::CostModel{}.token_s) << "an absent coefficient keeps the default";
+  EXPECT_EQ(laps_case::variant_config(c).cost.token_s, engine::CostModel{}.token_s)
+      << "an absent coefficient keeps the default";
 }
 
 }  // namespace

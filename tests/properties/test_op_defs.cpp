@@ -31,7 +31,8 @@ TEST(OpDefs, EveryBuiltinRowOpIsCompleteAndHasEveryRowProperty) {
 }
 
 TEST(OpDefs, SpecOpsAreDefinitionsWithoutAReference) {
-  for (const auto &name : {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_log_softmax", "aten::mean.dim"}) {
+  for (const auto &name :
+       {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_log_softmax", "aten::mean.dim"}) {
     const OpDef *d = find_op_def(name);
     ASSERT_NE(d, nullptr) << name;
     EXPECT_FALSE(d->has_reference()) << name;

@@ -10,7 +10,8 @@
 namespace detfuzz {
 namespace {
 
-CaseSpec row_case(const std::string &op, const std::string &impl, std::vector<int64_t> shape, std::map<std::string, std::string> params) {
+CaseSpec row_case(const std::string &op, const std::string &impl, std::vector<int64_t> shape,
+                  std::map<std::string, std::string> params) {
   CaseSpec c;
   c.op = op;
   c.impl = impl;
@@ -66,10 +67,13 @@ TEST(RowParams, BmmSlicesTheBatchOfMatricesByDefault) {
 // caught by slicing the batch of matrices (and by batch_compose and permute over it).
 TEST(RowParams, MatrixAxisCatchesABatchCountMutant) {
   const std::vector<int64_t> shape = {4, 6, 9, 40};
-  EXPECT_TRUE(check_case(row_case("bmm", "mutant-batchsplitk", shape, {{"axis", "rows"}, {"i", "1"}, {"j", "3"}})).passed());
-  const Verdict sliced = check_case(row_case("bmm", "mutant-batchsplitk", shape, {{"axis", "matrices"}, {"i", "1"}, {"j", "3"}}));
+  EXPECT_TRUE(
+      check_case(row_case("bmm", "mutant-batchsplitk", shape, {{"axis", "rows"}, {"i", "1"}, {"j", "3"}})).passed());
+  const Verdict sliced =
+      check_case(row_case("bmm", "mutant-batchsplitk", shape, {{"axis", "matrices"}, {"i", "1"}, {"j", "3"}}));
   EXPECT_EQ(sliced.outcome, Verdict::Outcome::fail) << sliced.detail;
-  CaseSpec compose = row_case("bmm", "mutant-batchsplitk", {2, 6, 9, 40}, {{"axis", "matrices"}, {"i", "0"}, {"j", "1"}, {"o", "2"}, {"tail", "1"}});
+  CaseSpec compose = row_case("bmm", "mutant-batchsplitk", {2, 6, 9, 40},
+                              {{"axis", "matrices"}, {"i", "0"}, {"j", "1"}, {"o", "2"}, {"tail", "1"}});
   compose.property = "batch_compose";
   EXPECT_EQ(check_case(compose).outcome, Verdict::Outcome::fail);
   // The invariant impl holds on the same cases.

@@ -23,8 +23,8 @@ struct PropertyRun {
 
 // Runs `property` for `impl` as a named RapidCheck property (id paged_attention/backend/impl/property)
 // with a fixed seed.
-inline PropertyRun run_property(const std::string &impl, const std::string &property, Backend backend, at::ScalarType dtype,
-                         int max_success, uint64_t seed) {
+inline PropertyRun run_property(const std::string &impl, const std::string &property, Backend backend,
+                                at::ScalarType dtype, int max_success, uint64_t seed) {
   PropertyRun out;
   std::optional<CaseSpec> last_failure;
   auto body = [&] {

@@ -158,8 +158,10 @@ TEST(FixedSplitCpu, SplitBoundariesChangeBitsButNotTheInvariantImpl) {
   const auto b = attention_case::build(c, attention_case::sequences(c), 3, 0, false);
   const auto &t = b.args.tensors;
   const auto inv = paged_attention_split_cpu(t[0], t[1], t[2], t[3], t[4], t[5], 0.0);
-  const auto other = paged_attention_split_cpu(t[0], t[1], t[2], t[3], t[4], t[5], 0.0,
-                                               [](const MetadataHost &, int64_t) { return SplitPlan{64, 128}; });
+  const auto other =
+      paged_attention_split_cpu(t[0], t[1], t[2], t[3], t[4], t[5], 0.0, [](const MetadataHost &, int64_t) {
+        return SplitPlan{64, 128};
+      });
   EXPECT_FALSE(at::equal(inv, other));
   const auto alone = attention_case::build(c, {attention_case::sequences(c)[0]}, 3, 0, false);
   EXPECT_TRUE(at::equal(run("invariant", alone)[0], inv[0]));
@@ -173,7 +175,8 @@ TEST(FixedSplitCpu, VectorisedBuildGivesThePortableBits) {
   const PlanFn mutant = mutant_plan(Mutant::qtile_from_avg);
   uint64_t seed = 40;
   for (auto dt : {at::kFloat, at::kHalf, at::kBFloat16})
-    for (const auto &shape : std::vector<std::vector<int64_t>>{{2, 1, 16, 16}, {6, 2, 20, 1}, {3, 3, 5, 64}, {8, 2, 64, 16}})
+    for (const auto &shape :
+         std::vector<std::vector<int64_t>>{{2, 1, 16, 16}, {6, 2, 20, 1}, {3, 3, 5, 64}, {8, 2, 64, 16}})
       for (bool special : {false, true}) {
         const CaseSpec c = make_case(shape, "1.30.2.1", "700.300.40.1", dt, seed++);
         const auto b = attention_case::build(c, attention_case::sequences(c), 5, 2, false);
@@ -207,8 +210,8 @@ TEST(FixedSplitCpu, VectorisedBuildGivesThePortableBits) {
 }
 
 TEST(Registry, PagedAttentionImplsAndExpectations) {
-  const std::vector<std::string> must = {"invariant", "reference", "mutant-splits-from-maxlen",
-                                         "mutant-qtile-from-avg", "mutant-padded-grid"};
+  const std::vector<std::string> must = {"invariant", "reference", "mutant-splits-from-maxlen", "mutant-qtile-from-avg",
+                                         "mutant-padded-grid"};
   for (const auto &name : must) {
     const ImplInfo *i = find_impl("paged_attention", name, Backend::cpu);
     ASSERT_NE(i, nullptr) << name;

@@ -44,7 +44,6 @@ CaseSpec cuda_case(std::vector<int64_t> shape, const std::string &q, const std::
   return c;
 }
 
-
 }  // namespace
 
 TEST(PagedAttentionCuda, AccuracyAgainstFloat64OverTheSupportedGrid) {
@@ -114,42 +113,44 @@ TEST(PagedAttentionCuda, SchedulesGiveTheSameBits) {
   using Kernel = attention::CudaAttentionOptions::Kernel;
   int compared = 0;
   int compared_groups = 0;
-  const auto result = rc::check("split_per_cta (1 and 3 splits per CTA), whole_rows and split_groups agree bit for bit", [&] {
-    const Kernel kernel = *rc::gen::element(Kernel::automatic, Kernel::mma_sync);
-    const CaseSpec c = *gen_attention_case("invariant", "repeat", Backend::cuda,
-                                           *rc::gen::element(at::kBFloat16, at::kHalf));
-    const auto b = attention_case::build(c, attention_case::sequences(c), 11, 5, false);
-    const auto &t = b.args.tensors;
-    attention::CudaAttentionOptions split, split3, whole;
-    split.kernel = split3.kernel = whole.kernel = kernel;
-    split.schedule = split3.schedule = Schedule::split_per_cta;
-    split.splits_per_cta = 1;
-    split3.splits_per_cta = 3;  // a CTA walks three splits, writing each one's state
-    whole.schedule = Schedule::whole_rows;
-    const auto x = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha, split);
-    const auto z = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha, split3);
-    RC_LOG() << c.describe() << (kernel == Kernel::mma_sync ? " (mma.sync)" : " (automatic kernel)") << "\n";
-    RC_ASSERT(x.view(at::kShort).equal(z.view(at::kShort)));
-    if (c.shape[2] <= 128) {  // whole_rows exists for D <= 128
-      const auto y = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha, whole);
-      RC_ASSERT(x.view(at::kShort).equal(y.view(at::kShort)));
-    }
-    // split_groups (the wgmma kernel only): consumers on 1 or 3 splits each, ping-pong or not.
-    if (kernel == Kernel::automatic && attention::PagedAttentionCudaPlan(t[0], t[1], t[2], t[3], t[4], t[5]).wgmma()) {
-      using Turns = attention::CudaAttentionOptions::ConsumerTurns;
-      for (int64_t spc : {1, 3})
-        for (Turns turns : {Turns::pingpong, Turns::free}) {
-          attention::CudaAttentionOptions groups;
-          groups.schedule = Schedule::split_groups;
-          groups.splits_per_cta = spc;
-          groups.turns = turns;
-          const auto y = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha, groups);
+  const auto result =
+      rc::check("split_per_cta (1 and 3 splits per CTA), whole_rows and split_groups agree bit for bit", [&] {
+        const Kernel kernel = *rc::gen::element(Kernel::automatic, Kernel::mma_sync);
+        const CaseSpec c =
+            *gen_attention_case("invariant", "repeat", Backend::cuda, *rc::gen::element(at::kBFloat16, at::kHalf));
+        const auto b = attention_case::build(c, attention_case::sequences(c), 11, 5, false);
+        const auto &t = b.args.tensors;
+        attention::CudaAttentionOptions split, split3, whole;
+        split.kernel = split3.kernel = whole.kernel = kernel;
+        split.schedule = split3.schedule = Schedule::split_per_cta;
+        split.splits_per_cta = 1;
+        split3.splits_per_cta = 3;  // a CTA walks three splits, writing each one's state
+        whole.schedule = Schedule::whole_rows;
+        const auto x = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha, split);
+        const auto z = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha, split3);
+        RC_LOG() << c.describe() << (kernel == Kernel::mma_sync ? " (mma.sync)" : " (automatic kernel)") << "\n";
+        RC_ASSERT(x.view(at::kShort).equal(z.view(at::kShort)));
+        if (c.shape[2] <= 128) {  // whole_rows exists for D <= 128
+          const auto y = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha, whole);
           RC_ASSERT(x.view(at::kShort).equal(y.view(at::kShort)));
         }
-      ++compared_groups;
-    }
-    ++compared;
-  });
+        // split_groups (the wgmma kernel only): consumers on 1 or 3 splits each, ping-pong or not.
+        if (kernel == Kernel::automatic &&
+            attention::PagedAttentionCudaPlan(t[0], t[1], t[2], t[3], t[4], t[5]).wgmma()) {
+          using Turns = attention::CudaAttentionOptions::ConsumerTurns;
+          for (int64_t spc : {1, 3})
+            for (Turns turns : {Turns::pingpong, Turns::free}) {
+              attention::CudaAttentionOptions groups;
+              groups.schedule = Schedule::split_groups;
+              groups.splits_per_cta = spc;
+              groups.turns = turns;
+              const auto y = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha, groups);
+              RC_ASSERT(x.view(at::kShort).equal(y.view(at::kShort)));
+            }
+          ++compared_groups;
+        }
+        ++compared;
+      });
   EXPECT_TRUE(result);
   EXPECT_GT(compared, 50);
   if (at::cuda::getCurrentDeviceProperties()->major == 9) EXPECT_GT(compared_groups, 20);
@@ -166,7 +167,8 @@ TEST(PagedAttentionCuda, HopperPrefillVariantsGiveTheSameBits) {
   using KvLoads = attention::CudaAttentionOptions::KvLoads;
   int compared = 0;
   const auto result = rc::check("whole_rows with TMA, cp.async, automatic loads and ping-pong agree bit for bit", [&] {
-    const CaseSpec c = *gen_attention_case("invariant", "repeat", Backend::cuda, *rc::gen::element(at::kBFloat16, at::kHalf));
+    const CaseSpec c =
+        *gen_attention_case("invariant", "repeat", Backend::cuda, *rc::gen::element(at::kBFloat16, at::kHalf));
     RC_PRE(c.shape[2] <= 128);  // whole_rows exists for D <= 128
     const auto b = attention_case::build(c, attention_case::sequences(c), 11, 5, false);
     const auto &t = b.args.tensors;
@@ -224,8 +226,9 @@ TEST(PagedAttentionCuda, PlanRejectsOtherShapes) {
   const auto b = attention_case::build(c, attention_case::sequences(c), 11, 5, false);
   const auto &t = b.args.tensors;
   const attention::PagedAttentionCudaPlan plan(t[0], t[1], t[2], t[3], t[4], t[5]);
-  EXPECT_TRUE(plan.run(t[0], t[1], t[2], 0.0).view(at::kShort).equal(
-      attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], 0.0).view(at::kShort)));
+  EXPECT_TRUE(plan.run(t[0], t[1], t[2], 0.0)
+                  .view(at::kShort)
+                  .equal(attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], 0.0).view(at::kShort)));
   EXPECT_THROW(plan.run(t[0].narrow(0, 0, 2), t[1], t[2], 0.0), c10::Error);
   EXPECT_THROW(plan.run(t[0], t[1].narrow(0, 0, 1), t[2], 0.0), c10::Error);
 }
@@ -236,7 +239,9 @@ TEST(PagedAttentionCuda, MutantsAreCaught) {
   for (const std::string m : {"mutant-splits-from-maxlen", "mutant-qtile-from-avg", "mutant-padded-grid"}) {
     const auto r = run_property(m, "seq_alone_vs_batched", Backend::cuda, at::kHalf, 500, 7);
     EXPECT_FALSE(r.passed) << m << " survived";
-    if (r.shrunk) std::cout << "[ cuda     ] " << m << " caught in " << r.seconds << " s, shrunk to " << r.shrunk->describe() << "\n";
+    if (r.shrunk)
+      std::cout << "[ cuda     ] " << m << " caught in " << r.seconds << " s, shrunk to " << r.shrunk->describe()
+                << "\n";
   }
 }
 
@@ -272,8 +277,8 @@ TEST(PagedAttentionCuda, TorchSdpaBaselineIsObserved) {
   EXPECT_EQ(sdpa->expectation, Expectation::observed);
   int differ = 0, total = 0;
   for (int i = 0; i < 8; ++i) {
-    CaseSpec c = cuda_case({8, 2, 128, 16}, "1.1.7.1", "700.300.257.900", at::kBFloat16, "seq_alone_vs_batched",
-                           100 + i);
+    CaseSpec c =
+        cuda_case({8, 2, 128, 16}, "1.1.7.1", "700.300.257.900", at::kBFloat16, "seq_alone_vs_batched", 100 + i);
     c.impl = "torch-sdpa";
     c.params["target"] = std::to_string(i % 4);
     const Verdict v = check_attention_case(c);

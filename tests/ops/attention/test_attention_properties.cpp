@@ -14,7 +14,6 @@ using namespace detfuzz;
 
 namespace {
 
-
 int64_t count_seqs(const CaseSpec &c) { return static_cast<int64_t>(attention_case::sequences(c).size()); }
 
 const at::ScalarType kDtypes[] = {at::kBFloat16, at::kHalf, at::kFloat};
@@ -69,20 +68,19 @@ TEST_P(MutantIsCaught, AndShrunk) {
   EXPECT_TRUE(check_attention_case(inv).passed()) << inv.describe();
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cpu, MutantIsCaught,
-    ::testing::Values(MutantExpectation{"mutant-splits-from-maxlen", "seq_alone_vs_batched", 2},
-                      MutantExpectation{"mutant-qtile-from-avg", "seq_alone_vs_batched", 3},
-                      MutantExpectation{"mutant-qtile-from-avg", "decode_vs_prefill", 1},
-                      MutantExpectation{"mutant-qtile-from-avg", "chunked_prefill", 1},
-                      MutantExpectation{"mutant-padded-grid", "seq_alone_vs_batched", 3},
-                      MutantExpectation{"mutant-padded-grid", "block_placement", 5}),
-    [](const auto &info) {
-      std::string n = info.param.mutant + "_" + info.param.property;
-      for (auto &ch : n)
-        if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
-      return n;
-    });
+INSTANTIATE_TEST_SUITE_P(Cpu, MutantIsCaught,
+                         ::testing::Values(MutantExpectation{"mutant-splits-from-maxlen", "seq_alone_vs_batched", 2},
+                                           MutantExpectation{"mutant-qtile-from-avg", "seq_alone_vs_batched", 3},
+                                           MutantExpectation{"mutant-qtile-from-avg", "decode_vs_prefill", 1},
+                                           MutantExpectation{"mutant-qtile-from-avg", "chunked_prefill", 1},
+                                           MutantExpectation{"mutant-padded-grid", "seq_alone_vs_batched", 3},
+                                           MutantExpectation{"mutant-padded-grid", "block_placement", 5}),
+                         [](const auto &info) {
+                           std::string n = info.param.mutant + "_" + info.param.property;
+                           for (auto &ch : n)
+                             if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
 
 TEST(AttentionCase, HandWrittenRecordReplays) {
   CaseSpec c;

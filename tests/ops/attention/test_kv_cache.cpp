@@ -211,7 +211,8 @@ TEST(PagedMetadata, EmptySequenceIsAllowed) {
   // q_len = 0 with kv_len = 0: a sequence with no rows (defined, contributes nothing).
   auto in = valid_inputs();
   const auto meta = make_metadata({3, 0, 1}, {5, 0, 6}, {{4, 1}, {}, {0, 5}}, 3, at::kCPU);
-  const auto out = paged_attention_split_cpu(in.q, in.k, in.v, meta.cu_seqlens_q, meta.seq_lens_kv, meta.block_table, 0.0);
+  const auto out =
+      paged_attention_split_cpu(in.q, in.k, in.v, meta.cu_seqlens_q, meta.seq_lens_kv, meta.block_table, 0.0);
   const auto ref = paged_attention_split_cpu(in.q, in.k, in.v, in.cu, in.kv, in.bt, 0.0);
   EXPECT_TRUE(at::equal(out, ref));
 }

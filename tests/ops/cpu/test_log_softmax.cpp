@@ -27,8 +27,16 @@ OpArgs log_softmax_args(const at::Tensor &x, int64_t dim, bool half_to_float) {
 TEST(CpuLogSoftmax, AccurateForEveryDtypeLayoutDimAndEdgeLength) {
   uint64_t seed = 1;
   const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> shapes_and_dims = {
-      {{1}, {0}},         {{7}, {-1}},          {{3, 63}, {1, 0}},  {{5, 64}, {-1}},  {{4, 65}, {1}},
-      {{2, 129}, {1, 0}}, {{3, 4, 131}, {0, 1, 2, -2}}, {{2, 300}, {1}}, {{0, 5}, {1, 0}}, {{4, 0}, {1}}};
+      {{1}, {0}},
+      {{7}, {-1}},
+      {{3, 63}, {1, 0}},
+      {{5, 64}, {-1}},
+      {{4, 65}, {1}},
+      {{2, 129}, {1, 0}},
+      {{3, 4, 131}, {0, 1, 2, -2}},
+      {{2, 300}, {1}},
+      {{0, 5}, {1, 0}},
+      {{4, 0}, {1}}};
   for (auto dtype : test::float_types())
     for (const auto &[shape, dims] : shapes_and_dims)
       for (int64_t dim : dims)
@@ -53,8 +61,8 @@ TEST(CpuLogSoftmax, ScalarInputIsARowOfOne) {
 // -inf, +inf and NaN give what torch's float64 kernel gives: same NaN positions, same infinities.
 TEST(CpuLogSoftmax, NonFiniteInputsBehaveAsTorch) {
   const double inf = std::numeric_limits<double>::infinity(), nan = std::nan("");
-  const std::vector<std::vector<double>> rows = {
-      {-inf, 0, 1}, {-inf, -inf, -inf}, {1, nan, 2}, {1, inf, 2}, {inf, inf, 0}, {-inf, inf, 3}, {0, 1, 2}};
+  const std::vector<std::vector<double>> rows = {{-inf, 0, 1},  {-inf, -inf, -inf}, {1, nan, 2}, {1, inf, 2},
+                                                 {inf, inf, 0}, {-inf, inf, 3},     {0, 1, 2}};
   for (auto dtype : test::float_types()) {
     at::Tensor x = at::empty({static_cast<int64_t>(rows.size()), 3}, at::kDouble);
     for (size_t r = 0; r < rows.size(); ++r)
@@ -64,8 +72,8 @@ TEST(CpuLogSoftmax, NonFiniteInputsBehaveAsTorch) {
     EXPECT_TRUE(at::equal(ref.isnan(), out.isnan())) << c10::toString(dtype) << "\n" << out;
     EXPECT_TRUE(at::equal(ref.isposinf(), out.isposinf()));
     EXPECT_TRUE(at::equal(ref.isneginf(), out.isneginf()));
-    EXPECT_TRUE(accurate("log_softmax", log_softmax_args(x.to(dtype), 1, false),
-                         cpu_ops::log_softmax(x.to(dtype), 1, false)));
+    EXPECT_TRUE(
+        accurate("log_softmax", log_softmax_args(x.to(dtype), 1, false), cpu_ops::log_softmax(x.to(dtype), 1, false)));
   }
 }
 
@@ -106,7 +114,8 @@ TEST(CpuLogSoftmax, BitsDoNotDependOnLayoutOrThreadCount) {
       for (Layout layout : test::all_layouts())
         EXPECT_TRUE(bitwise_equal(expected, cpu_ops::log_softmax(test::with_layout(x, layout), dim, false)));
       for (int threads : {1, 2, 3})
-        EXPECT_TRUE(bitwise_equal(expected, test::with_threads(threads, [&] { return cpu_ops::log_softmax(x, dim, false); })));
+        EXPECT_TRUE(
+            bitwise_equal(expected, test::with_threads(threads, [&] { return cpu_ops::log_softmax(x, dim, false); })));
     }
   }
 }
@@ -135,10 +144,16 @@ TEST(CpuLogSoftmax, FollowsTheDocumentedOrder) {
 TEST(CpuLogSoftmax, BadInputsNameTheBadValue) {
   EXPECT_TRUE(test::throws_with([] { cpu_ops::log_softmax(at::ones({2, 3}), 2, false); }, "but got 2"));
   EXPECT_TRUE(test::throws_with([] { cpu_ops::log_softmax(at::ones({2, 3}), -3, false); }, "but got -3"));
-  EXPECT_TRUE(test::throws_with([] { cpu_ops::log_softmax(at::ones({2, 3}, at::kInt), 1, false); },
-                                "unsupported dtype Int"));
-  EXPECT_TRUE(test::throws_with([] { cpu_ops::log_softmax(at::ones({2, 3}, at::kDouble), 1, false); },
-                                "unsupported dtype Double"));
+  EXPECT_TRUE(test::throws_with(
+      [] {
+        cpu_ops::log_softmax(at::ones({2, 3}, at::kInt), 1, false);
+      },
+      "unsupported dtype Int"));
+  EXPECT_TRUE(test::throws_with(
+      [] {
+        cpu_ops::log_softmax(at::ones({2, 3}, at::kDouble), 1, false);
+      },
+      "unsupported dtype Double"));
 }
 
 RC_GTEST_PROP(CpuLogSoftmaxProperty, SliceAlongAnotherDimMatchesFullBatch, ()) {
@@ -149,9 +164,9 @@ RC_GTEST_PROP(CpuLogSoftmaxProperty, SliceAlongAnotherDimMatchesFullBatch, ()) {
   const auto dtype = *rc::gen::elementOf(test::float_types());
   const auto seed = *rc::gen::arbitrary<uint32_t>();
   const at::Tensor x = test::randn({rows, n}, dtype, seed) * 5;
-  RC_ASSERT(bitwise_diff(cpu_ops::log_softmax(x, 1, false).slice(0, i, j),
-                         cpu_ops::log_softmax(x.slice(0, i, j), 1, false))
-                .equal());
+  RC_ASSERT(
+      bitwise_diff(cpu_ops::log_softmax(x, 1, false).slice(0, i, j), cpu_ops::log_softmax(x.slice(0, i, j), 1, false))
+          .equal());
 }
 
 }  // namespace

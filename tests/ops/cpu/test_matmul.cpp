@@ -23,9 +23,8 @@ struct Mnk {
   int64_t m, n, k;
 };
 // Edge sizes: ones, around the K block (63, 64, 65, 127, 128, 129), primes, empty dims.
-const std::vector<Mnk> kShapes = {{1, 1, 1},   {3, 5, 63},   {7, 9, 64},  {5, 129, 65}, {2, 3, 127},
-                                  {1, 64, 129}, {13, 31, 200}, {17, 11, 128}, {0, 5, 3},   {4, 0, 3},
-                                  {4, 5, 0},   {0, 0, 0}};
+const std::vector<Mnk> kShapes = {{1, 1, 1},     {3, 5, 63},    {7, 9, 64}, {5, 129, 65}, {2, 3, 127}, {1, 64, 129},
+                                  {13, 31, 200}, {17, 11, 128}, {0, 5, 3},  {4, 0, 3},    {4, 5, 0},   {0, 0, 0}};
 
 std::string shape_name(const Mnk &s) {
   return std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
@@ -70,9 +69,9 @@ TEST(CpuMatmul, AddmmAccurateForBiasShapesAndCoefficients) {
             OpArgs args{{bias, a, b}};
             args.beta = beta;
             args.alpha = alpha;
-            SCOPED_TRACE(std::string(c10::toString(dtype)) + " " + shape_name(s) + " bias " +
-                         c10::str(bias.sizes()) + " beta " + std::to_string(beta) + " alpha " +
-                         std::to_string(alpha) + " " + test::name(layout));
+            SCOPED_TRACE(std::string(c10::toString(dtype)) + " " + shape_name(s) + " bias " + c10::str(bias.sizes()) +
+                         " beta " + std::to_string(beta) + " alpha " + std::to_string(alpha) + " " +
+                         test::name(layout));
             const at::Tensor out = cpu_ops::addmm(bias, a, b, beta, alpha);
             ASSERT_EQ(out.sizes(), (at::IntArrayRef{s.m, s.n}));
             EXPECT_TRUE(accurate("addmm", args, out));
@@ -203,12 +202,14 @@ std::vector<float> edge_values(int64_t n, uint64_t seed) {
 // Same bits in every element; a NaN may carry another payload (which operand's NaN an addition
 // keeps is the compiler's choice in either loop), which to_output canonicalises.
 TEST(CpuMatmul, VectorisedTileGivesThePortableLoopsBits) {
-  if (!fixed_order::accumulate_tile_vectorised()) GTEST_SKIP() << "this CPU has no AVX-512: only the portable loop runs";
+  if (!fixed_order::accumulate_tile_vectorised())
+    GTEST_SKIP() << "this CPU has no AVX-512: only the portable loop runs";
   uint64_t seed = 300;
   for (int64_t rows : {0, 1, 3, 4, 5, 9})
     for (int64_t kt : {1, 7, 64})
       for (int64_t nt : {1, 15, 16, 17, 31, 32, 33, 64, 100, 256}) {
-        const std::vector<float> a = edge_values(std::max<int64_t>(1, rows * kt), seed++), b = edge_values(kt * nt, seed++);
+        const std::vector<float> a = edge_values(std::max<int64_t>(1, rows * kt), seed++),
+                                 b = edge_values(kt * nt, seed++);
         const int64_t ldc = nt + 3;
         const std::vector<float> start = edge_values(std::max<int64_t>(1, rows * ldc), seed++);
         std::vector<float> portable = start, vectorised = start;
@@ -219,7 +220,8 @@ TEST(CpuMatmul, VectorisedTileGivesThePortableLoopsBits) {
           std::memcpy(&x, &portable[e], 4);
           std::memcpy(&y, &vectorised[e], 4);
           ASSERT_TRUE(x == y || (std::isnan(portable[e]) && std::isnan(vectorised[e])))
-              << rows << " rows, kt " << kt << ", nt " << nt << " element " << e << ": " << std::hex << x << " vs " << y;
+              << rows << " rows, kt " << kt << ", nt " << nt << " element " << e << ": " << std::hex << x << " vs "
+              << y;
         }
       }
 }
@@ -232,8 +234,8 @@ TEST(CpuMatmul, Float16WideningKeepsTheBits) {
   const at::Tensor a = at::from_blob(const_cast<float *>(av.data()), {m, k}).to(at::kHalf);
   const at::Tensor b = at::from_blob(const_cast<float *>(bv.data()), {k, n}).to(at::kHalf);
   at::Tensor acc = at::empty({m, n});
-  fixed_order::matmul_accumulate_rows<c10::Half>({a.data_ptr<c10::Half>(), k, 1}, {b.data_ptr<c10::Half>(), n, 1}, n,
-                                                 k, 0, m, acc.data_ptr<float>());
+  fixed_order::matmul_accumulate_rows<c10::Half>({a.data_ptr<c10::Half>(), k, 1}, {b.data_ptr<c10::Half>(), n, 1}, n, k,
+                                                 0, m, acc.data_ptr<float>());
   EXPECT_TRUE(bitwise_equal(cpu_ops::to_output(acc, at::kHalf), cpu_ops::mm(a, b)));
   EXPECT_TRUE(bitwise_equal(cpu_ops::to_output(acc, at::kHalf), cpu_ops::mm(a, b.t().contiguous().t())));
 }
@@ -244,13 +246,22 @@ TEST(CpuMatmul, BadInputsNameTheBadValue) {
   EXPECT_TRUE(test::throws_with([&] { cpu_ops::mm(at::ones({2, 3, 4}), b); }, "got a 3-D tensor"));
   EXPECT_TRUE(test::throws_with([&] { cpu_ops::mm(a, at::ones({3, 2}, at::kDouble)); }, "unsupported dtype Double"));
   EXPECT_TRUE(test::throws_with([&] { cpu_ops::mm(a, at::ones({3, 2}, at::kHalf)); }, "b has dtype Half"));
-  EXPECT_TRUE(test::throws_with([&] { cpu_ops::mm(at::ones({2, 3}, at::kInt), at::ones({3, 2}, at::kInt)); },
-                                "unsupported dtype Int"));
-  EXPECT_TRUE(test::throws_with([&] { cpu_ops::addmm(at::ones({3}), a, at::ones({3, 2}), 1, 1); },
-                                "bias of shape [3] does not broadcast to the product's shape [2, 2]"));
+  EXPECT_TRUE(test::throws_with(
+      [&] {
+        cpu_ops::mm(at::ones({2, 3}, at::kInt), at::ones({3, 2}, at::kInt));
+      },
+      "unsupported dtype Int"));
+  EXPECT_TRUE(test::throws_with(
+      [&] {
+        cpu_ops::addmm(at::ones({3}), a, at::ones({3, 2}), 1, 1);
+      },
+      "bias of shape [3] does not broadcast to the product's shape [2, 2]"));
   EXPECT_TRUE(test::throws_with([&] { cpu_ops::bmm(at::ones({2, 3, 4}), at::ones({3, 4, 5})); }, "batch sizes differ"));
-  EXPECT_TRUE(test::throws_with([&] { cpu_ops::bmm(at::ones({2, 3, 4}), at::ones({2, 5, 5})); },
-                                "a.size(2)=4 != b.size(1)=5"));
+  EXPECT_TRUE(test::throws_with(
+      [&] {
+        cpu_ops::bmm(at::ones({2, 3, 4}), at::ones({2, 5, 5}));
+      },
+      "a.size(2)=4 != b.size(1)=5"));
   EXPECT_TRUE(test::throws_with([&] { cpu_ops::bmm(a, b); }, "must be 3-D"));
 }
 

@@ -32,14 +32,9 @@ at::Tensor random_input(at::IntArrayRef shape, at::ScalarType dtype, uint64_t se
 TEST(CpuMean, AccurateForEveryDtypeLayoutDimListAndKeepdim) {
   uint64_t seed = 1;
   const std::vector<std::pair<std::vector<int64_t>, std::vector<std::vector<int64_t>>>> cases = {
-      {{7}, {{0}, {}}},
-      {{3, 63}, {{1}, {0}, {-1}, {}}},
-      {{5, 64}, {{1}, {0, 1}}},
-      {{4, 65}, {{-1}}},
-      {{2, 129}, {{1}, {-2}}},
-      {{3, 5, 131}, {{2}, {0, 2}, {2, 0}, {1}, {}, {0, 1, 2}}},
-      {{0, 5}, {{1}, {0}}},
-      {{4, 0, 3}, {{1}, {2}}}};
+      {{7}, {{0}, {}}},     {{3, 63}, {{1}, {0}, {-1}, {}}}, {{5, 64}, {{1}, {0, 1}}},
+      {{4, 65}, {{-1}}},    {{2, 129}, {{1}, {-2}}},         {{3, 5, 131}, {{2}, {0, 2}, {2, 0}, {1}, {}, {0, 1, 2}}},
+      {{0, 5}, {{1}, {0}}}, {{4, 0, 3}, {{1}, {2}}}};
   for (auto dtype : {at::kFloat, at::kHalf, at::kBFloat16, at::kInt, at::kLong})
     for (const auto &[shape, dim_lists] : cases)
       for (const auto &dims : dim_lists)
@@ -87,8 +82,8 @@ TEST(CpuMean, EmptyReductionIsNanAndScalarIsItself) {
 
 TEST(CpuMean, DimOrderDoesNotMatterBitwise) {
   const at::Tensor x = test::randn({6, 7, 90}, at::kFloat, 5);
-  EXPECT_TRUE(bitwise_equal(cpu_ops::mean(x, {0, 2}, false, std::nullopt),
-                            cpu_ops::mean(x, {2, -3}, false, std::nullopt)));
+  EXPECT_TRUE(
+      bitwise_equal(cpu_ops::mean(x, {0, 2}, false, std::nullopt), cpu_ops::mean(x, {2, -3}, false, std::nullopt)));
 }
 
 TEST(CpuMean, RowSlicesMatchTheFullBatchBitwise) {
@@ -127,7 +122,8 @@ TEST(CpuMean, FollowsTheDocumentedOrder) {
     for (int64_t j = k0; j < std::min(n, k0 + fixed_order::kReduceBlock); ++j) partial = partial + x[j].item<float>();
     total = total + partial;
   }
-  EXPECT_TRUE(bitwise_equal(at::scalar_tensor(total / static_cast<float>(n)), cpu_ops::mean(x, {0}, false, std::nullopt)));
+  EXPECT_TRUE(
+      bitwise_equal(at::scalar_tensor(total / static_cast<float>(n)), cpu_ops::mean(x, {0}, false, std::nullopt)));
 }
 
 TEST(CpuMean, BadInputsNameTheBadValue) {

@@ -51,7 +51,10 @@ RowOp row_op(const std::string &op, at::ScalarType dtype) {
     return {[dtype](int64_t m, uint64_t seed) {
               return OpArgs{{test::randn({m, kK}, dtype, seed), test::randn({kK, kN}, dtype, seed + 1)}};
             },
-            0, [](const OpArgs &x, int64_t i, int64_t j) { return OpArgs{{x.tensors[0].slice(0, i, j), x.tensors[1]}}; }};
+            0,
+            [](const OpArgs &x, int64_t i, int64_t j) {
+              return OpArgs{{x.tensors[0].slice(0, i, j), x.tensors[1]}};
+            }};
   if (op == "addmm")
     return {[dtype](int64_t m, uint64_t seed) {
               OpArgs args{{test::randn({kN}, dtype, seed + 2), test::randn({m, kK}, dtype, seed),
@@ -70,7 +73,10 @@ RowOp row_op(const std::string &op, at::ScalarType dtype) {
     return {[dtype](int64_t m, uint64_t seed) {
               return OpArgs{{test::randn({3, m, kK}, dtype, seed), test::randn({3, kK, kN}, dtype, seed + 1)}};
             },
-            1, [](const OpArgs &x, int64_t i, int64_t j) { return OpArgs{{x.tensors[0].slice(1, i, j), x.tensors[1]}}; }};
+            1,
+            [](const OpArgs &x, int64_t i, int64_t j) {
+              return OpArgs{{x.tensors[0].slice(1, i, j), x.tensors[1]}};
+            }};
   if (op == "log_softmax")
     return {[dtype](int64_t rows, uint64_t seed) {
               OpArgs args{{test::randn({rows, 150}, dtype, seed) * 3}};

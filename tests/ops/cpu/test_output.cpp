@@ -34,9 +34,10 @@ uint32_t bits_of(float f) {
 // point, and values past half's range.
 std::vector<float> edge_values() {
   std::vector<float> v;
-  for (uint32_t b : {0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFFFFFFFFu, 0x7FBFFFFFu, 0x7F800000u, 0xFF800000u, 0x00000000u,
-                     0x80000000u, 0x00000001u, 0x807FFFFFu, 0x3F808000u, 0x3F818000u, 0xBF808000u, 0x3F800FFFu, 0x33800000u,
-                     0x33000001u, 0x477FF000u, 0x477FF001u, 0x47800000u, 0xC7800000u, 0x387FC000u})
+  for (uint32_t b :
+       {0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFFFFFFFFu, 0x7FBFFFFFu, 0x7F800000u, 0xFF800000u, 0x00000000u,
+        0x80000000u, 0x00000001u, 0x807FFFFFu, 0x3F808000u, 0x3F818000u, 0xBF808000u, 0x3F800FFFu, 0x33800000u,
+        0x33000001u, 0x477FF000u, 0x477FF001u, 0x47800000u, 0xC7800000u, 0x387FC000u})
     v.push_back(from_bits(b));
   return v;
 }
@@ -64,8 +65,10 @@ TEST(CpuOutput, RoundsToNearestEvenAndCanonicalisesNaNAtEveryPosition) {
         const uint16_t want_bf = nan ? 0x7FC0 : c10::BFloat16(v).x;
         const uint16_t want_hf = nan ? 0x7E00 : c10::Half(v).x;
         const uint32_t want_f = nan ? 0x7FC00000u : bits_of(v);
-        EXPECT_EQ(bf.data_ptr<c10::BFloat16>()[i].x, want_bf) << "n " << n << " i " << i << " bits " << std::hex << bits_of(v);
-        EXPECT_EQ(hf.data_ptr<c10::Half>()[i].x, want_hf) << "n " << n << " i " << i << " bits " << std::hex << bits_of(v);
+        EXPECT_EQ(bf.data_ptr<c10::BFloat16>()[i].x, want_bf)
+            << "n " << n << " i " << i << " bits " << std::hex << bits_of(v);
+        EXPECT_EQ(hf.data_ptr<c10::Half>()[i].x, want_hf)
+            << "n " << n << " i " << i << " bits " << std::hex << bits_of(v);
         EXPECT_EQ(bits_of(f.data_ptr<float>()[i]), want_f) << "n " << n << " i " << i;
         EXPECT_EQ(bits_of(f32.data_ptr<float>()[i]), want_f) << "float32 is canonicalised in place";
       }
@@ -89,7 +92,8 @@ TEST(CpuOutput, PermutedAndGappedResults) {
       if (dense) EXPECT_EQ(got.strides(), view.strides());
       const at::Tensor bits = got.contiguous().view(at::kShort).to(at::kInt);
       EXPECT_TRUE(at::equal(bits, want.view(at::kShort).to(at::kInt))) << dtype << (dense ? " dense" : " with gaps");
-      EXPECT_TRUE(at::all(bits.masked_select(nan) == pattern).item<bool>()) << dtype << (dense ? " dense" : " with gaps");
+      EXPECT_TRUE(at::all(bits.masked_select(nan) == pattern).item<bool>())
+          << dtype << (dense ? " dense" : " with gaps");
     }
   }
 }

@@ -50,24 +50,42 @@ TEST(Reference, FlagsMatmulIndexAndEpilogueBugs) {
     const at::Tensor a = test::randn({m, k}, dtype, 1), b = test::randn({k, n}, dtype, 2);
     const at::Tensor out = cpu_ops::mm(a, b);
     // An index bug: element [2,3] takes column 4's value.
-    expect_flagged("mm", {{a, b}}, out, [](at::Tensor t) { t[2][3] = t[2][4]; return t; }, 2 * n + 3, "column swap");
+    expect_flagged(
+        "mm", {{a, b}}, out,
+        [](at::Tensor t) {
+          t[2][3] = t[2][4];
+          return t;
+        },
+        2 * n + 3, "column swap");
     // A dropped K block: the last 72 products of element [1,1] are missing.
-    const double tail = at::mm(a.slice(1, 128, k).to(at::kDouble), b.slice(0, 128, k).to(at::kDouble))[1][1].item<double>();
-    expect_flagged("mm", {{a, b}}, out, [tail](at::Tensor t) { t[1][1] = t[1][1].item<double>() - tail; return t; },
-                   n + 1, "dropped block");
+    const double tail =
+        at::mm(a.slice(1, 128, k).to(at::kDouble), b.slice(0, 128, k).to(at::kDouble))[1][1].item<double>();
+    expect_flagged(
+        "mm", {{a, b}}, out,
+        [tail](at::Tensor t) {
+          t[1][1] = t[1][1].item<double>() - tail;
+          return t;
+        },
+        n + 1, "dropped block");
     // A plain float32 error far beyond the bound: 1e-3 relative on one element.
-    expect_flagged("mm", {{a, b}}, out,
-                   [](at::Tensor t) { t[5][8] = t[5][8].item<double>() * (1 + 1e-2) + 1e-2; return t; }, 5 * n + 8,
-                   "1% error");
+    expect_flagged(
+        "mm", {{a, b}}, out,
+        [](at::Tensor t) {
+          t[5][8] = t[5][8].item<double>() * (1 + 1e-2) + 1e-2;
+          return t;
+        },
+        5 * n + 8, "1% error");
 
     const at::Tensor bias = test::randn({n}, dtype, 3);
     const OpArgs args = addmm_args(bias, a, b, 0.5, 2.0);
     const at::Tensor addmm_out = cpu_ops::addmm(bias, a, b, 0.5, 2.0);
     // Wrong epilogues: beta applied to the product, or bias added unscaled.
     const at::Tensor wrong_coefficients = cpu_ops::addmm(bias, a, b, 2.0, 0.5);
-    expect_flagged("addmm", args, addmm_out, [&](at::Tensor) { return wrong_coefficients; }, -1, "alpha/beta swapped");
+    expect_flagged(
+        "addmm", args, addmm_out, [&](at::Tensor) { return wrong_coefficients; }, -1, "alpha/beta swapped");
     const at::Tensor unscaled_bias = cpu_ops::addmm(bias, a, b, 1.0, 2.0);
-    expect_flagged("addmm", args, addmm_out, [&](at::Tensor) { return unscaled_bias; }, -1, "beta ignored");
+    expect_flagged(
+        "addmm", args, addmm_out, [&](at::Tensor) { return unscaled_bias; }, -1, "beta ignored");
   }
 }
 
@@ -78,21 +96,39 @@ TEST(Reference, FlagsLogSoftmaxAndMeanBugs) {
     ls.dim = 1;
     const at::Tensor out = cpu_ops::log_softmax(x, 1, false);
     // Off-by-one store: element [2,10] gets element [2,11]'s value.
-    expect_flagged("log_softmax", ls, out, [](at::Tensor t) { t[2][10] = t[2][11]; return t; }, 2 * 300 + 10,
-                   "off-by-one store");
+    expect_flagged(
+        "log_softmax", ls, out,
+        [](at::Tensor t) {
+          t[2][10] = t[2][11];
+          return t;
+        },
+        2 * 300 + 10, "off-by-one store");
     // A dropped block of 64 terms from row 3's sum of exponentials shifts the whole row.
     const at::Tensor xd = x.to(at::kDouble)[3];
     const double shift = std::log((xd.exp().sum() / xd.slice(0, 64, 300).exp().sum()).item<double>());
-    expect_flagged("log_softmax", ls, out, [shift](at::Tensor t) { t[3].add_(shift); return t; }, -1, "dropped block");
+    expect_flagged(
+        "log_softmax", ls, out,
+        [shift](at::Tensor t) {
+          t[3].add_(shift);
+          return t;
+        },
+        -1, "dropped block");
 
     OpArgs mean{{x}};
     mean.dims = {1};
     const at::Tensor mean_out = cpu_ops::mean(x, {1}, false, std::nullopt);
     // A wrong divisor, n - 1 instead of n (in float32, where the mean is well within the bound).
     if (dtype == at::kFloat)
-      expect_flagged("mean", mean, mean_out, [](at::Tensor t) { return t * (300.0 / 299.0); }, -1, "divisor n-1");
+      expect_flagged(
+          "mean", mean, mean_out, [](at::Tensor t) { return t * (300.0 / 299.0); }, -1, "divisor n-1");
     // A row mean taken from the wrong row.
-    expect_flagged("mean", mean, mean_out, [](at::Tensor t) { t[0] = t[1]; return t; }, 0, "wrong row");
+    expect_flagged(
+        "mean", mean, mean_out,
+        [](at::Tensor t) {
+          t[0] = t[1];
+          return t;
+        },
+        0, "wrong row");
   }
 }
 
@@ -103,10 +139,34 @@ TEST(Reference, NonFiniteValuesMustMatchInKind) {
   ls.dim = 1;
   const at::Tensor out = cpu_ops::log_softmax(x, 1, false);  // row 0: finite, -inf, finite; row 1: NaN
   ASSERT_TRUE(test::accurate("log_softmax", ls, out));
-  expect_flagged("log_softmax", ls, out, [](at::Tensor t) { t[0][1] = 0.0; return t; }, 1, "finite for -inf");
-  expect_flagged("log_softmax", ls, out, [inf](at::Tensor t) { t[0][1] = inf; return t; }, 1, "+inf for -inf");
-  expect_flagged("log_softmax", ls, out, [](at::Tensor t) { t[1][2] = -1.0; return t; }, 5, "finite for NaN");
-  expect_flagged("log_softmax", ls, out, [nan](at::Tensor t) { t[0][0] = nan; return t; }, 0, "NaN for finite");
+  expect_flagged(
+      "log_softmax", ls, out,
+      [](at::Tensor t) {
+        t[0][1] = 0.0;
+        return t;
+      },
+      1, "finite for -inf");
+  expect_flagged(
+      "log_softmax", ls, out,
+      [inf](at::Tensor t) {
+        t[0][1] = inf;
+        return t;
+      },
+      1, "+inf for -inf");
+  expect_flagged(
+      "log_softmax", ls, out,
+      [](at::Tensor t) {
+        t[1][2] = -1.0;
+        return t;
+      },
+      5, "finite for NaN");
+  expect_flagged(
+      "log_softmax", ls, out,
+      [nan](at::Tensor t) {
+        t[0][0] = nan;
+        return t;
+      },
+      0, "NaN for finite");
 }
 
 TEST(Reference, ShapeAndDtypeMustMatch) {

@@ -25,10 +25,10 @@ namespace {
 
 namespace ck = cuda_kernels;
 
-const std::vector<ck::F32Path> kPaths = {ck::F32Path::persistent_tall, ck::F32Path::persistent_large,
-                                         ck::F32Path::persistent_small, ck::F32Path::cluster_large,
-                                         ck::F32Path::cluster_small,   ck::F32Path::column_stream,
-                                         ck::F32Path::split_large,     ck::F32Path::split_small,
+const std::vector<ck::F32Path> kPaths = {ck::F32Path::persistent_tall,     ck::F32Path::persistent_large,
+                                         ck::F32Path::persistent_small,    ck::F32Path::cluster_large,
+                                         ck::F32Path::cluster_small,       ck::F32Path::column_stream,
+                                         ck::F32Path::split_large,         ck::F32Path::split_small,
                                          ck::F32Path::column_stream_split, ck::F32Path::automatic};
 
 at::Tensor rnd(at::IntArrayRef shape, uint64_t seed) {

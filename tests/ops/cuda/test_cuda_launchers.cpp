@@ -156,7 +156,8 @@ TEST(CudaLaunchers, CudaErrorSurfacesWithItsCallSite) {
         << what;
   }
   p.dtype = ck::DType::f32;
-  EXPECT_THROW(ck::launch_gemm_f32_path(p, ck::F32Path::automatic, at::cuda::getCurrentCUDAStream().stream()), std::runtime_error);
+  EXPECT_THROW(ck::launch_gemm_f32_path(p, ck::F32Path::automatic, at::cuda::getCurrentCUDAStream().stream()),
+               std::runtime_error);
   // The error was not sticky: the device still works.
   EXPECT_NO_THROW(cuda_ops::mm(a, b));
   EXPECT_NO_THROW(DETFUZZ_CUDA_CHECK(cudaDeviceSynchronize()));

@@ -75,8 +75,8 @@ void expect_bitwise(const at::Tensor &expected, const at::Tensor &actual, const 
 
 TEST(CudaMatmul, AccuracyAgainstFloat64) {
   REQUIRE_GPU();
-  const std::vector<std::array<int64_t, 3>> shapes = {
-      {1, 64, 64}, {37, 100, 77}, {128, 256, 128}, {300, 1024, 520}, {5, 4096, 384}, {129, 8, 1}, {2, 1, 3}};
+  const std::vector<std::array<int64_t, 3>> shapes = {{1, 64, 64},    {37, 100, 77}, {128, 256, 128}, {300, 1024, 520},
+                                                      {5, 4096, 384}, {129, 8, 1},   {2, 1, 3}};
   uint64_t seed = 1;
   for (auto dt : kDtypes)
     for (const auto &s : shapes) {
@@ -101,7 +101,8 @@ TEST(CudaMatmul, MmBatchSliceInvariance) {
   REQUIRE_GPU();
   std::vector<int64_t> sizes;
   for (int64_t m = 1; m <= 17; ++m) sizes.push_back(m);
-  for (int64_t m : {31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 191, 192, 193, 255, 256, 257, 299, 300}) sizes.push_back(m);
+  for (int64_t m : {31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 191, 192, 193, 255, 256, 257, 299, 300})
+    sizes.push_back(m);
   const int64_t Mmax = 300;
   const std::vector<std::array<int64_t, 2>> kn = {{512, 384}, {1000, 136}, {4096, 200}};
   uint64_t seed = 100;
@@ -137,8 +138,7 @@ TEST(CudaMatmul, AddmmBiasAndInvariance) {
         for (int64_t i : {int64_t(0), Mmax - m, (Mmax - m) / 3}) {
           expect_bitwise(f1.narrow(0, i, m), cuda_ops::addmm(bias1, a.narrow(0, i, m), b, beta, alpha),
                          c10::str("1-D bias ", dt, " rows ", i, "+", m));
-          expect_bitwise(f2.narrow(0, i, m),
-                         cuda_ops::addmm(bias2.narrow(0, i, m), a.narrow(0, i, m), b, beta, alpha),
+          expect_bitwise(f2.narrow(0, i, m), cuda_ops::addmm(bias2.narrow(0, i, m), a.narrow(0, i, m), b, beta, alpha),
                          c10::str("2-D bias ", dt, " rows ", i, "+", m));
         }
       }
@@ -165,7 +165,8 @@ TEST(CudaMatmul, BmmAccuracyAndInvariance) {
     expect_accurate(full, a, b);
     for (int64_t m : {1, 5, 63, 64, 65, 128, 129, 199}) {
       const int64_t i = (Mmax - m) / 2;
-      expect_bitwise(full.narrow(1, i, m), cuda_ops::bmm(a.narrow(1, i, m), b), c10::str("bmm ", dt, " rows ", i, "+", m));
+      expect_bitwise(full.narrow(1, i, m), cuda_ops::bmm(a.narrow(1, i, m), b),
+                     c10::str("bmm ", dt, " rows ", i, "+", m));
     }
     expect_bitwise(full.narrow(0, 1, 1), cuda_ops::bmm(a.narrow(0, 1, 1), b.narrow(0, 1, 1)), "bmm batch slice");
     // A batch entry equals mm on that entry (the batch never enters a row's arithmetic).
@@ -186,14 +187,14 @@ TEST(CudaMatmul, LayoutsAgreeBitwise) {
       const at::Tensor a = rnd({M, K}, dt, seed++), b = rnd({K, N}, dt, seed++);
       const at::Tensor ref = cuda_ops::mm(a, b);
       expect_accurate(ref, a, b);
-      const at::Tensor a_t = a.t().contiguous().t();                              // column-major A
+      const at::Tensor a_t = a.t().contiguous().t();  // column-major A
       const at::Tensor big = at::zeros({M + 3, 2 * K + 6}, a.options());
       big.narrow(0, 3, M).narrow(1, 5, K).copy_(a);
-      const at::Tensor a_off = big.narrow(0, 3, M).narrow(1, 5, K);              // storage offset, odd ld
+      const at::Tensor a_off = big.narrow(0, 3, M).narrow(1, 5, K);  // storage offset, odd ld
       const at::Tensor big2 = at::zeros({M, 2 * K}, a.options());
       big2.slice(1, 0, 2 * K, 2).copy_(a);
-      const at::Tensor a_s2 = big2.slice(1, 0, 2 * K, 2);                        // inner stride 2
-      const at::Tensor b_t = b.t().contiguous().t();                             // B = W^T
+      const at::Tensor a_s2 = big2.slice(1, 0, 2 * K, 2);  // inner stride 2
+      const at::Tensor b_t = b.t().contiguous().t();       // B = W^T
       const at::Tensor bbig = at::zeros({K, 2 * N}, b.options());
       bbig.slice(1, 0, 2 * N, 2).copy_(b);
       const at::Tensor b_s2 = bbig.slice(1, 0, 2 * N, 2);
@@ -217,7 +218,8 @@ TEST(CudaMatmul, LayoutsAgreeBitwise) {
 TEST(CudaMatmul, HopperPathsAgreeBitwise) {
   REQUIRE_GPU();
   const int dev = at::cuda::current_device();
-  if (cuda_ops::equivalent_matmul_paths(dev, at::kBFloat16).empty()) GTEST_SKIP() << "needs an sm_90 GPU for the Hopper paths";
+  if (cuda_ops::equivalent_matmul_paths(dev, at::kBFloat16).empty())
+    GTEST_SKIP() << "needs an sm_90 GPU for the Hopper paths";
   uint64_t seed = 900;
   for (auto dt : {at::kBFloat16, at::kHalf})
     for (int64_t K : {8, 64, 520, 1000, 1024, 2050, 4096, 4104, 9000})
@@ -267,7 +269,8 @@ TEST(CudaMatmul, MmaSyncPathIsAccurateAndInvariant) {
     const at::Tensor a = rnd({200, 1000}, dt, seed++), b = rnd({1000, 136}, dt, seed++);
     const at::Tensor full = cuda_ops::mm(a, b);
     expect_accurate(full, a, b);
-    for (int64_t m : {1, 7, 64, 129}) expect_bitwise(full.narrow(0, 50, m), cuda_ops::mm(a.narrow(0, 50, m), b), "mma.sync");
+    for (int64_t m : {1, 7, 64, 129})
+      expect_bitwise(full.narrow(0, 50, m), cuda_ops::mm(a.narrow(0, 50, m), b), "mma.sync");
   }
 }
 
@@ -298,7 +301,7 @@ TEST(CudaMatmul, BadShapesThrowWithMessage) {
   } catch (const c10::Error &e) {
     EXPECT_NE(std::string(e.what()).find("cannot be multiplied"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(cuda_ops::mm(a, rnd({3, 2}, at::kHalf, 3)), c10::Error);          // dtype mismatch
+  EXPECT_THROW(cuda_ops::mm(a, rnd({3, 2}, at::kHalf, 3)), c10::Error);               // dtype mismatch
   EXPECT_THROW(cuda_ops::mm(a.cpu(), rnd({3, 2}, at::kFloat, 3).cpu()), c10::Error);  // not CUDA
   EXPECT_THROW(cuda_ops::bmm(rnd({2, 4, 3}, at::kFloat, 4), rnd({3, 3, 5}, at::kFloat, 5)), c10::Error);
   EXPECT_THROW(cuda_ops::addmm(rnd({7}, at::kFloat, 6), a, rnd({3, 5}, at::kFloat, 7), 1.0, 1.0), c10::Error);

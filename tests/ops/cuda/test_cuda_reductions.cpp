@@ -110,12 +110,12 @@ TEST(CudaLogSoftmax, InfAndNanRows) {
   for (auto dt : kDtypes)
     for (int64_t len : {5, 300, 40000}) {
       at::Tensor x = rnd({6, len}, dt, 77).cpu();
-      x[0].fill_(-INFINITY);                 // all -inf: NaN (as torch)
-      x[1][len / 2] = NAN;                   // one NaN: NaN row
-      x[2][0] = -INFINITY;                   // one -inf: -inf there, finite elsewhere
+      x[0].fill_(-INFINITY);  // all -inf: NaN (as torch)
+      x[1][len / 2] = NAN;    // one NaN: NaN row
+      x[2][0] = -INFINITY;    // one -inf: -inf there, finite elsewhere
       x[2][len - 1] = -INFINITY;
-      x[3][len - 1] = INFINITY;              // +inf: NaN row (as torch)
-      x[4].fill_(2.5);                       // constant row
+      x[3][len - 1] = INFINITY;  // +inf: NaN row (as torch)
+      x[4].fill_(2.5);           // constant row
       const at::Tensor xc = x.to(at::kCUDA);
       const at::Tensor out = cuda_ops::log_softmax(xc, 1, false);
       expect_log_softmax_accurate(out, xc, 1);
@@ -165,7 +165,8 @@ void expect_mean_accurate(const at::Tensor &out, const at::Tensor &x, at::IntArr
   const at::Tensor ref = dims.empty() ? xd.mean() : xd.mean(dims, keepdim);
   const double len = static_cast<double>(x.numel()) / std::max<int64_t>(ref.numel(), 1);
   const at::Tensor mean_abs = dims.empty() ? xd.abs().mean() : xd.abs().mean(dims, keepdim);
-  const at::Tensor tol = ref.abs() * unit_roundoff(out.scalar_type()) + mean_abs * ((len + 2) * std::ldexp(1.0, -23)) + 1e-30;
+  const at::Tensor tol =
+      ref.abs() * unit_roundoff(out.scalar_type()) + mean_abs * ((len + 2) * std::ldexp(1.0, -23)) + 1e-30;
   expect_close(out.reshape(ref.sizes()), ref, tol, c10::str("mean ", x.scalar_type(), " ", x.sizes(), " dims ", dims));
 }
 
@@ -203,13 +204,15 @@ TEST(CudaMean, IntegersPromoteToFloat32) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(9);
   for (auto it : {at::kInt, at::kLong}) {
     const at::Tensor x = at::randint(-1000, 1000, {7, 33, 4}, gen, at::TensorOptions().dtype(it)).to(at::kCUDA);
-    for (const std::vector<int64_t> &dims : {std::vector<int64_t>{1}, std::vector<int64_t>{1, 2}, std::vector<int64_t>{}}) {
+    for (const std::vector<int64_t> &dims :
+         {std::vector<int64_t>{1}, std::vector<int64_t>{1, 2}, std::vector<int64_t>{}}) {
       const at::Tensor out = cuda_ops::mean(x, dims, false, std::nullopt);
       EXPECT_EQ(out.scalar_type(), at::kFloat);
       expect_mean_accurate(out, x, dims, false);
     }
     const at::Tensor full = cuda_ops::mean(x, {1, 2}, false, std::nullopt);
-    expect_bitwise(full.narrow(0, 2, 3), cuda_ops::mean(x.narrow(0, 2, 3), {1, 2}, false, std::nullopt), "int mean slice");
+    expect_bitwise(full.narrow(0, 2, 3), cuda_ops::mean(x.narrow(0, 2, 3), {1, 2}, false, std::nullopt),
+                   "int mean slice");
   }
 }
 

@@ -37,7 +37,8 @@ inline uint64_t hash_tokens(const std::vector<int32_t> &seq) {
 
 class ContextHashInstance : public ModelInstance {
  public:
-  ContextHashInstance(int64_t num_pages, int64_t page_size, bool leak_batch) : cache_(config(num_pages, page_size)), leak_(leak_batch) {}
+  ContextHashInstance(int64_t num_pages, int64_t page_size, bool leak_batch)
+      : cache_(config(num_pages, page_size)), leak_(leak_batch) {}
   static attention::KVCacheConfig config(int64_t num_pages, int64_t page_size) {
     attention::KVCacheConfig c;
     c.num_blocks = num_pages;

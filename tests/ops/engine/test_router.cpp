@@ -73,7 +73,7 @@ TEST(LapsRouter, RebalanceMovesOneInstancePerIntervalTowardTheBusyGroup) {
   EXPECT_TRUE(r.maybe_rebalance(5.0));
   EXPECT_EQ(r.status().short_group.size(), 4u);
   EXPECT_EQ(r.status().long_group, (std::vector<int64_t>{3, 4}));  // the idle one with the highest index left
-  EXPECT_FALSE(r.maybe_rebalance(9.0));  // within the interval: nothing
+  EXPECT_FALSE(r.maybe_rebalance(9.0));                            // within the interval: nothing
   EXPECT_TRUE(r.maybe_rebalance(10.0));
   EXPECT_EQ(r.status().long_group, (std::vector<int64_t>{3}));
   EXPECT_FALSE(r.maybe_rebalance(20.0));  // the long group keeps its last instance
@@ -83,7 +83,7 @@ TEST(LapsRouter, RebalanceMovesOneInstancePerIntervalTowardTheBusyGroup) {
 
 TEST(LapsRouter, RebalanceNeedsTheRatioStrictlyExceeded) {
   LapsRouter r(4, laps(100, 1.0, 2.0));
-  for (int i = 0; i < 2; ++i) r.route(req(i, 1000), 0);  // long 2
+  for (int i = 0; i < 2; ++i) r.route(req(i, 1000), 0);     // long 2
   for (int i = 0; i < 4; ++i) r.route(req(10 + i, 10), 0);  // short 4 = 2 * 2
   EXPECT_FALSE(r.maybe_rebalance(1.0));
   r.route(req(20, 10), 0);  // short 5 > 4

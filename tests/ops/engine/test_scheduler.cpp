@@ -40,7 +40,7 @@ TEST(DualQueueScheduler, ShortQueueBeforeOlderLongRequests) {
   DualQueueScheduler s(Policy::laps, 100);
   const Request l0 = req(0, 500), l1 = req(1, 300), s2 = req(2, 50), s3 = req(3, 100);
   for (const auto *r : {&l0, &l1, &s2, &s3}) s.add(*r);
-  EXPECT_EQ(s.waiting(), (std::vector<int64_t>{2, 3, 0, 1}));  // the seed's synced waiting_queue
+  EXPECT_EQ(s.waiting(), (std::vector<int64_t>{2, 3, 0, 1}));            // the seed's synced waiting_queue
   EXPECT_EQ(ids(s.next_batch(take_all)), (std::vector<int64_t>{2, 3}));  // a batch of short ones only
   EXPECT_EQ(ids(s.next_batch(take_all)), (std::vector<int64_t>{0, 1}));  // then the long queue
   EXPECT_TRUE(s.empty());

@@ -96,7 +96,8 @@ TEST(PrefillRunner, CpuRunnerGivesTheEagerBitsAndFallsBackWhenNothingFits) {
   ASSERT_TRUE(replay.bucket.has_value());
   EXPECT_TRUE(bitwise_equal(eager.logprobs, replay.logprobs));
   for (int64_t l = 0; l < 2; ++l)  // every slot but the scratch slot
-    EXPECT_TRUE(bitwise_equal(cache.k(l).view({-1, 2, 16}).narrow(0, 1, 127), graph_cache.k(l).view({-1, 2, 16}).narrow(0, 1, 127)));
+    EXPECT_TRUE(bitwise_equal(cache.k(l).view({-1, 2, 16}).narrow(0, 1, 127),
+                              graph_cache.k(l).view({-1, 2, 16}).narrow(0, 1, 127)));
   // An extend of 300 fits no bucket: eager, and the result says so.
   std::vector<SequenceInput> longer = {{std::vector<int64_t>(300, 1), 0, {1, 2, 3, 4, 5, 6, 7}}};
   attention::KVCache big = m.make_cache(16, 64);

@@ -100,7 +100,8 @@ TEST(TransformerOpsCpu, BadInputIsAnErrorNamingTheValue) {
     cpu_ops::embedding(data({10, 4}, at::kFloat, 5), bad);
     FAIL() << "an id outside the vocabulary was accepted";
   } catch (const c10::Error &e) {
-    EXPECT_NE(std::string(e.what_without_backtrace()).find("ids[2] = 10"), std::string::npos) << e.what_without_backtrace();
+    EXPECT_NE(std::string(e.what_without_backtrace()).find("ids[2] = 10"), std::string::npos)
+        << e.what_without_backtrace();
   }
 }
 

@@ -45,9 +45,9 @@ TEST(KvGrid, PrefillCountsEachTilesVisibleSplits) {
   EXPECT_EQ(g.max_splits, 4);
   EXPECT_EQ(g.full_tiles, 64);
   ASSERT_EQ(g.tile_splits.size(), 64u);
-  EXPECT_EQ(g.tile_splits[0], 1);    // rows 0..15 see keys 0..15
-  EXPECT_EQ(g.tile_splits[15], 1);   // rows 240..255: keys up to 255
-  EXPECT_EQ(g.tile_splits[16], 2);   // rows 256..271: key 256 starts split 1
+  EXPECT_EQ(g.tile_splits[0], 1);   // rows 0..15 see keys 0..15
+  EXPECT_EQ(g.tile_splits[15], 1);  // rows 240..255: keys up to 255
+  EXPECT_EQ(g.tile_splits[16], 2);  // rows 256..271: key 256 starts split 1
   EXPECT_EQ(g.tile_splits[63], 4);
   // A chunk of 100 new tokens after 3000 cached: its last tile (4 rows) sees all 3100 keys.
   const KvGrid chunk = llama_grid(Batch().add(100, 3100));
@@ -132,7 +132,7 @@ TEST(TmaBoxRows, WholeBoxesByDefault) {
 TEST(TmaBoxRows, ForcedTmaOnSmallPages) {
   EXPECT_EQ(tma_box_rows(128, 16, 1000, KvLoads::tma), 16);
   EXPECT_EQ(tma_box_rows(128, 8, 1000, KvLoads::tma), 8);
-  EXPECT_EQ(tma_box_rows(64, 8, 1000, KvLoads::tma), 0);   // below a producer step's 16 rows
+  EXPECT_EQ(tma_box_rows(64, 8, 1000, KvLoads::tma), 0);  // below a producer step's 16 rows
   EXPECT_EQ(tma_box_rows(64, 16, 1000, KvLoads::tma), 16);
   EXPECT_EQ(tma_box_rows(128, 48, 1000, KvLoads::tma), 0);  // not a power of two
   EXPECT_EQ(tma_box_rows(128, 4, 1000, KvLoads::tma), 0);

@@ -16,7 +16,9 @@ using namespace gemm_policy;
 
 constexpr int kH100Sms = 132;
 
-GemmShape shape(int64_t M, int64_t N, int64_t K, int64_t batch = 1, int sms = kH100Sms) { return {M, N, K, batch, sms}; }
+GemmShape shape(int64_t M, int64_t N, int64_t K, int64_t batch = 1, int sms = kH100Sms) {
+  return {M, N, K, batch, sms};
+}
 
 // Co-resident clusters of the 16-bit split kernel on an H100 (one CTA per SM; a cluster fits in
 // one GPC): 30 of 4 and 15 of 8, as the kernel's design note says; the other sizes in proportion.
@@ -35,8 +37,8 @@ TEST(KChunks, KnownSplits) {
   const struct {
     int64_t K, size;
     int count;
-  } cases[] = {{1, 1, 1},          {64, 64, 1},        {1024, 1024, 1},  {1025, 576, 2},       {2048, 1024, 2},
-               {4096, 1024, 4},    {8192, 1024, 8},    {14336, 1792, 8}, {100000, 12544, 8}};
+  } cases[] = {{1, 1, 1},       {64, 64, 1},     {1024, 1024, 1},  {1025, 576, 2},    {2048, 1024, 2},
+               {4096, 1024, 4}, {8192, 1024, 8}, {14336, 1792, 8}, {100000, 12544, 8}};
   for (const auto &c : cases) {
     const KChunks k = k_chunks(c.K);
     EXPECT_EQ(k.size, c.size) << "K = " << c.K;

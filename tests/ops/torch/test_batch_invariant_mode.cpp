@@ -86,14 +86,16 @@ TEST_P(ModeTest, EntryPointsRunOurKernels) {
   int native_mm_differs = 0, native_ls_differs = 0, native_mean_differs = 0, checked = 0;
   for (auto dtype : kFloatTypes) {
     for (const auto &s : shapes) {
-      SCOPED_TRACE(std::string(c10::toString(dtype)) + " M=" + std::to_string(s.m) + " K=" + std::to_string(s.k) + " N=" +
-                   std::to_string(s.n));
+      SCOPED_TRACE(std::string(c10::toString(dtype)) + " M=" + std::to_string(s.m) + " K=" + std::to_string(s.k) +
+                   " N=" + std::to_string(s.n));
       const at::Tensor a = data({s.m, s.k}, dtype), b = data({s.k, s.n}, dtype), bias = data({s.n}, dtype);
       const at::Tensor w = data({s.n, s.k}, dtype);  // a linear layer's weight [out, in]
-      const at::Tensor a3 = data({3, s.m, s.k}, dtype), b3 = data({3, s.k, s.n}, dtype), c3 = data({3, s.m, s.n}, dtype);
+      const at::Tensor a3 = data({3, s.m, s.k}, dtype), b3 = data({3, s.k, s.n}, dtype),
+                       c3 = data({3, s.m, s.n}, dtype);
       const at::Tensor x = data({s.m, s.k}, dtype) * 3;
       // Native results first (mode off).
-      const at::Tensor native_mm = torch::mm(a, b), native_ls = torch::log_softmax(x, 1), native_mean = torch::mean(x, {1});
+      const at::Tensor native_mm = torch::mm(a, b), native_ls = torch::log_softmax(x, 1),
+                       native_mean = torch::mean(x, {1});
 
       BatchInvariantMode on(true);
       ASSERT_TRUE(is_batch_invariant_mode_enabled());
@@ -102,11 +104,13 @@ TEST_P(ModeTest, EntryPointsRunOurKernels) {
       EXPECT_TRUE(bitwise(our_mm, torch::mm(a, b))) << "torch::mm";
       EXPECT_TRUE(bitwise(our_mm, torch::matmul(a, b))) << "torch::matmul 2-D";
       EXPECT_TRUE(bitwise(ours_.addmm(bias, a, b, 1.0, 1.0), torch::addmm(bias, a, b))) << "torch::addmm";
-      EXPECT_TRUE(bitwise(ours_.addmm(bias, a, b, 0.5, -1.5), torch::addmm(bias, a, b, 0.5, -1.5))) << "torch::addmm beta alpha";
+      EXPECT_TRUE(bitwise(ours_.addmm(bias, a, b, 0.5, -1.5), torch::addmm(bias, a, b, 0.5, -1.5)))
+          << "torch::addmm beta alpha";
       EXPECT_TRUE(bitwise(ours_.bmm(a3, b3), torch::bmm(a3, b3))) << "torch::bmm";
       EXPECT_TRUE(bitwise(ours_.bmm(a3, b3), torch::matmul(a3, b3))) << "torch::matmul 3-D @ 3-D";
       // N-D @ 2-D folds into one mm over every row.
-      EXPECT_TRUE(bitwise(ours_.mm(a3.reshape({-1, s.k}), b).view({3, s.m, s.n}), torch::matmul(a3, b))) << "matmul 3-D @ 2-D";
+      EXPECT_TRUE(bitwise(ours_.mm(a3.reshape({-1, s.k}), b).view({3, s.m, s.n}), torch::matmul(a3, b)))
+          << "matmul 3-D @ 2-D";
       // 1-D @ 2-D: a row vector.
       EXPECT_TRUE(bitwise(ours_.mm(a[0].unsqueeze(0), b).squeeze(0), torch::matmul(a[0], b))) << "matmul 1-D @ 2-D";
       // baddbmm: our addmm per batch entry.
@@ -114,7 +118,8 @@ TEST_P(ModeTest, EntryPointsRunOurKernels) {
         const at::Tensor got = torch::baddbmm(c3, a3, b3, 0.5, 0.75);
         for (int64_t e = 0; e < 3; ++e)
           EXPECT_TRUE(bitwise(ours_.addmm(c3[e], a3[e], b3[e], 0.5, 0.75), got[e])) << "torch::baddbmm entry " << e;
-        EXPECT_TRUE(bitwise(ours_.bmm(a3, b3), torch::baddbmm(c3, a3, b3, 0.0, 1.0))) << "baddbmm beta 0 alpha 1 is our bmm";
+        EXPECT_TRUE(bitwise(ours_.bmm(a3, b3), torch::baddbmm(c3, a3, b3, 0.0, 1.0)))
+            << "baddbmm beta 0 alpha 1 is our bmm";
       }
       // linear. aten::linear (at::linear; Python's F.linear and nn.Linear): with bias -> addmm,
       // without -> mm, contiguous 3-D with bias -> addmm over the flattened rows, non-contiguous
@@ -127,7 +132,8 @@ TEST_P(ModeTest, EntryPointsRunOurKernels) {
       EXPECT_TRUE(bitwise(ours_.mm(a, w.t()), at::linear(a, w))) << "at::linear without bias";
       EXPECT_TRUE(bitwise(ours_.mm(a, w.t()), F::linear(a, w))) << "F::linear without bias";
       const at::Tensor our_mm3 = ours_.mm(a3.reshape({-1, s.k}), w.t()).view({3, s.m, s.n});
-      EXPECT_TRUE(bitwise(ours_.addmm(bias, a3.reshape({-1, s.k}), w.t(), 1.0, 1.0).view({3, s.m, s.n}), at::linear(a3, w, bias)))
+      EXPECT_TRUE(bitwise(ours_.addmm(bias, a3.reshape({-1, s.k}), w.t(), 1.0, 1.0).view({3, s.m, s.n}),
+                          at::linear(a3, w, bias)))
           << "at::linear 3-D with bias";
       EXPECT_TRUE(bitwise(our_mm3 + bias, F::linear(a3, w, bias))) << "F::linear 3-D with bias";
       EXPECT_TRUE(bitwise(our_mm3, at::linear(a3, w))) << "at::linear 3-D";
@@ -136,9 +142,9 @@ TEST_P(ModeTest, EntryPointsRunOurKernels) {
         const at::Tensor strided = data({s.m, 3, s.k}, dtype).transpose(0, 1);  // [3, M, K], not contiguous
         const at::Tensor want = ours_.mm(strided.reshape({-1, s.k}), w.t()).view({3, s.m, s.n}) + bias;
         // (With M = K = 1 the transposed view still counts as contiguous: the fused path.)
-        const at::Tensor want_aten = strided.is_contiguous()
-                                         ? ours_.addmm(bias, strided.reshape({-1, s.k}), w.t(), 1.0, 1.0).view({3, s.m, s.n})
-                                         : want;
+        const at::Tensor want_aten =
+            strided.is_contiguous() ? ours_.addmm(bias, strided.reshape({-1, s.k}), w.t(), 1.0, 1.0).view({3, s.m, s.n})
+                                    : want;
         EXPECT_TRUE(bitwise(want_aten, at::linear(strided, w, bias))) << "at::linear non-contiguous 3-D with bias";
         EXPECT_TRUE(bitwise(want, F::linear(strided, w, bias))) << "F::linear non-contiguous 3-D with bias";
       }
@@ -149,7 +155,8 @@ TEST_P(ModeTest, EntryPointsRunOurKernels) {
       const at::Tensor our_mean = ours_.mean(x, {1}, false, std::nullopt);
       EXPECT_TRUE(bitwise(our_mean, torch::mean(x, {1}))) << "torch::mean dim";
       EXPECT_TRUE(bitwise(our_mean, x.mean(-1))) << "Tensor::mean(-1)";
-      EXPECT_TRUE(bitwise(ours_.mean(x, {1}, true, at::kFloat), torch::mean(x, {1}, true, at::kFloat))) << "mean keepdim dtype";
+      EXPECT_TRUE(bitwise(ours_.mean(x, {1}, true, at::kFloat), torch::mean(x, {1}, true, at::kFloat)))
+          << "mean keepdim dtype";
       EXPECT_TRUE(bitwise(ours_.mean(x, {}, false, std::nullopt), torch::mean(x))) << "torch::mean of all";
 
       native_mm_differs += !same_bits(native_mm, our_mm);
@@ -186,10 +193,12 @@ TEST_P(ModeTest, BatchSliceHoldsBitwiseOverManyShapes) {
     for (int64_t m : {2, 3, 7, 16, 17, 31, 64, 65, 130}) {
       for (int64_t k : {1, 7, 64, 65, 300}) {
         for (int64_t n : {1, 5, 64, 129}) {
-          SCOPED_TRACE(std::string(c10::toString(dtype)) + " M=" + std::to_string(m) + " K=" + std::to_string(k) + " N=" +
-                       std::to_string(n));
-          const at::Tensor a = data({m, k}, dtype), b = data({k, n}, dtype), bias = data({n}, dtype), w = data({n, k}, dtype);
-          const at::Tensor full = torch::mm(a, b), full_addmm = torch::addmm(bias, a, b), full_lin = F::linear(a, w, bias);
+          SCOPED_TRACE(std::string(c10::toString(dtype)) + " M=" + std::to_string(m) + " K=" + std::to_string(k) +
+                       " N=" + std::to_string(n));
+          const at::Tensor a = data({m, k}, dtype), b = data({k, n}, dtype), bias = data({n}, dtype),
+                           w = data({n, k}, dtype);
+          const at::Tensor full = torch::mm(a, b), full_addmm = torch::addmm(bias, a, b),
+                           full_lin = F::linear(a, w, bias);
           const at::Tensor x = data({m, n}, dtype) * 4;
           const at::Tensor full_ls = torch::log_softmax(x, 1), full_mean = torch::mean(x, {1});
           const at::Tensor a3 = data({2, m, k}, dtype), b3 = data({2, k, n}, dtype);
@@ -197,10 +206,12 @@ TEST_P(ModeTest, BatchSliceHoldsBitwiseOverManyShapes) {
           for (auto [i, j] : std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {m - 1, m}, {m / 2, m}, {1, m}}) {
             if (i >= j) continue;
             const int64_t len = j - i;
-            ASSERT_TRUE(bitwise(full.narrow(0, i, len), torch::mm(a.narrow(0, i, len), b))) << "mm [" << i << ":" << j << "]";
+            ASSERT_TRUE(bitwise(full.narrow(0, i, len), torch::mm(a.narrow(0, i, len), b)))
+                << "mm [" << i << ":" << j << "]";
             ASSERT_TRUE(bitwise(full_addmm.narrow(0, i, len), torch::addmm(bias, a.narrow(0, i, len), b))) << "addmm";
             ASSERT_TRUE(bitwise(full_lin.narrow(0, i, len), F::linear(a.narrow(0, i, len), w, bias))) << "linear";
-            ASSERT_TRUE(bitwise(full_ls.narrow(0, i, len), torch::log_softmax(x.narrow(0, i, len), 1))) << "log_softmax";
+            ASSERT_TRUE(bitwise(full_ls.narrow(0, i, len), torch::log_softmax(x.narrow(0, i, len), 1)))
+                << "log_softmax";
             ASSERT_TRUE(bitwise(full_mean.narrow(0, i, len), torch::mean(x.narrow(0, i, len), {1}))) << "mean";
             ASSERT_TRUE(bitwise(full_bmm.narrow(1, i, len), torch::bmm(a3.narrow(1, i, len), b3))) << "bmm";
             ++compared;
@@ -214,8 +225,8 @@ TEST_P(ModeTest, BatchSliceHoldsBitwiseOverManyShapes) {
 
 // libtorch's CPU mm is not batch invariant: row 0 of an M-row product differs from the 1-row
 // product for some (shape, M). Counts (shape, M) pairs whose row 0 differs.
-int row0_differences(const std::function<at::Tensor(int64_t, int64_t)> &make, const std::vector<std::tuple<int64_t, int64_t>> &kn,
-                     const std::vector<int64_t> &ms) {
+int row0_differences(const std::function<at::Tensor(int64_t, int64_t)> &make,
+                     const std::vector<std::tuple<int64_t, int64_t>> &kn, const std::vector<int64_t> &ms) {
   int differ = 0;
   for (auto [k, n] : kn) {
     const at::Tensor b = make(k, n);
@@ -232,10 +243,12 @@ TEST_P(ModeTest, DisableAndScopeExitRestoreNativeKernels) {
   const at::Tensor native_mm = torch::mm(a, b), native_ls = torch::log_softmax(x, 1), native_mean = torch::mean(x, {1});
   const at::Tensor our_mm = ours_.mm(a, b);
   ASSERT_FALSE(same_bits(native_mm, our_mm)) << "pick inputs where libtorch's and our mm differ";
-  if (device_.is_cpu()) EXPECT_TRUE(bitwise(at::cpu::mm(a, b), native_mm)) << "mode off: torch::mm is libtorch's CPU kernel";
+  if (device_.is_cpu())
+    EXPECT_TRUE(bitwise(at::cpu::mm(a, b), native_mm)) << "mode off: torch::mm is libtorch's CPU kernel";
 
   // The known non-invariance of libtorch's CPU mm, with the mode off, on and off again.
-  const std::vector<std::tuple<int64_t, int64_t>> kn = {{12, 2}, {64, 96}, {300, 17}, {1024, 64}, {513, 129}, {128, 1000}};
+  const std::vector<std::tuple<int64_t, int64_t>> kn = {{12, 2},    {64, 96},   {300, 17},
+                                                        {1024, 64}, {513, 129}, {128, 1000}};
   const std::vector<int64_t> ms = {2, 4, 8, 16, 33, 64, 128};
   auto make = [&](int64_t r, int64_t c) { return data({r, c}); };
   const int before = row0_differences(make, kn, ms);
@@ -250,7 +263,8 @@ TEST_P(ModeTest, DisableAndScopeExitRestoreNativeKernels) {
   EXPECT_TRUE(bitwise(native_mm, torch::mm(a, b))) << "after scope exit";
   EXPECT_TRUE(bitwise(native_ls, torch::log_softmax(x, 1)));
   EXPECT_TRUE(bitwise(native_mean, torch::mean(x, {1})));
-  if (device_.is_cpu()) EXPECT_GT(row0_differences(make, kn, ms), 0) << "libtorch's difference reappears after scope exit";
+  if (device_.is_cpu())
+    EXPECT_GT(row0_differences(make, kn, ms), 0) << "libtorch's difference reappears after scope exit";
 
   enable_batch_invariant_mode();
   EXPECT_TRUE(bitwise(our_mm, torch::mm(a, b)));
@@ -356,7 +370,8 @@ TEST(ModeCustomOps, AreRegisteredAndSwitchTheMode) {
   enable->callBoxed(s);
   EXPECT_TRUE(is_batch_invariant_mode_enabled());
   EXPECT_TRUE(ask());
-  const at::Tensor a = make_values(3, 0, {33, 300}, at::kFloat, "normal"), b = make_values(3, 1, {300, 20}, at::kFloat, "normal");
+  const at::Tensor a = make_values(3, 0, {33, 300}, at::kFloat, "normal"),
+                   b = make_values(3, 1, {300, 20}, at::kFloat, "normal");
   EXPECT_TRUE(bitwise(cpu_ops::mm(a, b), torch::mm(a, b)));
   disable->callBoxed(s);
   EXPECT_FALSE(is_batch_invariant_mode_enabled());
@@ -365,7 +380,8 @@ TEST(ModeCustomOps, AreRegisteredAndSwitchTheMode) {
 }
 
 TEST(ModeCustomOps, OverriddenOpsAreTheSixOfTheIssue) {
-  const std::vector<std::string> want = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_log_softmax", "aten::mean.dim"};
+  const std::vector<std::string> want = {"aten::mm",      "aten::addmm",        "aten::bmm",
+                                         "aten::baddbmm", "aten::_log_softmax", "aten::mean.dim"};
   EXPECT_EQ(torch_mode::overridden_aten_ops(), want);
 }
 

@@ -91,8 +91,10 @@ RunResult run_target(const Target &t, int max_success, uint64_t seed) {
   auto property = [&] {
     const CaseSpec c = *gen;
     const Verdict v = check_case(c);
-    if (shrinking) ++r.shrink_steps;
-    else ++r.cases;
+    if (shrinking)
+      ++r.shrink_steps;
+    else
+      ++r.cases;
     if (v.passed()) return;  // an error verdict fails the run too
     shrinking = true;
     r.minimal = c;
@@ -179,13 +181,21 @@ TEST(OpSpecParse, ErrorsAreOneLineAndNameTheOriginAndLine) {
       {"op a::b\narg n int 1 2\n", "needs exactly one value list"},
       {"op a::b\narg f bool yes\n", "value 'yes' is not true or false"},
       {"op a::b\narg l int[] [1,x]\n", "is not a list of integers"},
-      {"op a::b\narg a tensor [M, K] batch=0\narg b tensor [K, N]\n" + good_tail + "sizes Q=1\n", "bad.spec:7: op a::b: size variable 'Q' is declared but no tensor uses it"},
-      {"op a::b\narg a tensor [M, K] batch=0\narg b tensor [K, X]\n" + good_tail, "argument 'b' uses size variable 'X', which 'sizes' does not declare"},
-      {"op a::b\narg a tensor [M, K] batch=0\narg b tensor [K, N] batch=1\n" + good_tail, "bad.spec:3: op a::b: batch dims disagree: 'b' has N where others have M"},
-      {"op a::b\narg a tensor [M, K] batch=0\narg b tensor [K, N]\nout [M, N]\nsizes M=1 N=1 K=1\ndtypes float32\n", "arguments mark a batch dim but 'out' has no batch="},
-      {"op a::b\narg a tensor [M, K]\narg b tensor [K, N]\n" + good_tail, "out has batch= but no argument marks a batch dim"},
-      {"op a::b\narg a tensor [M, K] batch=0\narg b tensor [K, N]\nout [N, M] batch=0\nsizes M=1 N=1 K=1\ndtypes float32\n", "out batch dim is N but the arguments' batch is M"},
-      {"op a::b\narg a tensor [M, K] batch=0\narg b tensor [K, N]\nout [M, N] batch=0\nsizes M=1 N=1 K=1\n", "bad.spec:1: op a::b: has no 'dtypes' line"},
+      {"op a::b\narg a tensor [M, K] batch=0\narg b tensor [K, N]\n" + good_tail + "sizes Q=1\n",
+       "bad.spec:7: op a::b: size variable 'Q' is declared but no tensor uses it"},
+      {"op a::b\narg a tensor [M, K] batch=0\narg b tensor [K, X]\n" + good_tail,
+       "argument 'b' uses size variable 'X', which 'sizes' does not declare"},
+      {"op a::b\narg a tensor [M, K] batch=0\narg b tensor [K, N] batch=1\n" + good_tail,
+       "bad.spec:3: op a::b: batch dims disagree: 'b' has N where others have M"},
+      {"op a::b\narg a tensor [M, K] batch=0\narg b tensor [K, N]\nout [M, N]\nsizes M=1 N=1 K=1\ndtypes float32\n",
+       "arguments mark a batch dim but 'out' has no batch="},
+      {"op a::b\narg a tensor [M, K]\narg b tensor [K, N]\n" + good_tail,
+       "out has batch= but no argument marks a batch dim"},
+      {"op a::b\narg a tensor [M, K] batch=0\narg b tensor [K, N]\nout [N, M] batch=0\nsizes M=1 N=1 K=1\ndtypes "
+       "float32\n",
+       "out batch dim is N but the arguments' batch is M"},
+      {"op a::b\narg a tensor [M, K] batch=0\narg b tensor [K, N]\nout [M, N] batch=0\nsizes M=1 N=1 K=1\n",
+       "bad.spec:1: op a::b: has no 'dtypes' line"},
       {"op a::b\narg a tensor [M]\nsizes M=5..2\n", "bad.spec:3: size 'M=5..2' needs 0 <= lo <= hi"},
       {"op a::b\narg a tensor [M]\nsizes M=1 M=2\n", "size variable 'M' is declared twice"},
       {"op a::b\narg n int 1\nsizes\n", "bad.spec:3: 'sizes' lists no size variables"},
@@ -197,7 +207,8 @@ TEST(OpSpecParse, ErrorsAreOneLineAndNameTheOriginAndLine) {
     SCOPED_TRACE(text);
     expect_one_line_error(invalid_argument_of([&] { parse_op_specs(text, "bad.spec"); }), needle);
   }
-  expect_one_line_error(invalid_argument_of([] { parse_op_spec(builtin_op_specs_text(), "two.spec"); }), "expected one op spec, found 6");
+  expect_one_line_error(invalid_argument_of([] { parse_op_spec(builtin_op_specs_text(), "two.spec"); }),
+                        "expected one op spec, found 6");
 }
 
 // ---- schema ----
@@ -207,14 +218,16 @@ TEST(OpSpecSchema, BuiltinsMatchLibtorchAndAreListed) {
   ASSERT_EQ(specs.size(), 6u);
   for (const auto &s : specs) EXPECT_NO_THROW(validate_op_spec(s)) << s.name;
   const auto ops = spec_ops();
-  for (const char *name : {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_log_softmax", "aten::mean.dim"}) {
+  for (const char *name :
+       {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_log_softmax", "aten::mean.dim"}) {
     EXPECT_NE(std::find(ops.begin(), ops.end(), name), ops.end()) << name;
     const OpSpec *s = find_op_spec(name);
     ASSERT_NE(s, nullptr) << name;
     EXPECT_TRUE(s->builtin);
   }
   EXPECT_EQ(find_op_spec("aten::nope"), nullptr);
-  EXPECT_EQ(properties_for("aten::mm"), (std::vector<std::string>{"batch_slice", "batch_compose", "permute", "repeat", "variant_agree"}));
+  EXPECT_EQ(properties_for("aten::mm"),
+            (std::vector<std::string>{"batch_slice", "batch_compose", "permute", "repeat", "variant_agree"}));
   EXPECT_TRUE(properties_for("aten::nope").empty());
 }
 
@@ -222,24 +235,30 @@ TEST(OpSpecSchema, ContradictionsAreOneLineErrors) {
   const std::string mm_tail = "out [M, N] batch=0\nsizes M=1..8 N=1..8 K=1..8\ndtypes float32\n";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"op aten::mm\narg a tensor [M, K] batch=0\narg mat2 tensor [K, N]\n" + mm_tail,
-       "s.spec:2: aten::mm: argument 1 is 'self' in the schema, the spec says 'a' (schema: aten::mm(Tensor self, Tensor mat2) -> Tensor)"},
-      {"op aten::mm\narg self tensor [M, K] batch=0\narg mat2 int 3\nsizes M=1..8 K=1..8\nout [M, K] batch=0\ndtypes float32\n",
+       "s.spec:2: aten::mm: argument 1 is 'self' in the schema, the spec says 'a' (schema: aten::mm(Tensor self, "
+       "Tensor mat2) -> Tensor)"},
+      {"op aten::mm\narg self tensor [M, K] batch=0\narg mat2 int 3\nsizes M=1..8 K=1..8\nout [M, K] batch=0\ndtypes "
+       "float32\n",
        "s.spec:3: aten::mm: argument 'mat2' is Tensor in the schema, the spec says int"},
       {"op aten::mm\narg self tensor [M, K] batch=0\narg mat2 tensor [K, N]\narg extra tensor [N]\n" + mm_tail,
        "s.spec:1: aten::mm takes 2 arguments, the spec gives 3"},
       {"op aten::mm\narg self tensor [M, K] batch=0\nout [M, K] batch=0\nsizes M=1..8 K=1..8\ndtypes float32\n",
        "s.spec:1: aten::mm: the spec leaves out argument 'mat2', which has no default"},
-      {"op aten::_log_softmax\narg self tensor [M, N] batch=0\narg dim float 1\narg half_to_float bool false\nout [M, N] batch=0\nsizes M=1 N=1\ndtypes float32\n",
+      {"op aten::_log_softmax\narg self tensor [M, N] batch=0\narg dim float 1\narg half_to_float bool false\nout [M, "
+       "N] batch=0\nsizes M=1 N=1\ndtypes float32\n",
        "argument 'dim' is int in the schema, the spec says float"},
-      {"op aten::_log_softmax\narg self tensor [M, N] batch=0\narg dim int 1|none\narg half_to_float bool false\nout [M, N] batch=0\nsizes M=1 N=1\ndtypes float32\n",
+      {"op aten::_log_softmax\narg self tensor [M, N] batch=0\narg dim int 1|none\narg half_to_float bool false\nout "
+       "[M, N] batch=0\nsizes M=1 N=1\ndtypes float32\n",
        "None is given but the schema's type is not optional"},
-      {"op aten::mean.dim\narg self tensor [M, N] batch=0\narg dim int[] [1]\narg keepdim bool false\narg dtype int 3\nout batch=0\nsizes M=1 N=1\ndtypes float32\n",
+      {"op aten::mean.dim\narg self tensor [M, N] batch=0\narg dim int[] [1]\narg keepdim bool false\narg dtype int "
+       "3\nout batch=0\nsizes M=1 N=1\ndtypes float32\n",
        "argument 'dtype' is ScalarType? in the schema, the spec says int"},
       {"op aten::max.dim\narg self tensor [M, N] batch=0\narg dim int 1\nout batch=0\nsizes M=1 N=1\ndtypes float32\n",
        "aten::max.dim must return exactly one Tensor"},
       {"op detfuzz_example::nope\narg a tensor [M]\nsizes M=1\ndtypes float32\n",
        "s.spec:1: operator detfuzz_example::nope is not registered with libtorch's dispatcher"},
-      {"op aten::mm.nooverload\narg self tensor [M]\nsizes M=1\ndtypes float32\n", "operator aten::mm.nooverload is not registered"},
+      {"op aten::mm.nooverload\narg self tensor [M]\nsizes M=1\ndtypes float32\n",
+       "operator aten::mm.nooverload is not registered"},
   };
   for (const auto &[text, needle] : cases) {
     SCOPED_TRACE(text);
@@ -248,8 +267,10 @@ TEST(OpSpecSchema, ContradictionsAreOneLineErrors) {
     expect_one_line_error(invalid_argument_of([&] { register_op_spec(s); }), needle);
   }
   // Trailing arguments with defaults may be left out: mean.dim's keepdim and dtype.
-  EXPECT_NO_THROW(validate_op_spec(parse_op_spec(
-      "op aten::mean.dim\narg self tensor [M, N] batch=0\narg dim int[] [1]\nout [M] batch=0\nsizes M=1 N=1\ndtypes float32\n", "d")));
+  EXPECT_NO_THROW(
+      validate_op_spec(parse_op_spec("op aten::mean.dim\narg self tensor [M, N] batch=0\narg dim int[] [1]\nout [M] "
+                                     "batch=0\nsizes M=1 N=1\ndtypes float32\n",
+                                     "d")));
 }
 
 TEST(OpSpecSchema, UnknownOpsAreErrorsNotVerdicts) {
@@ -275,7 +296,8 @@ TEST(OpSpecSchema, UnknownOpsAreErrorsNotVerdicts) {
   c.op = "aten::addmm";
   c.shape = {2, 2, 2};
   c.params["beta"] = "0.5";
-  expect_one_line_error(invalid_argument_of([&] { check_case(c); }), "parameter beta='0.5' is not the hex bits of a double");
+  expect_one_line_error(invalid_argument_of([&] { check_case(c); }),
+                        "parameter beta='0.5' is not the hex bits of a double");
 }
 
 // ---- libraries ----
@@ -283,8 +305,10 @@ TEST(OpSpecSchema, UnknownOpsAreErrorsNotVerdicts) {
 TEST(KernelLibrary, LoadFailuresAreOneLineErrors) {
   expect_one_line_error(invalid_argument_of([] { load_kernel_library("/nonexistent/libnope.so"); }),
                         "cannot load kernel library '/nonexistent/libnope.so': ");
-  expect_one_line_error(invalid_argument_of([] { load_kernel_library(DETFUZZ_EXAMPLE_KERNELS_SPEC); }), "cannot load kernel library '");
-  expect_one_line_error(invalid_argument_of([] { load_op_spec_file("/nonexistent/x.spec"); }), "cannot read op spec file '/nonexistent/x.spec'");
+  expect_one_line_error(invalid_argument_of([] { load_kernel_library(DETFUZZ_EXAMPLE_KERNELS_SPEC); }),
+                        "cannot load kernel library '");
+  expect_one_line_error(invalid_argument_of([] { load_op_spec_file("/nonexistent/x.spec"); }),
+                        "cannot read op spec file '/nonexistent/x.spec'");
 }
 
 TEST(ExamplePlugin, LoadsAndRegistersItsOps) {
@@ -326,8 +350,8 @@ TEST(ExamplePlugin, SplitKMmIsCaughtAndShrunkWithin30Seconds) {
   const RunResult r = run_target(t, 500, 1);
   ASSERT_TRUE(r.minimal.has_value()) << "the planted split-K was not caught in " << r.cases << " cases";
   const CaseSpec &c = *r.minimal;
-  std::cout << "caught after " << r.cases << " cases, shrunk in " << r.shrink_steps << " steps (" << r.seconds << " s) to: " << c.describe()
-            << "\n  " << r.minimal_verdict.detail << std::endl;
+  std::cout << "caught after " << r.cases << " cases, shrunk in " << r.shrink_steps << " steps (" << r.seconds
+            << " s) to: " << c.describe() << "\n  " << r.minimal_verdict.detail << std::endl;
   EXPECT_LT(r.seconds, 30.0);
   EXPECT_EQ(r.minimal_verdict.outcome, Verdict::Outcome::fail);
   EXPECT_GT(r.minimal_verdict.diff.differing, 0);
@@ -352,9 +376,10 @@ TEST(ExamplePlugin, SplitKMmIsCaughtAndShrunkWithin30Seconds) {
 TEST(ExamplePlugin, AnOpThatThrowsIsAnErrorVerdict) {
   load_example_plugin();
   // A (wrong) spec whose b is [N, K]: rowwise_mm refuses shapes whose inner sizes differ.
-  register_op_spec(parse_op_spec("op detfuzz_example::rowwise_mm\narg a tensor [M, K] batch=0\narg b tensor [N, K]\n"
-                                 "out [M, N] batch=0\nsizes M=1..4 N=2 K=3\ndtypes float32\n",
-                                 "wrong.spec"));
+  register_op_spec(
+      parse_op_spec("op detfuzz_example::rowwise_mm\narg a tensor [M, K] batch=0\narg b tensor [N, K]\n"
+                    "out [M, N] batch=0\nsizes M=1..4 N=2 K=3\ndtypes float32\n",
+                    "wrong.spec"));
   CaseSpec c;
   c.op = "detfuzz_example::rowwise_mm";
   c.impl = "torch";
@@ -366,9 +391,10 @@ TEST(ExamplePlugin, AnOpThatThrowsIsAnErrorVerdict) {
   EXPECT_EQ(v.outcome, Verdict::Outcome::error);
   expect_one_line_error(v.detail, "rowwise_mm: shapes [4, 3] and [2, 3] cannot be multiplied");
   // A spec whose out shape is wrong is an error verdict too.
-  register_op_spec(parse_op_spec("op detfuzz_example::rowwise_mm\narg a tensor [M, K] batch=0\narg b tensor [K, N]\n"
-                                 "out [M, K] batch=0\nsizes M=1..4 N=2 K=3\ndtypes float32\n",
-                                 "wrong_out.spec"));
+  register_op_spec(
+      parse_op_spec("op detfuzz_example::rowwise_mm\narg a tensor [M, K] batch=0\narg b tensor [K, N]\n"
+                    "out [M, K] batch=0\nsizes M=1..4 N=2 K=3\ndtypes float32\n",
+                    "wrong_out.spec"));
   const Verdict w = check_case(c);
   EXPECT_EQ(w.outcome, Verdict::Outcome::error);
   expect_one_line_error(w.detail, "returned shape [4, 2] where the spec's out is [4, 3]");
@@ -380,7 +406,8 @@ TEST(ExamplePlugin, AnOpThatThrowsIsAnErrorVerdict) {
 
 TEST(BuiltinSpecs, PassEveryPropertyUnderBatchInvariantMode) {
   BatchInvariantMode on(true);
-  for (const auto &op : {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_log_softmax", "aten::mean.dim"}) {
+  for (const auto &op :
+       {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_log_softmax", "aten::mean.dim"}) {
     for (const auto &property : properties_for(op)) {
       const Target t = target_of(op, property, at::kBFloat16);
       SCOPED_TRACE(t.name());

@@ -21,7 +21,8 @@ TEST(DeviceData, BitIdenticalToTheHostForEveryDistributionAndDtype) {
   REQUIRE_GPU();
   for (const auto &dist : distributions())
     for (auto dtype : {at::kFloat, at::kHalf, at::kBFloat16, at::kInt, at::kLong})
-      for (const std::vector<int64_t> &sizes : std::vector<std::vector<int64_t>>{{1}, {0, 5}, {3, 1000}, {1024, 1031}, {2, 3, 70001}}) {
+      for (const std::vector<int64_t> &sizes :
+           std::vector<std::vector<int64_t>>{{1}, {0, 5}, {3, 1000}, {1024, 1031}, {2, 3, 70001}}) {
         for (uint64_t seed : {0ull, 0x1234ull, 0xfedcba9876ull}) {
           const at::Tensor host = make_values(seed, 2, sizes, dtype, dist);
           const at::Tensor device = make_values(seed, 2, sizes, dtype, dist, kGpu);
@@ -87,7 +88,8 @@ TEST(DeviceDiff, SameStatsAsTheHostEngine) {
       flat[7] = nan;
       flat[3001] = inf;
       flat[3002] = -0.0;
-      if (dtype == at::kFloat || dtype == at::kDouble) flat[4444] = at::nextafter(flat[4444], at::full({}, inf, flat.options()));
+      if (dtype == at::kFloat || dtype == at::kDouble)
+        flat[4444] = at::nextafter(flat[4444], at::full({}, inf, flat.options()));
     } else {
       flat[9] = 1000;
     }
