@@ -17,13 +17,7 @@
 #include <climits>
 #include <cstdint>
 
-#ifndef DETFUZZ_HOST_DEVICE
-#if defined(__CUDACC__)
-#define DETFUZZ_HOST_DEVICE __host__ __device__
-#else
-#define DETFUZZ_HOST_DEVICE
-#endif
-#endif
+#include "ops/host_device.h"
 
 namespace detfuzz::cuda_kernels {
 
