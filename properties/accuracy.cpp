@@ -51,7 +51,8 @@ std::string coords(int64_t linear, at::IntArrayRef sizes) {
 
 const OpDef &reference_def(const std::string &op) {
   const OpDef *def = find_op_def(op);
-  if (!def || !def->has_reference()) throw std::invalid_argument("op '" + op + "' has no float64 reference");
+  if (!def) throw std::invalid_argument("unknown op '" + op + "'");
+  if (!def->has_reference()) throw std::invalid_argument("op '" + op + "' has no float64 reference");
   return *def;
 }
 
