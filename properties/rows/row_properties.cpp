@@ -2,6 +2,7 @@
 
 #include "properties/accuracy.h"
 #include "properties/family.h"
+#include "properties/rows/row_cases.h"
 #include "properties/data.h"
 #include "properties/streams.h"
 
@@ -32,10 +33,6 @@ std::string sizes_text(at::IntArrayRef s) {
 }
 
 std::string range_text(int64_t i, int64_t j) { return "[" + std::to_string(i) + ":" + std::to_string(j) + "]"; }
-
-bool needs_batch(const std::string &property) {
-  return property == "batch_slice" || property == "batch_compose" || property == "permute";
-}
 
 // Everything a check needs, resolved once per case.
 struct RowCase {
@@ -270,7 +267,7 @@ const std::vector<std::string> &row_properties() {
 std::vector<std::string> row_properties_of(const OpDef &def) {
   std::vector<std::string> out;
   for (const auto &p : row_properties()) {
-    if (needs_batch(p) && !def.has_batch()) continue;
+    if (row_cases::needs_batch(p) && !def.has_batch()) continue;
     if (p == "accuracy" && !def.has_reference()) continue;
     out.push_back(p);
   }
@@ -322,7 +319,7 @@ Verdict check_row_case(const CaseSpec &c) {
   def.input_sizes(c);
   if (def.validate) def.validate(c);
   BatchAxis ax;  // the batch sliced, and the batch a definition's output check expects
-  if (def.has_batch() && (needs_batch(c.property) || def.check_output)) ax = def.batch_axis(c);
+  if (def.has_batch() && (row_cases::needs_batch(c.property) || def.check_output)) ax = def.batch_axis(c);
   const RowCase r{def, c, impl};
   try {
     if (c.property == "batch_slice") return batch_slice(r, ax);

@@ -2,15 +2,13 @@
 
 #include "properties/generators.h"
 
-#include "properties/data.h"
-#include "properties/streams.h"
+#include "properties/rows/row_cases.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
 #include <algorithm>
 #include <memory>
-#include <numeric>
 #include <sstream>
 #include <stdexcept>
 
@@ -92,16 +90,12 @@ std::string sizes_text(at::IntArrayRef s) {
   return out + "]";
 }
 
-bool needs_batch(const std::string &property) {
-  return property == "batch_slice" || property == "batch_compose" || property == "permute";
-}
-
 rc::Gen<CaseSpec> gen_spec_case(const std::shared_ptr<const OpSpec> &spec, const Target &t) {
   const OpSpec &s = *spec;
   if (t.impl != "torch")
     throw std::invalid_argument("spec op " + t.op + " has only the impl 'torch', not '" + t.impl + "'");
   const bool applies =
-      t.property == "repeat" || t.property == "variant_agree" || (needs_batch(t.property) && s.has_batch());
+      t.property == "repeat" || t.property == "variant_agree" || (row_cases::needs_batch(t.property) && s.has_batch());
   if (!applies) throw std::invalid_argument("property '" + t.property + "' does not apply to spec op " + t.op);
   if (std::find(s.dtypes.begin(), s.dtypes.end(), t.dtype) == s.dtypes.end())
     throw std::invalid_argument("spec op " + t.op + " does not list dtype " + dtype_name(t.dtype));
@@ -124,7 +118,7 @@ rc::Gen<CaseSpec> gen_spec_case(const std::shared_ptr<const OpSpec> &spec, const
       const size_t pick = a.values.size() == 1 ? 0 : *rc::gen::inRange<size_t>(0, a.values.size());
       c.params[spec_param_key(a.name)] = a.values[pick];
     }
-    if (needs_batch(t.property)) {
+    if (row_cases::needs_batch(t.property)) {
       const int64_t batch = c.shape[s.batch_size_index()];
       const int64_t i_raw = *rc::gen::inRange<int64_t>(0, 512);
       const int64_t len = *rc::gen::inRange<int64_t>(1, 512);
