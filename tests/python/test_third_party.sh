@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Kernels no one here wrote, fuzzed through the Python front end on a GPU (ci/gpu-check
+# python-kernels): the seed's Triton ops under its own mode (.seed/batch_invariant_ops.py, carried:
+# fetched from thinking-machines-lab/batch_invariant_ops, never committed), liger-kernel's Triton
+# ops (its wheel carried in .whl/) and what torch.compile generates. Each campaign's table
+# (third_party/table.py) is printed and saved as OUT_DIR/<name>.md. These are observed: a failing
+# property is a finding, not a failure of this script, which exits 2 only where a campaign could
+# not run (exit 2: bad input, or a module that does not import).
+#   tests/python/test_third_party.sh OUT_DIR [seed|liger|inductor ...]
+#   (DETFUZZ_PYTHON: the interpreter, default python3; DETFUZZ_PYTHON_PACKAGE: the folder holding
+#   the detfuzz package, default build/python; DETFUZZ_GPU_BUDGET: each campaign's budget, default 60s)
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+out=$(mkdir -p "$1" && cd "$1" && pwd)
+shift
+which=("$@"); [ ${#which[@]} -gt 0 ] || which=(seed liger inductor)
+py=${DETFUZZ_PYTHON:-python3}
+tp=tests/python/third_party
+export PYTHONPATH="${DETFUZZ_PYTHON_PACKAGE:-$root/build/python}${PYTHONPATH:+:$PYTHONPATH}"
+cd "$root" || exit 2
+budget=${DETFUZZ_GPU_BUDGET:-60s}
+status=0
+
+campaign() {  # name, then the fuzz flags
+  local name=$1; shift
+  echo "== $name: python -m detfuzz fuzz $* --budget $budget"
+  "$py" -m detfuzz fuzz "$@" --backend cuda --no-corpus --quiet --budget "$budget" --seed 20261126 \
+    --out "$out/$name" >"$out/$name.log" 2>&1
+  local got=$?
+  echo "exit $got"
+  if [ $got -ge 2 ]; then tail -5 "$out/$name.log"; status=2; return; fi
+  "$py" $tp/table.py "$out/$name" | tee "$out/$name.md"
+  grep -E "cases/s|checked" "$out/$name.log" | tail -2
+}
+
+for w in "${which[@]}"; do
+  case $w in
+    seed)
+      if [ ! -f .seed/batch_invariant_ops.py ]; then echo "== seed: no .seed/batch_invariant_ops.py carried, skipped"; continue; fi
+      campaign seed --mode .seed/batch_invariant_ops.py:enable_batch_invariant_mode --op mm,addmm,log_softmax,mean --impl torch ;;
+    liger)
+      if ! "$py" -c 'import liger_kernel' 2>/dev/null; then
+        whl=$(ls .whl/liger_kernel-*.whl 2>/dev/null | head -1)
+        [ -n "$whl" ] || { echo "== liger: liger_kernel is not installed and no .whl/liger_kernel-*.whl was carried, skipped"; continue; }
+        "$py" -m pip install -q --no-index --no-deps --no-compile --target "$out/site" "$whl" || { status=2; continue; }
+        export PYTHONPATH="$out/site:$PYTHONPATH"
+      fi
+      ops=$(grep -E "^op " $tp/liger_ops.spec | awk '{print $2}' | paste -sd,)
+      campaign liger --import $tp/liger_ops.py --spec $tp/liger_ops.spec --op "$ops" ;;
+    inductor)
+      ops=$(grep -E "^op " $tp/inductor_ops.spec | awk '{print $2}' | paste -sd,)
+      campaign inductor --import $tp/inductor_ops.py --spec $tp/inductor_ops.spec --op "$ops" ;;
+    *) echo "unknown campaign '$w' (seed, liger, inductor)"; exit 2 ;;
+  esac
+done
+exit $status
