@@ -202,6 +202,32 @@ Model::Model(ModelConfig config, Backend backend, Kernels kernels)
       kernels_(std::move(kernels)),
       weights_(make_weights(config_, device_of_backend(backend))) {}
 
+Model::Model(ModelConfig config, Backend backend, Kernels kernels, ModelWeights weights)
+    : config_(std::move(config)), backend_(backend), kernels_(std::move(kernels)), weights_(std::move(weights)) {
+  config_.validate();
+  const ModelConfig &c = config_;
+  const at::Device device = device_of_backend(backend);
+  const int64_t qkv_out = (c.q_heads + 2 * c.kv_heads) * c.head_dim;
+  const auto check = [&](const at::Tensor &t, std::vector<int64_t> sizes, const char *name) {
+    TORCH_CHECK(t.defined() && t.sizes().equals(sizes) && t.scalar_type() == c.dtype && t.device() == device &&
+                    t.is_contiguous(),
+                "model: weight ", name, " must be a contiguous ", c.dtype, " ", at::IntArrayRef(sizes), " on ", device);
+  };
+  check(weights_.embed, {c.vocab, c.hidden}, "embed");
+  TORCH_CHECK(static_cast<int64_t>(weights_.layers.size()) == c.layers, "model: ", weights_.layers.size(),
+              " layers of weights for ", c.layers, " layers");
+  for (const LayerWeights &lw : weights_.layers) {
+    check(lw.attn_norm, {c.hidden}, "attn_norm");
+    check(lw.qkv, {c.hidden, qkv_out}, "qkv");
+    check(lw.o_proj, {c.q_heads * c.head_dim, c.hidden}, "o_proj");
+    check(lw.mlp_norm, {c.hidden}, "mlp_norm");
+    check(lw.gate_up, {c.hidden, 2 * c.mlp}, "gate_up");
+    check(lw.down, {c.mlp, c.hidden}, "down");
+  }
+  check(weights_.final_norm, {c.hidden}, "final_norm");
+  check(weights_.lm_head, {c.hidden, c.vocab}, "lm_head");
+}
+
 at::Device Model::device() const { return device_of_backend(backend_); }
 
 attention::KVCache Model::make_cache(int64_t num_blocks, int64_t block_size) const {

@@ -94,6 +94,9 @@ std::unique_ptr<AttentionStep> torch_attention(const ForwardBatch &batch, Backen
 class Model {
  public:
   Model(ModelConfig config, Backend backend, Kernels kernels);
+  // A model over weights made elsewhere (a bench's random weights of a large config, drawn on the
+  // device): each must have the config's shape and dtype and sit on the backend's device.
+  Model(ModelConfig config, Backend backend, Kernels kernels, ModelWeights weights);
   const ModelConfig &config() const { return config_; }
   Backend backend() const { return backend_; }
   const Kernels &kernels() const { return kernels_; }

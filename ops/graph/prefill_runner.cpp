@@ -9,6 +9,8 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <c10/cuda/CUDACachingAllocator.h>
+
 #include "ops/device_memory.h"
 #endif
 
@@ -207,6 +209,7 @@ BatchPrefillGraphRunner::Captured &BatchPrefillGraphRunner::captured(const Bucke
   int64_t *positions = widest.positions->data_ptr<int64_t>();
   for (int64_t t = 0; t < widest.num_tokens; ++t) positions[t] = t % b.seq_len;
   registry_.fill_from(widest);
+  capture_order_.push_back(b);
   auto cap = std::make_unique<Captured>();
   cap->views = registry_.extract_buffer(b.bs, b.bs * b.seq_len, widest);
   cap->attention = invariant_attention(cap->views, model_.config(), cache_, /*rows_without_keys=*/true);
@@ -221,7 +224,9 @@ BatchPrefillGraphRunner::Captured &BatchPrefillGraphRunner::captured(const Bucke
     {
       c10::cuda::CUDAStreamGuard guard(side);
       for (int i = 0; i < options_.warmup_runs; ++i) model_.forward(cap->views, cache_, *cap->attention);
-      cap->graph->capture_begin();
+      // The shared pool: every graph of this runner allocates from it (see the header).
+      if (options_.shared_pool && pool_ == c10::MempoolId_t{0, 0}) pool_ = at::cuda::graph_pool_handle();
+      cap->graph->capture_begin(options_.shared_pool ? pool_ : c10::MempoolId_t{0, 0});
       try {
         cap->output = model_.forward(cap->views, cache_, *cap->attention);
         cap->graph->capture_end();
@@ -242,7 +247,23 @@ BatchPrefillGraphRunner::Captured &BatchPrefillGraphRunner::captured(const Bucke
 }
 
 void BatchPrefillGraphRunner::capture_all() {
-  for (const Bucket &b : buckets_) captured(b);
+  // Largest first: in the shared pool the smaller graphs then reuse the memory the largest left.
+  for (auto b = buckets_.rbegin(); b != buckets_.rend(); ++b) captured(*b);
+}
+
+int64_t BatchPrefillGraphRunner::graph_pool_bytes() const {
+  int64_t bytes = 0;
+#ifdef DETFUZZ_WITH_CUDA
+  std::vector<c10::MempoolId_t> pools;
+  for (const auto &entry : captured_)
+    if (entry.second->graph) pools.push_back(entry.second->graph->pool());
+  if (pools.empty()) return 0;
+  const auto snapshot = c10::cuda::CUDACachingAllocator::snapshot({0, 0}, /*include_traces=*/false);
+  for (const auto &segment : snapshot.segments)
+    if (std::find(pools.begin(), pools.end(), segment.owner_private_pool_id) != pools.end())
+      bytes += static_cast<int64_t>(segment.total_size);
+#endif
+  return bytes;
 }
 
 RunResult BatchPrefillGraphRunner::run(const std::vector<SequenceInput> &seqs, std::optional<Bucket> bucket) {

@@ -2,7 +2,13 @@
 //
 // Buckets (bs, seq_len), default {1, 2, 4, 8} x {16, 32, 64, 128, 256}: a bucket's forward,
 // attention included, is captured once in an at::cuda::CUDAGraph (after warm-up runs) over the
-// stable buffers of one buffer registry sized for the largest bucket. A batch replays in the
+// stable buffers of one buffer registry sized for the largest bucket. Every graph of a runner
+// allocates from one memory pool (at::cuda::graph_pool_handle(), shared through capture_begin):
+// the graphs replay one at a time on one stream and each keeps its output tensor alive, so a
+// graph's intermediates may reuse another's; capture_all captures the largest bucket first, so
+// the smaller ones fit in the memory it left (a bucket captured on first use shares the pool too,
+// growing it when it needs more). RunnerOptions::shared_pool = false gives each graph a private
+// pool of its own (what the bench compares against). A batch replays in the
 // smallest captured bucket (fewest token slots, then fewest sequences) with bs >= its sequence
 // count and seq_len >= its longest extend:
 //   - slot s holds sequence s's new tokens RIGHT-ALIGNED: rows [s*L + L - n, (s+1)*L). The
@@ -74,6 +80,7 @@ struct RunnerOptions {
   int64_t max_blocks = 32;  // block-table columns (a sequence's pages at most)
   int warmup_runs = 2;
   bool left_align = false;  // the planted bug: real tokens at the start of their slot
+  bool shared_pool = true;  // CUDA: one memory pool for every captured graph (else one per graph)
 };
 
 class BatchPrefillGraphRunner {
@@ -88,7 +95,13 @@ class BatchPrefillGraphRunner {
   // Runs the batch in `bucket` (default: the smallest that fits; a bucket that does not fit is
   // an error). With no bucket that fits, runs eager and says so in the result.
   RunResult run(const std::vector<SequenceInput> &seqs, std::optional<Bucket> bucket = std::nullopt);
+  // Captures every bucket not captured yet, largest first (most token slots, then most sequences).
   void capture_all();
+  // The buckets in the order they were captured (on the CPU: prepared).
+  const std::vector<Bucket> &capture_order() const { return capture_order_; }
+  // CUDA: the bytes the caching allocator holds in the captured graphs' memory pools (segments
+  // of those pools, in use or cached); 0 on the CPU.
+  int64_t graph_pool_bytes() const;
   // The host-side padded, right-aligned batch of a bucket (what fill_from copies into the buffers).
   ForwardBatch padded_batch(const std::vector<SequenceInput> &seqs, const Bucket &b) const;
 
@@ -101,6 +114,8 @@ class BatchPrefillGraphRunner {
   std::vector<Bucket> buckets_;
   BufferRegistry registry_;
   std::map<Bucket, std::unique_ptr<Captured>> captured_;
+  std::vector<Bucket> capture_order_;
+  c10::MempoolId_t pool_{0, 0};  // CUDA: the shared pool, made at the first capture
 };
 
 }  // namespace detfuzz::graph

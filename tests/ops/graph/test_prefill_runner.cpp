@@ -111,6 +111,25 @@ TEST(PrefillRunner, CpuRunnerGivesTheEagerBitsAndFallsBackWhenNothingFits) {
   EXPECT_THROW(r.run({{{1}, 0, {0}}}), c10::Error) << "page 0 is the scratch page";
 }
 
+// capture_all takes the largest bucket first (most token slots, then most sequences), after any
+// bucket already captured on first use.
+TEST(PrefillRunner, CaptureAllTakesTheLargestBucketFirst) {
+  const Model m(tiny_config(), Backend::cpu, invariant_kernels(Backend::cpu));
+  attention::KVCache cache = m.make_cache(8, 16);
+  RunnerOptions o;
+  o.max_blocks = 4;
+  o.batch_sizes = {1, 2};
+  o.seq_lens = {16, 32};
+  BatchPrefillGraphRunner r(m, cache, o);
+  r.run({{{1, 2, 3}, 0, {1}}});  // bs1xlen16, on first use
+  r.capture_all();
+  const std::vector<Bucket> expected = {{1, 16}, {2, 32}, {2, 16}, {1, 32}};
+  EXPECT_EQ(r.capture_order(), expected);
+  r.capture_all();  // nothing left to capture
+  EXPECT_EQ(r.capture_order().size(), 4u);
+  EXPECT_EQ(r.graph_pool_bytes(), 0) << "no CUDA graph on the CPU";
+}
+
 // Runs a graph property for `impl` as a named RapidCheck property; returns whether it held.
 bool holds(const std::string &impl, const std::string &property, Backend backend, at::ScalarType dtype, int cases,
            std::optional<CaseSpec> *failing = nullptr) {
@@ -180,6 +199,44 @@ TEST(PrefillGraphCuda, GraphPropertiesHoldThroughCapturedGraphs) {
     for (const auto &prop : {"replay_vs_eager", "bucket_invariance", "padding_invariance", "seq_alone_vs_batched"})
       EXPECT_TRUE(holds("graph", prop, Backend::cuda, dt, 8)) << prop;
   EXPECT_TRUE(holds("eager-registry", "registry_agree", Backend::cuda, at::kBFloat16, 8));
+}
+
+// Every bucket captured largest first into one shared pool gives the bits of graphs with a pool
+// each, in every bucket, and holds less memory.
+TEST(PrefillGraphCuda, OneSharedPoolGivesTheSameBitsInLessMemory) {
+  NEED_GPU();
+  ModelConfig config = tiny_config();
+  config.head_dim = 64;
+  const Model m(config, Backend::cuda, invariant_kernels(Backend::cuda));
+  const std::vector<SequenceInput> batch = {{{1, 2, 3}, 0, {1}}, {{4, 5}, 0, {2}}};
+  std::vector<at::Tensor> logprobs[2];
+  int64_t pool_bytes[2] = {0, 0};
+  for (int shared = 0; shared < 2; ++shared) {
+    attention::KVCache cache = m.make_cache(8, 16);
+    RunnerOptions o;
+    o.max_blocks = 4;
+    o.batch_sizes = {2, 4};
+    o.seq_lens = {16, 32, 64};
+    o.shared_pool = shared == 1;
+    BatchPrefillGraphRunner r(m, cache, o);
+    r.capture_all();
+    EXPECT_EQ(r.capture_order().front(), (Bucket{4, 64}));
+    pool_bytes[shared] = r.graph_pool_bytes();
+    for (const Bucket &b : r.fitting(batch)) {
+      const RunResult res = r.run(batch, b);
+      EXPECT_TRUE(res.used_graph);
+      logprobs[shared].push_back(res.logprobs);
+    }
+  }
+  ASSERT_EQ(logprobs[0].size(), 6u);
+  ASSERT_EQ(logprobs[1].size(), 6u);
+  for (size_t i = 0; i < logprobs[0].size(); ++i) {
+    EXPECT_TRUE(bitwise_equal(logprobs[0][i], logprobs[1][i])) << "bucket " << i;
+    EXPECT_TRUE(bitwise_equal(logprobs[1][0], logprobs[1][i])) << "bucket " << i;
+  }
+  EXPECT_GT(pool_bytes[0], 0);
+  EXPECT_GT(pool_bytes[1], 0);
+  EXPECT_LT(pool_bytes[1], pool_bytes[0]) << "one shared pool against a pool per bucket";
 }
 
 TEST(PrefillGraphCuda, ReplayUsesAGraphAndLeftAlignedIsCaught) {
