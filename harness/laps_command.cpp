@@ -4,6 +4,7 @@
 #include "harness/report.h"
 #include "ops/engine/latency.h"
 #include "ops/engine/model.h"
+#include "properties/bench_timing.h"
 #include "properties/laps/laps_properties.h"
 
 #include <algorithm>
@@ -20,19 +21,30 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Seconds one instance takes for a prefill step of `tokens` new tokens (one sequence) on the
-// model itself: the best of 3 after a warm-up.
-double measured_step_seconds(engine::StepModel &model, int64_t tokens) {
-  std::vector<int32_t> prompt(tokens);
-  for (int64_t i = 0; i < tokens; ++i) prompt[i] = static_cast<int32_t>(i % model.vocab());
-  engine::prompt_logprobs(model, prompt);
-  double best = 1e30;
-  for (int rep = 0; rep < 3; ++rep) {
+// Seconds a warm instance takes for a prefill step of `tokens` new tokens (one sequence, from an
+// empty cache): the median of 7 runs on one instance after 2 warm-up runs. The first run of a
+// prompt that fits a graph bucket captures the bucket's CUDA graph (its warm-up forwards and the
+// capture: milliseconds); timing a fresh instance per run, as the clock once did, put that capture
+// into every short prompt's time and made them measure slower than long eager ones. `cold_s`
+// (optional) gets the first run's time on the fresh instance.
+double measured_step_seconds(engine::StepModel &model, int64_t tokens, double *cold_s = nullptr) {
+  const int64_t page = 16, pages = (tokens + page - 1) / page, reserved = model.reserved_pages();
+  const auto instance = model.instance(pages + reserved, page, pages);
+  engine::SeqWork w;
+  for (int64_t i = 0; i < tokens; ++i) w.tokens.push_back(static_cast<int32_t>(i % model.vocab()));
+  for (int64_t b = 0; b < pages; ++b) w.blocks.push_back(reserved + b);
+  // Each run writes the same keys to the same slots from context 0: every run is the same step.
+  const auto timed = [&] {
     const auto t0 = Clock::now();
-    engine::prompt_logprobs(model, prompt);  // returns host log-probabilities: the device is done
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  return best;
+    instance->run({w}, true);  // returns host log-probabilities: the device is done
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  const double cold = timed();
+  if (cold_s) *cold_s = cold;
+  timed();
+  std::vector<double> runs;
+  for (int rep = 0; rep < 7; ++rep) runs.push_back(timed());
+  return engine::percentile(runs, 50);
 }
 
 engine::StepShape prefill_shape(int64_t tokens) {
@@ -44,61 +56,23 @@ engine::StepShape prefill_shape(int64_t tokens) {
   return shape;
 }
 
-// The calibrated clock: the cost formula step_s + token_s * tokens + pair_s * attention pairs
-// (seq_s = 0) fitted by least squares to measured one-sequence prefill steps of 16 ... max_len
-// tokens, with any negative coefficient dropped and the rest refitted. Both schedules then run
-// on one deterministic clock built from the model's own forward times.
+// The calibrated clock: the cost formula fitted (engine::fit_cost_model: per step, per token, per
+// attention pair, every coefficient >= 0) to warm one-sequence prefill steps of 16, 32, ...
+// max_len tokens. Both schedules then run on one deterministic clock built from the model's own
+// forward times.
 engine::CostModel calibrated_cost(engine::StepModel &model, int64_t max_len, std::ostream &log) {
   std::vector<int64_t> lens;
-  for (int64_t t = 16; t < max_len; t *= 4) lens.push_back(t);
+  for (int64_t t = 16; t < max_len; t *= 2) lens.push_back(t);
   lens.push_back(max_len);
-  std::vector<std::array<double, 3>> x;
-  std::vector<double> y;
-  log << "calibration (one-sequence prefill, best of 3):";
+  std::vector<engine::CalibrationPoint> points;
+  log << "calibration (one-sequence prefill, median of 7 warm runs; the first run of a fresh instance in brackets):";
   for (int64_t t : lens) {
-    const engine::StepShape s = prefill_shape(t);
-    x.push_back({1.0, static_cast<double>(s.new_tokens), static_cast<double>(s.attention_pairs)});
-    y.push_back(measured_step_seconds(model, t));
-    log << " " << t << " tokens " << std::setprecision(3) << y.back() * 1e3 << " ms;";
+    double cold = 0;
+    points.push_back({t, measured_step_seconds(model, t, &cold)});
+    log << " " << t << " tokens " << std::setprecision(3) << points.back().seconds * 1e3 << " ms (" << cold * 1e3
+        << ");";
   }
-  std::array<bool, 3> use = {true, true, true};
-  std::array<double, 3> coef{};
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    // Normal equations over the used columns (Gauss-Jordan on at most 3 x 3).
-    std::vector<int> cols;
-    for (int j = 0; j < 3; ++j)
-      if (use[j]) cols.push_back(j);
-    const size_t n = cols.size();
-    std::vector<std::vector<double>> a(n, std::vector<double>(n + 1, 0.0));
-    for (size_t r = 0; r < x.size(); ++r)
-      for (size_t i = 0; i < n; ++i) {
-        for (size_t j = 0; j < n; ++j) a[i][j] += x[r][cols[i]] * x[r][cols[j]];
-        a[i][n] += x[r][cols[i]] * y[r];
-      }
-    for (size_t i = 0; i < n; ++i) {
-      size_t piv = i;
-      for (size_t r = i + 1; r < n; ++r)
-        if (std::abs(a[r][i]) > std::abs(a[piv][i])) piv = r;
-      std::swap(a[i], a[piv]);
-      if (a[i][i] == 0) continue;
-      for (size_t r = 0; r < n; ++r) {
-        if (r == i) continue;
-        const double f = a[r][i] / a[i][i];
-        for (size_t j = i; j <= n; ++j) a[r][j] -= f * a[i][j];
-      }
-    }
-    coef = {0, 0, 0};
-    for (size_t i = 0; i < n; ++i) coef[cols[i]] = a[i][i] != 0 ? a[i][n] / a[i][i] : 0.0;
-    bool negative = false;
-    for (int j = 0; j < 3; ++j)
-      if (use[j] && coef[j] < 0) use[j] = false, negative = true;
-    if (!negative) break;
-  }
-  engine::CostModel cost;
-  cost.step_s = std::max(0.0, coef[0]);
-  cost.seq_s = 0;
-  cost.token_s = std::max(0.0, coef[1]);
-  cost.pair_s = std::max(0.0, coef[2]);
+  const engine::CostModel cost = engine::fit_cost_model(points);
   log << "\nfitted clock: " << std::setprecision(4) << cost.step_s * 1e3 << " ms per step + " << cost.token_s * 1e6
       << " us per token + " << cost.pair_s * 1e9 << " ns per attention pair" << std::endl;
   return cost;
@@ -248,8 +222,17 @@ int run_laps_command(const LapsOptions &o, const std::string &command_line, std:
                             {"exit_code", exit_code}};
   report.finish(summary);
 
+  // The comparison LAPS is for, on one line: short requests' TTFT under each policy, long beside.
+  const auto p50_p99 = [&](const std::string &schedule, const std::string &group) {
+    for (const auto &row : rows)
+      if (row.schedule == schedule && row.group == group)
+        return fmt(row.p50_ms, "%.1f") + " / " + fmt(row.p99_ms, "%.1f");
+    return std::string("-");
+  };
   log << "\n"
-      << engine::ttft_table(rows) << "\n"
+      << engine::ttft_table(rows) << "TTFT p50 / p99 ms at load " << o.load << " (" << clock
+      << " clock): short requests FIFO " << p50_p99("fifo", "short") << ", LAPS " << p50_p99("laps", "short")
+      << "; long requests FIFO " << p50_p99("fifo", "long") << ", LAPS " << p50_p99("laps", "long") << "\n"
       << "fifo: " << r.base.stats.steps << " steps (" << r.base.stats.graph_steps
       << " graph replays); laps: " << r.variant.stats.steps << " steps (" << r.variant.stats.graph_steps
       << " graph replays), /laps_status at the end " << r.variant.stats.router.json() << "\n"

@@ -1,11 +1,98 @@
 #include "ops/engine/latency.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <limits>
 #include <cstdio>
 #include <stdexcept>
 
 namespace detfuzz::engine {
+
+namespace {
+
+// Least squares over the columns `cols` of x (normal equations, Gauss-Jordan with partial
+// pivoting, columns scaled to a largest value of 1); false when the system is singular.
+bool least_squares(const std::vector<std::array<double, 3>> &x, const std::vector<double> &y,
+                   const std::vector<int> &cols, std::array<double, 3> *coef) {
+  const size_t n = cols.size();
+  std::vector<double> scale(n, 0.0);
+  for (size_t i = 0; i < n; ++i)
+    for (const auto &row : x) scale[i] = std::max(scale[i], std::abs(row[cols[i]]));
+  std::vector<std::vector<double>> a(n, std::vector<double>(n + 1, 0.0));
+  for (size_t r = 0; r < x.size(); ++r)
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t j = 0; j < n; ++j) a[i][j] += x[r][cols[i]] / scale[i] * x[r][cols[j]] / scale[j];
+      a[i][n] += x[r][cols[i]] / scale[i] * y[r];
+    }
+  for (size_t i = 0; i < n; ++i) {
+    size_t piv = i;
+    for (size_t r = i + 1; r < n; ++r)
+      if (std::abs(a[r][i]) > std::abs(a[piv][i])) piv = r;
+    std::swap(a[i], a[piv]);
+    if (std::abs(a[i][i]) < 1e-12) return false;
+    for (size_t r = 0; r < n; ++r) {
+      if (r == i) continue;
+      const double f = a[r][i] / a[i][i];
+      for (size_t j = i; j <= n; ++j) a[r][j] -= f * a[i][j];
+    }
+  }
+  *coef = {0, 0, 0};
+  for (size_t i = 0; i < n; ++i) (*coef)[cols[i]] = a[i][n] / a[i][i] / scale[i];
+  return true;
+}
+
+}  // namespace
+
+CostModel fit_cost_model(const std::vector<CalibrationPoint> &points) {
+  if (points.empty()) throw std::invalid_argument("fit_cost_model: no calibration points");
+  std::vector<std::array<double, 3>> x;
+  std::vector<double> y;
+  const CalibrationPoint *shortest = &points.front(), *longest = &points.front();
+  for (const CalibrationPoint &p : points) {
+    if (p.tokens < 1 || !(p.seconds > 0) || !std::isfinite(p.seconds))
+      throw std::invalid_argument("fit_cost_model: a point of " + std::to_string(p.tokens) + " tokens and " +
+                                  std::to_string(p.seconds) + " s (needs >= 1 token and a positive time)");
+    const double t = static_cast<double>(p.tokens);
+    x.push_back({1.0, t, t * (t + 1) / 2});
+    y.push_back(p.seconds);
+    if (p.tokens < shortest->tokens) shortest = &p;
+    if (p.tokens > longest->tokens) longest = &p;
+  }
+  const bool grows = longest->tokens > shortest->tokens && longest->seconds > shortest->seconds;
+  std::array<double, 3> best{};
+  double best_error = std::numeric_limits<double>::infinity();
+  for (int mask = 1; mask < 8; ++mask) {
+    if (grows && !(mask & 2)) continue;  // growing times: a per-token term in every candidate
+    std::vector<int> cols;
+    for (int j = 0; j < 3; ++j)
+      if (mask & (1 << j)) cols.push_back(j);
+    std::array<double, 3> coef{};
+    if (!least_squares(x, y, cols, &coef)) continue;
+    bool positive = true;
+    for (int j : cols) positive = positive && coef[j] > 0;
+    if (!positive) continue;
+    double error = 0;
+    for (size_t r = 0; r < x.size(); ++r) {
+      const double e = coef[0] * x[r][0] + coef[1] * x[r][1] + coef[2] * x[r][2] - y[r];
+      error += e * e;
+    }
+    if (error < best_error) best_error = error, best = coef;
+  }
+  // Nothing positive at all cannot happen (the per-step mean, or the per-token term alone, is
+  // positive for positive times); keep the mean as the clock if it ever did.
+  if (!std::isfinite(best_error)) {
+    double sum = 0;
+    for (double v : y) sum += v;
+    best = {sum / static_cast<double>(y.size()), 0, 0};
+  }
+  CostModel cost;
+  cost.step_s = best[0];
+  cost.seq_s = 0;
+  cost.token_s = best[1];
+  cost.pair_s = best[2];
+  return cost;
+}
 
 double percentile(std::vector<double> sample, double q) {
   if (sample.empty() || !(q > 0 && q <= 100))
