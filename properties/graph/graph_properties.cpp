@@ -1,5 +1,6 @@
 #include "properties/graph/graph_properties.h"
 #include "properties/family.h"
+#include "properties/graph/graph_bench.h"
 
 #include "ops/graph/pipelines.h"
 #include "ops/graph/prefill_runner.h"
@@ -420,6 +421,7 @@ PropertyFamily graph_family() {
   f.applies = graph_property_applies;
   f.gen = [](const Target &t) { return gen_graph_case(t.impl, t.property, t.backend, t.dtype); };
   f.check = check_graph_case;
+  add_graph_bench(f);
   return f;
 }
 
