@@ -18,7 +18,9 @@ SPLIT_K_ABOVE_ROWS = 16
 BLOCK_N = 32
 
 
-@triton.jit
+# Sizes and strides are not specialised (Triton would compile a variant for each pattern of
+# values divisible by 16 or equal to 1): one compiled kernel per dtype and split serves every case.
+@triton.jit(do_not_specialize=["N", "K", "sam", "sak", "sbk", "sbn", "scm", "scn"])
 def _row_mm_kernel(a_ptr, b_ptr, c_ptr, N, K, sam, sak, sbk, sbn, scm, scn, SPLIT: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
