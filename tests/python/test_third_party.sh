@@ -8,7 +8,9 @@
 # not run (exit 2: bad input, or a module that does not import).
 #   tests/python/test_third_party.sh OUT_DIR [seed|liger|inductor ...]
 #   (DETFUZZ_PYTHON: the interpreter, default python3; DETFUZZ_PYTHON_PACKAGE: the folder holding
-#   the detfuzz package, default build/python; DETFUZZ_GPU_BUDGET: each campaign's budget, default 60s)
+#   the detfuzz package, default build/python; DETFUZZ_GPU_BUDGET: each campaign's budget, default 60s;
+#   DETFUZZ_WORKERS: run each campaign with that many fork-mode workers on the one GPU, so that
+#   Triton's compiles of new shapes run side by side)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=$(mkdir -p "$1" && cd "$1" && pwd)
@@ -25,6 +27,7 @@ campaign() {  # name, then the fuzz flags
   local name=$1; shift
   echo "== $name: python -m detfuzz fuzz $* --budget $budget"
   "$py" -m detfuzz fuzz "$@" --backend cuda --no-corpus --quiet --budget "$budget" --seed 20261126 \
+    ${DETFUZZ_WORKERS:+--workers "$DETFUZZ_WORKERS"} \
     --out "$out/$name" >"$out/$name.log" 2>&1
   local got=$?
   echo "exit $got"
