@@ -101,6 +101,12 @@ RunResult run_eager(const Model &model, attention::KVCache &cache, const std::ve
   return r;
 }
 
+struct BatchPrefillGraphRunner::CaptureStream {
+#ifdef DETFUZZ_WITH_CUDA
+  c10::cuda::CUDAStream stream;
+#endif
+};
+
 struct BatchPrefillGraphRunner::Captured {
   ForwardBatch views;  // the bucket's views of the registry's stable buffers
   std::unique_ptr<AttentionStep> attention;
@@ -216,7 +222,12 @@ BatchPrefillGraphRunner::Captured &BatchPrefillGraphRunner::captured(const Bucke
 #ifdef DETFUZZ_WITH_CUDA
   if (model_.backend() == Backend::cuda) {
     const c10::cuda::CUDAStream main = c10::cuda::getCurrentCUDAStream();
-    const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+    // One capture stream for every bucket: the caching allocator reuses a freed block only for
+    // the stream it was allocated on, so graphs captured on different streams (getStreamFromPool
+    // hands them out in turn) could never share their pool's memory.
+    if (!capture_stream_)
+      capture_stream_ = std::make_unique<CaptureStream>(CaptureStream{c10::cuda::getStreamFromPool()});
+    const c10::cuda::CUDAStream side = capture_stream_->stream;
     cap->graph = std::make_unique<at::cuda::CUDAGraph>();
     at::cuda::CUDAEvent main_ready;
     main_ready.record(main);

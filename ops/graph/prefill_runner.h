@@ -7,8 +7,10 @@
 // the graphs replay one at a time on one stream and each keeps its output tensor alive, so a
 // graph's intermediates may reuse another's; capture_all captures the largest bucket first, so
 // the smaller ones fit in the memory it left (a bucket captured on first use shares the pool too,
-// growing it when it needs more). RunnerOptions::shared_pool = false gives each graph a private
-// pool of its own (what the bench compares against). A batch replays in the
+// growing it when it needs more). Every bucket is captured on one stream of the runner's: the
+// caching allocator reuses a block only on the stream it was allocated on. RunnerOptions::
+// shared_pool = false gives each graph a private pool of its own (what the bench compares
+// against). A batch replays in the
 // smallest captured bucket (fewest token slots, then fewest sequences) with bs >= its sequence
 // count and seq_len >= its longest extend:
 //   - slot s holds sequence s's new tokens RIGHT-ALIGNED: rows [s*L + L - n, (s+1)*L). The
@@ -107,6 +109,7 @@ class BatchPrefillGraphRunner {
 
  private:
   struct Captured;
+  struct CaptureStream;
   Captured &captured(const Bucket &b);
   const Model &model_;
   attention::KVCache &cache_;
@@ -115,7 +118,8 @@ class BatchPrefillGraphRunner {
   BufferRegistry registry_;
   std::map<Bucket, std::unique_ptr<Captured>> captured_;
   std::vector<Bucket> capture_order_;
-  c10::MempoolId_t pool_{0, 0};  // CUDA: the shared pool, made at the first capture
+  c10::MempoolId_t pool_{0, 0};                    // CUDA: the shared pool, made at the first capture
+  std::unique_ptr<CaptureStream> capture_stream_;  // CUDA: the one stream every bucket is captured on
 };
 
 }  // namespace detfuzz::graph
