@@ -190,8 +190,12 @@ std::vector<fs::path> record_files(const fs::path &path) {
   if (fs::is_regular_file(path, ec)) return {path};
   if (!fs::is_directory(path, ec)) throw CorpusError(path.string() + ": no such record file or folder");
   std::vector<fs::path> files;
+  // In a report folder (one with a summary.json) the records are failures.csv; its other CSV
+  // files (cases.csv, bench.csv, ...) are not records.
   for (const auto &e : fs::recursive_directory_iterator(path))
-    if (e.is_regular_file() && e.path().extension() == ".csv") files.push_back(e.path());
+    if (e.is_regular_file() && e.path().extension() == ".csv" &&
+        (e.path().filename() == "failures.csv" || !fs::exists(e.path().parent_path() / "summary.json", ec)))
+      files.push_back(e.path());
   std::sort(files.begin(), files.end());
   return files;
 }

@@ -39,7 +39,7 @@ std::string csv_field(const std::string &s);  // quoted when needed
 
 std::vector<Record> read_records(const std::filesystem::path &file);
 Record parse_record_line(const std::string &line);  // a single row without header (for --case)
-// The .csv files under a folder (sorted), or the file itself.
+// The .csv files under a folder (sorted; of a report folder only failures.csv), or the file itself.
 std::vector<std::filesystem::path> record_files(const std::filesystem::path &path);
 
 // True when the two diffs describe the same bits: same count, first index and patterns.

@@ -40,11 +40,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <fstream>
 #include <random>
 #include <set>
+#include <unistd.h>
 
 namespace detfuzz {
 namespace {
@@ -350,11 +352,33 @@ struct ReplayOptions {
   int cpu_threads = -1;              // harness/cpu_threads.h
   std::string case_timeout = "10s";  // for crash and timeout records, which run in a child
   std::string sanitize;              // memcheck, racecheck or initcheck: each record under compute-sanitizer
+  std::string out;                   // with --sanitize: where sanitize.csv goes
 };
+
+// Where replay --sanitize writes sanitize.csv: --out, else the one report folder (a folder with a
+// summary.json, or the folder of a failures file in one) the records came from, else nowhere.
+std::string sanitize_out_dir(const ReplayOptions &o) {
+  namespace fs = std::filesystem;
+  fs::path dir;
+  if (!o.out.empty()) {
+    dir = o.out;
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec || !fs::is_directory(dir)) throw UsageError("--out " + o.out + ": cannot create the folder");
+  } else if (o.paths.size() == 1 && o.cases.empty()) {
+    const fs::path p = o.paths[0];
+    const fs::path folder = fs::is_directory(p) ? p : p.parent_path();
+    if (fs::exists(folder / "summary.json")) dir = folder;
+  }
+  if (!dir.empty() && access(dir.c_str(), W_OK) != 0)
+    throw UsageError("--out " + dir.string() + ": the folder is not writable");
+  return dir.string();
+}
 
 int run_replay(const ReplayOptions &o, const std::string &program) {
   const double case_timeout = parse_duration_flag("--case-timeout", o.case_timeout);
   std::string sanitizer;
+  if (!o.out.empty() && o.sanitize.empty()) throw UsageError("replay: --out goes with --sanitize");
   if (!o.sanitize.empty()) {
     check_sanitizer_tool(o.sanitize);
     sanitizer = find_compute_sanitizer();
@@ -375,7 +399,7 @@ int run_replay(const ReplayOptions &o, const std::string &program) {
   if (records.empty()) throw UsageError("nothing to replay: give record files or folders, or --case");
   if (!sanitizer.empty())
     return sanitize_records(records, sanitizer, o.sanitize, self_exe(), std::max(120.0, 30 * case_timeout), program,
-                            std::cout);
+                            sanitize_out_dir(o), std::cout);
   apply_cpu_threads(o.cpu_threads, std::all_of(records.begin(), records.end(),
                                                [](const Record &r) { return r.spec.backend == Backend::cpu; }));
   apply_mode(batch_invariant);
@@ -640,7 +664,9 @@ int detfuzz::cli_main(int argc, char **argv) {
                    "exit 1 unless every record's outcome and diff come back bit for bit");
   replay->add_option("--sanitize", ro.sanitize,
                      "memcheck, racecheck or initcheck: run each record under compute-sanitizer and "
-                     "attach its first report to the record");
+                     "attach its first report to the record (written to sanitize.csv of the report folder the "
+                     "records came from, or of --out)");
+  replay->add_option("--out", ro.out, "with --sanitize: the folder for sanitize.csv");
   replay->add_option("--load", ro.libraries, ft::load);
   replay->add_option("--import", imports, kImportFlagText);
   replay->add_option("--spec", ro.specs, ft::spec);

@@ -85,8 +85,10 @@ std::string first_sanitizer_report(const std::string &output) {
 }
 
 int sanitize_records(const std::vector<Record> &records, const std::string &sanitizer, const std::string &tool,
-                     const std::string &self, double timeout_s, const std::string &program, std::ostream &log) {
+                     const std::string &self, double timeout_s, const std::string &program,
+                     const std::string &out_dir, std::ostream &log) {
   int found = 0;
+  std::vector<Record> annotated_records;
   const fs::path out_file = fs::temp_directory_path() / ("detfuzz-sanitize-" + std::to_string(getpid()) + ".log");
   for (const Record &r : records) {
     Record as_run = r;
@@ -131,12 +133,26 @@ int sanitize_records(const std::vector<Record> &records, const std::string &sani
     ++found;
     Record annotated = r;
     annotated.detail = (r.detail.empty() ? "" : r.detail + "; ") + "compute-sanitizer " + tool + ": " + first;
+    annotated_records.push_back(annotated);
     log << "first report: " << first << "\n  record: " << record_row(annotated)
         << "\n  repro: " << repro_command(r, program) << " --sanitize " << tool << "\n";
   }
   fs::remove(out_file);
   log << "\nsanitized " << records.size() << " records with compute-sanitizer " << tool << ": " << found
       << " with an error report" << std::endl;
+  if (!out_dir.empty()) {
+    const fs::path path = fs::path(out_dir) / "sanitize.csv", partial = fs::path(out_dir) / "sanitize.csv.partial";
+    {
+      std::ofstream f(partial);
+      f << record_header() << "\n";
+      for (const Record &r : annotated_records) f << record_row(r) << "\n";
+      if (!f) throw UsageError("--sanitize: cannot write " + partial.string());
+    }
+    std::error_code ec;
+    fs::rename(partial, path, ec);
+    if (ec) throw UsageError("--sanitize: cannot write " + path.string() + ": " + ec.message());
+    log << "records with a report: " << path.string() << std::endl;
+  }
   return found > 0 ? 1 : 0;
 }
 

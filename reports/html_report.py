@@ -10,8 +10,10 @@ The page is in the order a kernel engineer reads it:
   2. bench (bench.csv): speedup against the baseline (cuBLAS for mm) by M, one plot per (N, K, dtype);
      scan (scan.csv): for each impl, the M where row 0 differs from the 1-row product and where the
      first M-1 rows change;
-  3. the shrunk failures (failures.csv) with their repro commands, and a histogram of the ULP distance
-     of failing cases per target (cases.csv);
+  3. the shrunk failures (failures.csv) with their repro commands and, where `detfuzz replay
+     --sanitize` ran on them (sanitize.csv), compute-sanitizer's first report (the error, the
+     kernel, the access, the thread); a histogram of the ULP distance of failing cases per target
+     (cases.csv);
   4. last, the full target table.
 A ULP distance is shown as `inf (NaN)` when a NaN was involved and `inf` when the two values lie
 across an infinity, never as the raw distance between bit patterns.
@@ -210,6 +212,14 @@ class FuzzRun:
             self.records = read_csv(path)
             # a record's line is its CSV row as written (records hold no newline)
             self.record_lines = lines[1:len(self.records) + 1]
+        # replay --sanitize's annotated records: the sanitizer's report of a record, by its case
+        self.sanitized = {}
+        sanitize_path = folder / "sanitize.csv"
+        if sanitize_path.exists():
+            for r in read_csv(sanitize_path):
+                report = sanitizer_report(r.get("detail", ""))
+                if report:
+                    self.sanitized[case_key(r)] = (r, report)
         self.record_of = {}
         for i, r in enumerate(self.records):
             self.record_of.setdefault((r.get("backend", ""), r["op"], r["impl"], r["property"], r["dtype"]), i)
@@ -344,9 +354,38 @@ def render_overview(run):
                       f"<p>{facts}.</p>", LEGEND, overview_matrices(run), "</section>"])
 
 
+def case_key(r):
+    """What identifies a record's case (its outcome and detail aside)."""
+    return tuple(r.get(k, "") for k in ("op", "impl", "property", "backend", "dtype", "shape", "layout", "dist", "seed", "params"))
+
+
+def sanitizer_report(detail):
+    """'memcheck: Invalid __global__ write ...' from an annotated record's detail, or ''."""
+    at = detail.find("compute-sanitizer ")
+    return detail[at + len("compute-sanitizer "):] if at >= 0 else ""
+
+
+def sanitizer_html(report):
+    tool, _, text = report.partition(": ")
+    return (f"<div class='sanitizer'><b>compute-sanitizer {esc(tool)}</b> (first report): "
+            + "<br>".join(esc(part.strip()) for part in text.split(";")) + "</div>")
+
+
+def render_sanitized_alone(run):
+    """Records of sanitize.csv with no failure record of the same case (e.g. a corpus record)."""
+    alone = [(r, rep) for key, (r, rep) in run.sanitized.items() if key not in {case_key(f) for f in run.records}]
+    if not alone:
+        return ""
+    out = [f"<p>{len(alone)} more records ran under compute-sanitizer (sanitize.csv):</p>"]
+    for r, rep in alone:
+        out.append(f"<div class='fail'><b>{esc(r['op'])}/{esc(r['impl'])}/{esc(r['property'])}</b> {esc(r['dtype'])} "
+                   f"shape {esc(r['shape'])} {esc(r['params'])}; {esc(r.get('outcome', ''))}{sanitizer_html(rep)}</div>")
+    return "\n".join(out)
+
+
 def render_failures(run):
     if not run.records:
-        return f"<h2>Failures: {esc(run.folder.name)}</h2><p>No failure records.</p>"
+        return f"<h2>Failures: {esc(run.folder.name)}</h2><p>No failure records.</p>" + render_sanitized_alone(run)
     out = [f"<h2>Failures: {esc(run.folder.name)}</h2>",
            f"<p>{len(run.records)} replayable records of failures.csv: each target's first failure, shrunk, and failing corpus records.</p>"]
     must = {(t["backend"], t["op"], t["impl"]) for t in run.targets if t["expectation"] == "must-hold"}
@@ -359,7 +398,9 @@ def render_failures(run):
                    f"{esc(r['dtype'])} shape {esc(r['shape'])} layout {esc(r['layout'])} dist {esc(r['dist'])} {esc(r['params'])}; "
                    f"{esc(r.get('outcome', ''))}, {esc(r.get('differing', ''))} of {esc(r.get('numel', ''))} elements differ, "
                    f"max ULP {ulp_html(r.get('max_ulp'), r['dtype'])}<br>{esc(detail_text(r.get('detail'), r['dtype']))}"
+                   f"{sanitizer_html(run.sanitized[case_key(r)][1]) if case_key(r) in run.sanitized else ''}"
                    f"<pre>{esc(run.repro(i))}</pre></div>")
+    out.append(render_sanitized_alone(run))
     return "\n".join(out)
 
 
@@ -557,7 +598,7 @@ table.matrix tr.bad td{background:#fff}table.matrix tr.bad td.rowname{background
 .chip{display:inline-block;min-width:2.6em;text-align:center;font-size:11px;padding:2px 3px;margin:1px;border-radius:3px}
 a.cell-link{text-decoration:none}.legend{font-size:12px}.legend .chip{margin-right:2px}
 .tag{font-size:11px;padding:1px 4px;border-radius:3px;background:#eee}.tag.must{background:#c62828;color:#fff}
-.ulp{border-bottom:1px dotted #888}table.targets td{white-space:nowrap}
+.ulp{border-bottom:1px dotted #888}.sanitizer{background:#fff1e0;border:1px solid #f0b070;padding:4px;margin:4px 0;font-size:12px}table.targets td{white-space:nowrap}
 """
 
 

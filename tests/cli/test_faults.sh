@@ -175,6 +175,25 @@ code=$?
 grep -q "^  first report: Invalid __global__ write of size 4 bytes; at detfuzz_gpu_faults::oob_rows_kernel(.*)+0x70 in gpu_faults_kernels.cu:27; by thread (0,0,0) in block (0,0,0); Address 0x7f3c00000000 is out of bounds$" "$work/san.log" \
   && ok || { bad "--sanitize: the first report"; cat "$work/san.log"; }
 grep -q "^  record: .*compute-sanitizer memcheck: Invalid __global__ write" "$work/san.log" && ok || bad "--sanitize: the annotated record"
+# Given the report folder, the annotated record goes to its sanitize.csv and the HTML report shows
+# the sanitizer's report under the failure; --out elsewhere; a folder that cannot be written, or
+# --out without --sanitize, is one line and exit 2.
+PATH="$work:$PATH" "$bin" replay "$work/one" --load "$lib" --spec "$spec" --sanitize memcheck >"$work/san2.log" 2>&1
+code=$?
+python3 - "$work/one/sanitize.csv" <<'PY' && [ "$code" -eq 1 ] && ok || { bad "--sanitize RUN_DIR: exit $code, sanitize.csv"; cat "$work/san2.log"; }
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 1 and rows[0]["outcome"] == "crash", rows
+assert "compute-sanitizer memcheck: Invalid __global__ write of size 4 bytes; at detfuzz_gpu_faults::oob_rows_kernel" in rows[0]["detail"], rows[0]["detail"]
+PY
+"$bin" report "$work/one" --out "$work/one.html" >/dev/null 2>&1 && grep -q "<b>compute-sanitizer memcheck</b> (first report): Invalid __global__ write of size 4 bytes<br>at detfuzz_gpu_faults::oob_rows_kernel" "$work/one.html" \
+  && ok || bad "the HTML report lacks the sanitizer's report"
+PATH="$work:$PATH" "$bin" replay --case "$row" --load "$lib" --spec "$spec" --sanitize memcheck --out "$work/san-out" >/dev/null 2>&1
+[ $? -eq 1 ] && [ -f "$work/san-out/sanitize.csv" ] && ok || bad "--sanitize --out DIR"
+PATH="$work:$PATH" "$bin" replay --case "$row" --load "$lib" --spec "$spec" --sanitize memcheck --out /proc/detfuzz-no >/dev/null 2>"$work/san.err"
+[ $? -eq 2 ] && [ "$(wc -l <"$work/san.err")" -eq 1 ] && ok || { bad "--sanitize --out unwritable"; cat "$work/san.err"; }
+"$bin" replay --case "$row" --load "$lib" --spec "$spec" --out "$work/san-out" >/dev/null 2>"$work/san.err"
+[ $? -eq 2 ] && grep -q "out goes with --sanitize" "$work/san.err" && ok || { bad "--out without --sanitize"; cat "$work/san.err"; }
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

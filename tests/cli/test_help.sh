@@ -17,8 +17,8 @@ subs = ["fuzz", "replay", "list", "bench", "merge", "scan", "laps", "gate", "rep
 order = ["--backend", "--op", "--impl", "--property", "--dtype", "--seed", "--budget", "--out",
          "--load", "--spec", "--mode", "--cpu-threads", "--case-timeout"]
 # Flags of the same name whose meaning differs: laps's --impl and --dtype name the one model's,
-# report's --out is an HTML file.
-differ = {("laps", "--impl"), ("laps", "--dtype"), ("report", "--out")}
+# report's --out is an HTML file, replay's the folder of --sanitize's sanitize.csv.
+differ = {("laps", "--impl"), ("laps", "--dtype"), ("report", "--out"), ("replay", "--out")}
 
 def options(text):
     lines = text.splitlines()
