@@ -85,8 +85,8 @@ std::string first_sanitizer_report(const std::string &output) {
 }
 
 int sanitize_records(const std::vector<Record> &records, const std::string &sanitizer, const std::string &tool,
-                     const std::string &self, double timeout_s, const std::string &program,
-                     const std::string &out_dir, std::ostream &log) {
+                     const std::string &self, double timeout_s, const std::string &program, const std::string &out_dir,
+                     std::ostream &log) {
   int found = 0;
   std::vector<Record> annotated_records;
   const fs::path out_file = fs::temp_directory_path() / ("detfuzz-sanitize-" + std::to_string(getpid()) + ".log");

@@ -28,7 +28,7 @@ std::string first_sanitizer_report(const std::string &output);
 // out_dir is not empty writes the annotated records to out_dir/sanitize.csv (through a partial
 // file renamed into place). Returns 1 when the sanitizer reported an error for a record, else 0.
 int sanitize_records(const std::vector<Record> &records, const std::string &sanitizer, const std::string &tool,
-                     const std::string &self, double timeout_s, const std::string &program,
-                     const std::string &out_dir, std::ostream &log);
+                     const std::string &self, double timeout_s, const std::string &program, const std::string &out_dir,
+                     std::ostream &log);
 
 }  // namespace detfuzz
