@@ -58,6 +58,10 @@ grep -q "matches the record bit for bit" "$work/out" && ok || { bad "repro did n
 check "exe rowwise" 0 "$bin" fuzz --import planted_ops "${common[@]}" --op detfuzz_py_test::rowwise_mm --budget 10s --seed 5 --out "$work/exe-rowwise"
 echo "python custom op through build/detfuzz: $(cases_per_s "$work/exe-rowwise") cases/s (rowwise_mm, 10 s)"
 check "exe replay --import" 1 "$bin" replay "$work/exe-splitk/failures.csv" --import planted_ops --spec "$spec"
+# The per-op table of the third-party campaigns (third_party/table.py) over these two runs.
+"$python" "$here/third_party/table.py" "$work/exe-splitk" "$work/exe-rowwise" >"$work/table.md" 2>&1
+grep -q "^| splitk_mm | .*\*\*fails\*\* .*: fail, " "$work/table.md" && grep -q "^| rowwise_mm | held | held " "$work/table.md" \
+  && ok || { bad "third_party/table.py"; cat "$work/table.md"; }
 
 # python -m detfuzz: the same, and the module given as a file path.
 check "python -m splitk" 1 "$python" -m detfuzz fuzz --import "$here/planted_ops.py" "${common[@]}" --op detfuzz_py_test::splitk_mm --budget 60s --seed 7 --stop-on-failure --out "$work/py-splitk"
