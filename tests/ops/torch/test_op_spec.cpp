@@ -344,7 +344,7 @@ TEST(ExamplePlugin, RowwiseMmPassesEveryPropertyOnGeneratedCases) {
   }
 }
 
-TEST(ExamplePlugin, SplitKMmIsCaughtAndShrunkWithin30Seconds) {
+TEST(ExamplePlugin, SplitKMmIsCaughtWithin500CasesAndShrunk) {
   load_example_plugin();
   const Target t = target_of("detfuzz_example::splitk_mm", "batch_slice");
   const RunResult r = run_target(t, 500, 1);
@@ -352,7 +352,6 @@ TEST(ExamplePlugin, SplitKMmIsCaughtAndShrunkWithin30Seconds) {
   const CaseSpec &c = *r.minimal;
   std::cout << "caught after " << r.cases << " cases, shrunk in " << r.shrink_steps << " steps (" << r.seconds
             << " s) to: " << c.describe() << "\n  " << r.minimal_verdict.detail << std::endl;
-  EXPECT_LT(r.seconds, 30.0);
   EXPECT_EQ(r.minimal_verdict.outcome, Verdict::Outcome::fail);
   EXPECT_GT(r.minimal_verdict.diff.differing, 0);
   // Minimal: 17 rows (one above the split threshold), at least 3 K terms (split 1 + 2 is the
