@@ -10,6 +10,7 @@
 #include <optional>
 #include <ostream>
 #include <stdexcept>
+#include <utility>
 
 #ifdef DETFUZZ_WITH_CUDA
 #include "ops/attention/paged_attention.h"
@@ -208,9 +209,13 @@ void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostre
                                .repeat_interleave(hq / hkv, 0)
                                .unsqueeze(0)
                                .contiguous();
-      // torch's flash backend of SDPA, called directly (the dispatcher's choice may be another backend).
+      // torch's flash (FlashAttention-2) and cuDNN backends of SDPA, each called directly (the
+      // dispatcher's choice may be another backend), both replayed from CUDA graphs.
       const double sdpa_us = median_graph_us([&] { at::_scaled_dot_product_flash_attention(q, k, v, 0.0, true); },
                                              std::max(3, cfg.repetitions), clock);
+      const double cudnn_us =
+          median_graph_us([&] { at::_scaled_dot_product_cudnn_attention(q, k, v, std::nullopt, false, 0.0, true); },
+                          std::max(3, cfg.repetitions), clock);
       const double flops = 4.0 * hq * d * (static_cast<double>(len) * (len + 1) / 2);
       // Invariance: the same prefill with a decode sequence ahead of it in the batch.
       const OpArgs both = paged_batch({100, len}, len, hq, hkv, d, page, dtype, gen);
@@ -224,12 +229,17 @@ void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostre
         const double us = time_planned_attention(args, impl.options, std::max(3, cfg.repetitions), clock);
         const bool verified =
             same_bits(run_paged(shifted, impl.options).narrow(0, 100, len), run_paged(args, impl.options));
-        csv << "paged_attention_prefill," << impl.impl << ',' << dtype_name(dtype) << ",1," << len << ',' << d << ','
-            << fmt(us) << ',' << fmt(flops / us * 1e-6, "%.2f") << ",,torch-sdpa-flash," << fmt(sdpa_us) << ','
-            << fmt(sdpa_us / us, "%.4f") << ',' << (verified ? "yes" : "no") << ",,," << page << '\n';
+        // One row per baseline: torch's flash backend, then its cuDNN backend.
+        for (const auto &[baseline, base_us] : {std::pair<const char *, double>{"torch-sdpa-flash", sdpa_us},
+                                                std::pair<const char *, double>{"torch-sdpa-cudnn", cudnn_us}})
+          csv << "paged_attention_prefill," << impl.impl << ',' << dtype_name(dtype) << ",1," << len << ',' << d << ','
+              << fmt(us) << ',' << fmt(flops / us * 1e-6, "%.2f") << ",," << baseline << ',' << fmt(base_us) << ','
+              << fmt(base_us / us, "%.4f") << ',' << (verified ? "yes" : "no") << ",,," << page << '\n';
         log << "paged_attention prefill " << impl.impl << ' ' << dtype_name(dtype) << " len=" << len
             << (page == 16 ? "" : " page=" + std::to_string(page)) << ": " << fmt(us, "%.1f") << " us, "
-            << fmt(flops / us * 1e-6, "%.1f") << " TFLOP/s, " << fmt(sdpa_us / us, "%.2f") << "x torch SDPA (flash)"
+            << fmt(flops / us * 1e-6, "%.1f") << " TFLOP/s, " << fmt(sdpa_us / us, "%.2f") << "x torch SDPA (flash, "
+            << fmt(flops / sdpa_us * 1e-6, "%.0f") << " TFLOP/s), " << fmt(cudnn_us / us, "%.2f")
+            << "x torch SDPA (cuDNN, " << fmt(flops / cudnn_us * 1e-6, "%.0f") << " TFLOP/s)"
             << (verified ? "" : "  (invariance FAILED)") << std::endl;
       }
     }
