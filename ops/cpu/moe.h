@@ -60,7 +60,8 @@ struct MoePlan {
   // K block of an expert's two GEMMs given the tokens it got in this batch (invariant: 128; a
   // divisor of 128 keeps every block inside one fp8 scale block).
   std::function<int64_t(int64_t expert_tokens)> k_block;
-  // Whether an expert's GEMMs split K in two halves (at a multiple of 64), reduced apart, added.
+  // Whether an expert's GEMMs split K in two (at the multiple of 32 at or below the middle),
+  // each part reduced in the plan's blocks, the two added.
   std::function<bool(int64_t expert_tokens)> split_k;
   // Combine each token's expert outputs in the order experts are processed, busiest expert
   // first, as float atomics would land (instead of the token's slot order).
