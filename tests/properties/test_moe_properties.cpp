@@ -12,6 +12,8 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
+#include <algorithm>
+#include <map>
 #include <sstream>
 #include <unistd.h>
 
@@ -155,8 +157,9 @@ Record first_failure(const Target &t, uint64_t seed) {
   return r.targets.at(0).has_minimal ? r.targets.at(0).minimal : Record{};
 }
 
+// float32: a 16-bit output rounds most one-ulp float32 differences away.
 Target cpu_target(const std::string &op, const std::string &impl, const std::string &property) {
-  return {op, impl, property, Backend::cpu, at::kBFloat16, Expectation::must_hold};
+  return {op, impl, property, Backend::cpu, at::kFloat, Expectation::must_hold};
 }
 
 void expect_replays(const Record &r) {
@@ -184,29 +187,32 @@ TEST(MoeMutants, SplitKMutantIsRecordedAtOneToken) {
     EXPECT_EQ(r.spec.shape[2], 8) << r.spec.describe();
     EXPECT_EQ(r.spec.param("topk"), "1") << r.spec.describe();
     EXPECT_GE(std::max(r.spec.shape[1], r.spec.shape[3]), 64) << r.spec.describe();
-    EXPECT_GE(std::stoll(r.spec.param("same", "0")), 2) << r.spec.describe();
+    EXPECT_GE(std::stoll(r.spec.param("o")) + std::stoll(r.spec.param("tail")), 2) << r.spec.describe();
     expect_replays(r);
   }
 }
 
-// Small K blocks for experts with >= 4 tokens: one token alone, three more on its experts.
+// Small K blocks for experts with >= 4 tokens: one token alone, then with three more on its
+// expert (copies of its logits, or fresh tokens that happen to route there).
 TEST(MoeMutants, TileMutantIsRecordedAtOneTokenAndThreeMore) {
   const Record r = first_failure(cpu_target("fused_moe", "mutant-moe-tile", "expert_load_invariance"), 3);
   ASSERT_EQ(r.spec.shape.size(), 4u);
   EXPECT_EQ(r.spec.shape[0], 1) << r.spec.describe();
   EXPECT_EQ(r.spec.param("topk"), "1") << r.spec.describe();
-  EXPECT_EQ(r.spec.param("same"), "3") << r.spec.describe();
+  EXPECT_LE(std::stoll(r.spec.param("same")), 3) << r.spec.describe();
+  EXPECT_GE(std::stoll(r.spec.param("o")) + std::stoll(r.spec.param("tail")), 3) << r.spec.describe();
   EXPECT_GT(std::max(r.spec.shape[1], r.spec.shape[3]), 32) << r.spec.describe();
   expect_replays(r);
 }
 
-// Atomics-order combine: only a sum of three or more terms can change with the order, so top-8.
+// Atomics-order combine: only a sum of three or more terms can change with the order, so top-8;
+// and of more than 8 experts (top-8 of 8 loads every expert alike, so their order is fixed).
 TEST(MoeMutants, AtomicCombineMutantIsRecordedAtTopEight) {
   for (const char *property : {"batch_slice", "expert_load_invariance"}) {
     const Record r = first_failure(cpu_target("fused_moe", "mutant-moe-atomic", property), 4);
     ASSERT_EQ(r.spec.shape.size(), 4u);
     EXPECT_EQ(r.spec.param("topk"), "8") << r.spec.describe();
-    EXPECT_EQ(r.spec.shape[2], 8) << r.spec.describe();
+    EXPECT_EQ(r.spec.shape[2], 64) << r.spec.describe();
     expect_replays(r);
   }
 }

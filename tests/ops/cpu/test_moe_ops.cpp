@@ -233,12 +233,13 @@ TEST(FusedMoe, BadInputIsAOneLineError) {
 }
 
 // Each MoE mutant: the invariant's bits where its trigger is off, other bits where it is on,
-// within the accuracy bound. `loaded` gives every token the same logits, so all share experts.
+// within the accuracy bound. `shared` gives every token the same logits, so all share experts.
+// float32 activations: a 16-bit output would round most one-ulp float32 differences away.
 TEST(FusedMoe, MutantsKeepTheInvariantBitsUntilTheirTrigger) {
   for (bool fp8 : {false, true}) {
     const ImplInfo &inv = impl_of("invariant", moe_op(fp8));
     auto shared = [&](int64_t tokens, int64_t k) {
-      OpArgs a = moe_args(tokens, 200, 8, 136, k, fp8, 7);
+      OpArgs a = moe_args(tokens, 200, 8, 136, k, fp8, 7, at::kFloat);
       a.tensors[1] = a.tensors[1].narrow(0, 0, 1).expand({tokens, 8}).contiguous();
       return a;
     };
@@ -252,12 +253,12 @@ TEST(FusedMoe, MutantsKeepTheInvariantBitsUntilTheirTrigger) {
     EXPECT_TRUE(bitwise_equal(inv.run(shared(3, 2)), tile.run(shared(3, 2))));
     EXPECT_FALSE(bitwise_equal(inv.run(shared(4, 2)), tile.run(shared(4, 2))));
     EXPECT_TRUE(test::accurate(moe_op(fp8), shared(4, 2), tile.run(shared(4, 2))));
-    // Atomics-order combine: with top-1 there is one term, so it changes nothing; with top-8 a
-    // token's sum order follows the experts' loads.
+    // Atomics-order combine: with top-1 there is one term, so it changes nothing; with top-8 of
+    // 64 a token's sum order follows the experts' loads.
     const ImplInfo &atomic = impl_of("mutant-moe-atomic", moe_op(fp8));
-    const OpArgs top1 = moe_args(12, 64, 8, 40, 1, fp8, 9);
+    const OpArgs top1 = moe_args(12, 64, 8, 40, 1, fp8, 9, at::kFloat);
     EXPECT_TRUE(bitwise_equal(inv.run(top1), atomic.run(top1)));
-    const OpArgs top8 = moe_args(12, 64, 8, 40, 8, fp8, 9);
+    const OpArgs top8 = moe_args(12, 64, 64, 40, 8, fp8, 9, at::kFloat);
     EXPECT_FALSE(bitwise_equal(inv.run(top8), atomic.run(top8)));
     EXPECT_TRUE(test::accurate(moe_op(fp8), top8, atomic.run(top8)));
   }
