@@ -177,15 +177,17 @@ TEST(MoeMutants, Fp8PromotionMutantIsRecordedAtSixteenRows) {
   expect_replays(r);
 }
 
-// Split-K for experts with <= 2 tokens: the target alone splits, loaded it does not. One token,
-// top-1 of 8 experts; a width past 64 (where the split changes the blocking).
+// Split-K for experts with <= 2 tokens: the target alone splits, loaded it does not. The search
+// lowers E to top-k (any E >= k is an MoE layer): one token, top-1 of one expert, and a width of at
+// least 64, the smallest K that splits (at 32).
 TEST(MoeMutants, SplitKMutantIsRecordedAtOneToken) {
   for (const auto &op : kMoeOps) {
     const Record r = first_failure(cpu_target(op, "mutant-moe-splitk", "expert_load_invariance"), 2);
     ASSERT_EQ(r.spec.shape.size(), 4u);
     EXPECT_EQ(r.spec.shape[0], 1) << r.spec.describe();
-    EXPECT_EQ(r.spec.shape[2], 8) << r.spec.describe();
+    EXPECT_EQ(r.spec.shape[2], 1) << r.spec.describe();
     EXPECT_EQ(r.spec.param("topk"), "1") << r.spec.describe();
+    EXPECT_EQ(std::min(r.spec.shape[1], r.spec.shape[3]), 1) << r.spec.describe();
     EXPECT_GE(std::max(r.spec.shape[1], r.spec.shape[3]), 64) << r.spec.describe();
     EXPECT_GE(std::stoll(r.spec.param("o")) + std::stoll(r.spec.param("tail")), 2) << r.spec.describe();
     expect_replays(r);
@@ -206,13 +208,15 @@ TEST(MoeMutants, TileMutantIsRecordedAtOneTokenAndThreeMore) {
 }
 
 // Atomics-order combine: only a sum of three or more terms can change with the order, so top-8;
-// and of more than 8 experts (top-8 of 8 loads every expert alike, so their order is fixed).
+// and of more than 8 experts (top-8 of 8 loads every expert alike, so their order is fixed). E
+// itself is a local minimum: which E still reorders depends on the data.
 TEST(MoeMutants, AtomicCombineMutantIsRecordedAtTopEight) {
   for (const char *property : {"batch_slice", "expert_load_invariance"}) {
     const Record r = first_failure(cpu_target("fused_moe", "mutant-moe-atomic", property), 4);
     ASSERT_EQ(r.spec.shape.size(), 4u);
     EXPECT_EQ(r.spec.param("topk"), "8") << r.spec.describe();
-    EXPECT_EQ(r.spec.shape[2], 64) << r.spec.describe();
+    EXPECT_GT(r.spec.shape[2], 8) << r.spec.describe();
+    EXPECT_LE(r.spec.shape[2], 64) << r.spec.describe();
     expect_replays(r);
   }
 }
