@@ -264,5 +264,39 @@ TEST(FusedMoe, MutantsKeepTheInvariantBitsUntilTheirTrigger) {
   }
 }
 
+// The bounds are far below the error of a real bug: 1% off on the largest element, a dropped
+// bias, a dropped expert.
+at::Tensor nudged(const at::Tensor &out) {
+  at::Tensor t = out.clone();
+  const int64_t at_max = t.abs().argmax().item<int64_t>();
+  t.view({-1})[at_max] = t.view({-1})[at_max] * 1.01;
+  return t;
+}
+
+TEST(ScaledMm, AccuracyBoundCatchesWrongOutputs) {
+  for (ScaleMode mode : kModes) {
+    const OpArgs a = scaled_mm_args(mode, 9, 33, 300, true, false, 21);
+    const at::Tensor out = impl_of("invariant", "scaled_mm").run(a);
+    EXPECT_TRUE(test::accurate("scaled_mm", a, out));
+    EXPECT_FALSE(test::accurate("scaled_mm", a, nudged(out))) << mode_name(mode);
+    OpArgs no_bias = a;
+    no_bias.tensors.pop_back();
+    no_bias.params["bias"] = "0";
+    EXPECT_FALSE(test::accurate("scaled_mm", a, impl_of("invariant", "scaled_mm").run(no_bias))) << mode_name(mode);
+  }
+}
+
+TEST(FusedMoe, AccuracyBoundCatchesWrongOutputs) {
+  for (bool fp8 : {false, true}) {
+    const OpArgs a = moe_args(7, 150, 8, 100, 2, fp8, 31, at::kFloat);
+    const at::Tensor out = impl_of("invariant", moe_op(fp8)).run(a);
+    EXPECT_TRUE(test::accurate(moe_op(fp8), a, out));
+    EXPECT_FALSE(test::accurate(moe_op(fp8), a, nudged(out))) << moe_op(fp8);
+    OpArgs top1 = a;
+    top1.params["topk"] = "1";
+    EXPECT_FALSE(test::accurate(moe_op(fp8), a, impl_of("invariant", moe_op(fp8)).run(top1))) << moe_op(fp8);
+  }
+}
+
 }  // namespace
 }  // namespace detfuzz
