@@ -10,6 +10,10 @@
 //   silu_and_mul {x[T,2I]}                    -
 //   rope         {x[T,H,D], positions[T]}     theta   (positions int32/int64)
 //   embedding    {weight[V,H], ids[T]}        -       (ids int32/int64)
+//   scaled_mm    {a[M,K], b[K,N], scale_a, scale_b[, bias[N]]}   out_dtype, params scale= bias=
+//                (a, b float8_e4m3fn; scales float32, sized by the scale mode: ops/cpu/moe.h)
+//   fused_moe    {x[T,H], logits[T,E], w13[E,2I,H], w2[E,H,I][, s13, s2]}   params topk= (routing=1)
+//                (fused_moe_fp8: w13, w2 float8_e4m3fn with 128 x 128 block scales s13, s2)
 //
 // Tensors may be any strided view (transposed, sliced, offset); impls must honour strides.
 #pragma once

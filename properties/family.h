@@ -61,5 +61,6 @@ PropertyFamily row_family();        // properties/rows
 PropertyFamily attention_family();  // properties/attention
 PropertyFamily laps_family();       // properties/laps
 PropertyFamily graph_family();      // properties/graph
+PropertyFamily moe_family();        // properties/moe
 
 }  // namespace detfuzz

@@ -8,7 +8,8 @@
 namespace detfuzz {
 
 const std::vector<PropertyFamily> &property_families() {
-  static const std::vector<PropertyFamily> table = {row_family(), attention_family(), laps_family(), graph_family()};
+  static const std::vector<PropertyFamily> table = {row_family(), moe_family(), attention_family(), laps_family(),
+                                                    graph_family()};
   return table;
 }
 

@@ -9,6 +9,7 @@
 // sequential partial sum); the row mutants reverse or perturb one row reduction.
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/fixed_order.h"
+#include "ops/cpu/moe.h"
 #include "ops/registry.h"
 
 #include <ATen/WrapDimUtils.h>
@@ -242,6 +243,7 @@ std::vector<ImplInfo> cpu_mutant_impls() {
       {"mutant-crash-abort", "mean", cpu, float_dtypes(), e, "calls abort() when output rows >= 5", aborting_mean},
       {"mutant-crash-hang", "mean", cpu, float_dtypes(), e, "never returns when output rows >= 5", hanging_mean},
   });
+  add(cpu_ops::moe_mutant_impls());  // scaled_mm's and the MoE layer's (ops/cpu/moe_register.cpp)
   return all;
 }
 

@@ -1,5 +1,6 @@
 // Registry entries of the fixed-order CPU ops: impl `invariant`, expectation must-hold.
 #include "ops/cpu/cpu_ops.h"
+#include "ops/cpu/moe.h"
 #include "ops/registry.h"
 
 namespace detfuzz {
@@ -15,7 +16,7 @@ const at::Tensor &tensor_arg(const OpArgs &args, size_t index, const char *op, s
 std::vector<ImplInfo> cpu_invariant_impls() {
   const auto e = Expectation::must_hold;
   const auto cpu = Backend::cpu;
-  return {
+  std::vector<ImplInfo> impls = {
       {"invariant", "mm", cpu, float_dtypes(), e, "fixed-order CPU matmul: K in blocks of 64, float32 accumulation",
        [](const OpArgs &x) { return cpu_ops::mm(tensor_arg(x, 0, "mm", 2), tensor_arg(x, 1, "mm", 2)); }},
       {"invariant", "addmm", cpu, float_dtypes(), e, "fixed-order CPU matmul + fixed epilogue alpha*acc + beta*bias",
@@ -49,6 +50,8 @@ std::vector<ImplInfo> cpu_invariant_impls() {
          return cpu_ops::embedding(tensor_arg(x, 0, "embedding", 2), tensor_arg(x, 1, "embedding", 2));
        }},
   };
+  for (auto &i : cpu_ops::moe_invariant_impls()) impls.push_back(std::move(i));  // scaled_mm, fused_moe (moe.h)
+  return impls;
 }
 
 }  // namespace detfuzz

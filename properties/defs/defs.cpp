@@ -6,8 +6,8 @@
 
 namespace detfuzz {
 std::vector<OpDef> builtin_op_defs() {
-  return {mm_def(),       addmm_def(), bmm_def(),          log_softmax_def(), mean_def(),
-          rms_norm_def(), rope_def(),  silu_and_mul_def(), embedding_def()};
+  return {mm_def(),   addmm_def(),        bmm_def(),       log_softmax_def(), mean_def(),      rms_norm_def(),
+          rope_def(), silu_and_mul_def(), embedding_def(), scaled_mm_def(),   fused_moe_def(), fused_moe_fp8_def()};
 }
 
 std::string OpDef::shape_text() const {

@@ -24,6 +24,9 @@ OpDef rms_norm_def();
 OpDef silu_and_mul_def();
 OpDef rope_def();
 OpDef embedding_def();
+OpDef scaled_mm_def();
+OpDef fused_moe_def();  // fused_moe.cpp, with fused_moe_fp8_def
+OpDef fused_moe_fp8_def();
 
 namespace defs {
 

@@ -92,6 +92,10 @@ struct OpDef {
   // The dtype the op returns for these inputs.
   std::function<at::ScalarType(const OpArgs &)> out_dtype;
 
+  // The property family that holds the op when it is not the row family alone (the MoE ops:
+  // "moe", which adds its own properties to the row properties); empty for a plain row op.
+  std::string family;
+
   // variant_agree also replays the op from a CUDA graph (off for ops that may not be capturable).
   bool graph_replay = true;
   // A spec op's only impl, `torch` (the dispatcher's kernel); empty for built-in ops, whose impls

@@ -16,7 +16,7 @@ namespace detfuzz {
 namespace {
 
 TEST(OpDefs, EveryBuiltinRowOpIsCompleteAndHasEveryRowProperty) {
-  ASSERT_EQ(builtin_row_ops().size(), 9u);
+  ASSERT_EQ(builtin_row_ops().size(), 12u);
   for (const auto &op : builtin_row_ops()) {
     const OpDef *d = find_op_def(op);
     ASSERT_NE(d, nullptr) << op;
@@ -26,7 +26,10 @@ TEST(OpDefs, EveryBuiltinRowOpIsCompleteAndHasEveryRowProperty) {
     EXPECT_TRUE(d->has_batch()) << op;
     EXPECT_TRUE(d->has_reference() && d->core_bound) << op;
     EXPECT_FALSE(d->dispatcher_impl) << op << ": built-in ops take their impls from the registry";
-    EXPECT_EQ(properties_for(op), row_properties()) << op;
+    // The MoE ops' family adds its own properties after the row properties.
+    auto props = properties_for(op);
+    if (!d->family.empty()) props.resize(std::min(props.size(), row_properties().size()));
+    EXPECT_EQ(props, row_properties()) << op;
   }
 }
 
