@@ -6,17 +6,13 @@
 #include "harness/campaign.h"
 #include "harness/cli_common.h"
 #include "harness/minimize.h"
-#include "harness/remove_tree.h"
 #include "properties/properties.h"
+#include "tests/support/first_failure.h"
 
 #include <gtest/gtest.h>
 
-#include <sstream>
-
 namespace detfuzz {
 namespace {
-
-namespace fs = std::filesystem;
 
 TEST(LowerValues, FromTheLowBoundUpToOneBelow) {
   EXPECT_EQ(lower_values(52, 1), (std::vector<int64_t>{1, 27, 40, 46, 49, 51}));
@@ -104,24 +100,7 @@ TEST(ErrorSignature, IgnoresTheNumbers) {
 
 // Campaigns on the CPU backend, shrinking on: the first failure's record.
 Record first_failure(const Target &t, uint64_t seed, double budget_s = 60) {
-  static int counter = 0;
-  const fs::path out =
-      fs::temp_directory_path() / ("detfuzz_minimize_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-  remove_tree(out.string());
-  CampaignConfig cfg;
-  cfg.seed = seed;
-  cfg.budget_s = budget_s;
-  cfg.targets = {t};
-  cfg.progress = false;
-  cfg.stop_on_failure = true;
-  cfg.shrink_budget_s = 30;
-  std::ostringstream log;
-  ReportWriter report(out);
-  const CampaignResult r = run_campaign(cfg, report, log);
-  report.finish(r.to_json());
-  remove_tree(out.string());
-  EXPECT_TRUE(r.targets.at(0).has_minimal) << t.name() << " was not caught\n" << log.str();
-  return r.targets.at(0).has_minimal ? r.targets.at(0).minimal : Record{};
+  return campaign_first_failure(t, seed, budget_s, 30);
 }
 
 Target cpu_target(const std::string &op, const std::string &impl, const std::string &property) {

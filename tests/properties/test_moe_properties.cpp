@@ -2,25 +2,21 @@
 // that fit, every property holding for the invariant impls, malformed cases as one-line errors,
 // and each planted mutant caught by a CPU campaign and shrunk to its known minimum.
 #include "harness/campaign.h"
-#include "harness/remove_tree.h"
 #include "properties/defs/op_def.h"
 #include "properties/family.h"
 #include "properties/moe/moe_properties.h"
 #include "properties/properties.h"
 #include "properties/rows/row_properties.h"
+#include "tests/support/first_failure.h"
 
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
 #include <algorithm>
 #include <map>
-#include <sstream>
-#include <unistd.h>
 
 namespace detfuzz {
 namespace {
-
-namespace fs = std::filesystem;
 
 const std::vector<std::string> kMoeOps = {"fused_moe", "fused_moe_fp8"};
 
@@ -136,26 +132,7 @@ TEST(MoeProperties, TorchBaselineIsObserved) {
 }
 
 // A CPU campaign on one target, shrinking on: the first failure's record.
-Record first_failure(const Target &t, uint64_t seed) {
-  static int counter = 0;
-  const fs::path out =
-      fs::temp_directory_path() / ("detfuzz_moe_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-  remove_tree(out.string());
-  CampaignConfig cfg;
-  cfg.seed = seed;
-  cfg.budget_s = 120;
-  cfg.targets = {t};
-  cfg.progress = false;
-  cfg.stop_on_failure = true;
-  cfg.shrink_budget_s = 60;
-  std::ostringstream log;
-  ReportWriter report(out);
-  const CampaignResult r = run_campaign(cfg, report, log);
-  report.finish(r.to_json());
-  remove_tree(out.string());
-  EXPECT_TRUE(r.targets.at(0).has_minimal) << t.name() << " was not caught\n" << log.str();
-  return r.targets.at(0).has_minimal ? r.targets.at(0).minimal : Record{};
-}
+Record first_failure(const Target &t, uint64_t seed) { return campaign_first_failure(t, seed, 120, 60); }
 
 // float32: a 16-bit output rounds most one-ulp float32 differences away.
 Target cpu_target(const std::string &op, const std::string &impl, const std::string &property) {
