@@ -358,7 +358,6 @@ struct ReplayOptions {
 // Where replay --sanitize writes sanitize.csv: --out, else the one report folder (a folder with a
 // summary.json, or the folder of a failures file in one) the records came from, else nowhere.
 std::string sanitize_out_dir(const ReplayOptions &o) {
-  namespace fs = std::filesystem;
   fs::path dir;
   if (!o.out.empty()) {
     dir = o.out;

@@ -373,7 +373,8 @@ def sanitizer_html(report):
 
 def render_sanitized_alone(run):
     """Records of sanitize.csv with no failure record of the same case (e.g. a corpus record)."""
-    alone = [(r, rep) for key, (r, rep) in run.sanitized.items() if key not in {case_key(f) for f in run.records}]
+    failed = {case_key(f) for f in run.records}
+    alone = [(r, rep) for key, (r, rep) in run.sanitized.items() if key not in failed]
     if not alone:
         return ""
     out = [f"<p>{len(alone)} more records ran under compute-sanitizer (sanitize.csv):</p>"]

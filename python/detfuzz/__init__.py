@@ -13,10 +13,10 @@ is_batch_invariant_mode_enabled.
 import contextlib
 
 # Light on import (the pytest plugin imports this package): torch and the extension load on first use.
-from ._api import DetfuzzError, Failure, FuzzResult, TargetResult, check, fuzz
+from ._api import DetfuzzError, Failure, FuzzResult, TargetResult, check, fuzz, record_fields
 
 __version__ = "0.1.0"
-__all__ = ["main", "fuzz", "check", "DetfuzzError", "FuzzResult", "TargetResult", "Failure", "enable_batch_invariant_mode",
+__all__ = ["main", "fuzz", "check", "record_fields", "DetfuzzError", "FuzzResult", "TargetResult", "Failure", "enable_batch_invariant_mode",
            "disable_batch_invariant_mode", "set_batch_invariant_mode", "is_batch_invariant_mode_enabled"]
 
 

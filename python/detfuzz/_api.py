@@ -88,15 +88,16 @@ class FuzzResult:
         return "\n".join([head] + [str(f) for f in self.failures])
 
 
-_RECORD_FIELDS = ("op,impl,property,backend,dtype,shape,layout,dist,seed,params,outcome,differing,numel,first_diff,"
+RECORD_FIELDS = ("op,impl,property,backend,dtype,shape,layout,dist,seed,params,outcome,differing,numel,first_diff,"
                   "expected_bits,actual_bits,max_abs_diff,max_ulp,detail").split(",")
 
 _OP_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)?$")
 
 
-def _record_fields(line):
+def record_fields(line):
+    """A record line (failures.csv's row, a summary's `minimal`) as a dict of its columns."""
     row = next(csv.reader([line]))
-    return dict(zip(_RECORD_FIELDS, row + [""] * (len(_RECORD_FIELDS) - len(row))))
+    return dict(zip(RECORD_FIELDS, row + [""] * (len(RECORD_FIELDS) - len(row))))
 
 
 # ---- ops: names, and plain callables wrapped as custom ops ----------------------------------
@@ -359,7 +360,7 @@ def _read_result(code, out, options):
     for t in results.get("targets", []):
         minimal = None
         if t.get("minimal"):
-            fields = _record_fields(t["minimal"])
+            fields = record_fields(t["minimal"])
             minimal = Failure(op=fields["op"], impl=fields["impl"], property=fields["property"], backend=fields["backend"],
                               dtype=fields["dtype"], shape=fields["shape"], outcome=fields["outcome"], detail=fields["detail"],
                               expectation=t.get("expectation", ""), record=t["minimal"],

@@ -3,15 +3,13 @@
 (held, or the dtypes that failed it), the first failing record's shape and detail, cases and
 cases/s. ci/gpu-check python-kernels prints it; README's tables of third-party kernels are these.
 
-    python3 tests/python/third_party/table.py REPORT_DIR [REPORT_DIR ...]
+    python3 tests/python/third_party/table.py REPORT_DIR [REPORT_DIR ...]   (the detfuzz package on PYTHONPATH)
 """
 import collections
-import csv
 import json
 import sys
 
-FIELDS = ("op,impl,property,backend,dtype,shape,layout,dist,seed,params,outcome,differing,numel,first_diff,"
-          "expected_bits,actual_bits,max_abs_diff,max_ulp,detail").split(",")
+from detfuzz import record_fields
 
 
 def rows(report_dirs):
@@ -50,7 +48,7 @@ def main(dirs):
             cells.append(cell or "held")
             for t in ts:
                 if not first and t.get("minimal"):
-                    rec = dict(zip(FIELDS, next(csv.reader([t["minimal"]]))))
+                    rec = record_fields(t["minimal"])
                     detail = rec["detail"].split(";")[0][:90]
                     first = f"{rec['property']} {rec['dtype']} {rec['shape']} {rec['params']}: {rec['outcome']}, {detail}"
         cases = sum(t["cases"] for t in targets)
