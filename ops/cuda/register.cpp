@@ -1,6 +1,7 @@
 // Impl `invariant` on the CUDA backend: the batch-invariant kernels of this folder, held to
 // must-hold on every property.
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/moe_ops.h"
 #include "ops/registry.h"
 
 namespace detfuzz {
@@ -26,6 +27,17 @@ void declare_matmul_paths(ImplInfo &impl) {
     if (!choice) return std::nullopt;
     return forced(*choice, run);
   };
+}
+
+// scaled_mm's case parameters: `scale` (tensor, channel, block), the bias as a fifth tensor.
+at::Tensor run_scaled_mm(const OpArgs &x) {
+  const size_t n = x.tensors.size();
+  TORCH_CHECK(n == 4 || n == 5, "scaled_mm: expected 4 or 5 tensors (a, b, scale_a, scale_b[, bias]), got ", n);
+  const auto it = x.params.find("scale");
+  return cuda_ops::scaled_mm(x.tensors[0], x.tensors[1], x.tensors[2], x.tensors[3],
+                             n == 5 ? x.tensors[4] : at::Tensor(),
+                             cpu_ops::scale_mode_from_string(it == x.params.end() ? "tensor" : it->second),
+                             x.out_dtype.value_or(at::kBFloat16));
 }
 
 }  // namespace
@@ -75,6 +87,9 @@ std::vector<ImplInfo> cuda_invariant_impls() {
        [](const OpArgs &x) { return cuda_ops::silu_and_mul(x.tensors.at(0)); }},
       {"invariant", "embedding", b, float_dtypes(), e, "row gather (index_select of whole rows)",
        [](const OpArgs &x) { return cuda_ops::embedding(x.tensors.at(0), x.tensors.at(1)); }},
+      {"invariant", "scaled_mm", b, float_dtypes(), e,
+       "fp8 via exact float16 mma.sync, 64x64 tiles, float32 partial per 128-wide K block times its scales, in K order",
+       run_scaled_mm},
   };
   for (ImplInfo &i : impls)
     if (i.impl == "invariant" && (i.op == "mm" || i.op == "addmm" || i.op == "bmm")) declare_matmul_paths(i);
