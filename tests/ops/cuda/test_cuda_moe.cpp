@@ -1,0 +1,232 @@
+// The fp8 scaled matmul on CUDA (ops/cuda/scaled_mm.cu) and the CUDA baselines of the fp8 and
+// MoE ops: exact against the float64 reference where every value is an integer (so any order
+// gives the same bits), accurate within the definition's bound on normal data, a row's bits
+// alone and in any batch (bitwise), every scale mode and output dtype, the one-line errors; and
+// the libtorch pipelines (torch-scaled-mm, torch-grouped, torch) on exactly computable data.
+#include "ops/cpu/moe.h"
+#include "ops/cuda/moe_ops.h"
+#include "ops/registry.h"
+#include "properties/accuracy.h"
+#include "tests/ops/cpu/test_support.h"
+
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+
+#include <array>
+#include <iostream>
+#include <string>
+#include <vector>
+
+namespace detfuzz {
+namespace {
+
+#define REQUIRE_GPU() \
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA GPU: none found"
+
+using cpu_ops::ScaleMode;
+using test::bitwise_equal;
+
+const ScaleMode kModes[] = {ScaleMode::tensor, ScaleMode::channel, ScaleMode::block};
+
+const ImplInfo &cuda_impl(const std::string &impl, const std::string &op) {
+  if (const ImplInfo *i = find_impl(op, impl, Backend::cuda)) return *i;
+  throw std::runtime_error("no CUDA impl " + impl + " of " + op);
+}
+
+at::Tensor ints(at::IntArrayRef sizes, int64_t lo, int64_t hi, at::ScalarType dtype, uint64_t seed) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return at::randint(lo, hi + 1, sizes, gen, at::TensorOptions().dtype(at::kFloat)).to(dtype);
+}
+
+// The same arguments with every tensor on the GPU.
+OpArgs on_gpu(OpArgs a) {
+  for (at::Tensor &t : a.tensors) t = t.to(at::kCUDA);
+  return a;
+}
+
+// scaled_mm's arguments on the host: integers in [-lim, lim] with power-of-two scales in
+// [1/4, 4] (every product and sum exact), or normal values with positive scales.
+OpArgs scaled_mm_args(ScaleMode mode, int64_t m, int64_t n, int64_t k, bool bias, at::ScalarType out, uint64_t seed,
+                      int64_t lim = 0) {
+  OpArgs a;
+  const auto fp8 = at::kFloat8_e4m3fn;
+  const auto sa = cpu_ops::scale_a_sizes(mode, m, k), sb = cpu_ops::scale_b_sizes(mode, k, n);
+  if (lim > 0) {
+    a.tensors = {ints({m, k}, -lim, lim, fp8, seed), ints({k, n}, -lim, lim, fp8, seed + 1),
+                 at::pow(2.0, ints(sa, -2, 2, at::kFloat, seed + 2)),
+                 at::pow(2.0, ints(sb, -2, 2, at::kFloat, seed + 3))};
+    if (bias) a.tensors.push_back(ints({n}, -50, 50, out, seed + 4));
+  } else {
+    a.tensors = {test::randn({m, k}, fp8, seed), test::randn({k, n}, fp8, seed + 1),
+                 test::randn(sa, at::kFloat, seed + 2).abs() + 0.01,
+                 test::randn(sb, at::kFloat, seed + 3).abs() + 0.01};
+    if (bias) a.tensors.push_back(test::randn({n}, out, seed + 4));
+  }
+  a.params = {{"scale", cpu_ops::to_string(mode)}, {"bias", bias ? "1" : "0"}};
+  a.out_dtype = out;
+  return a;
+}
+
+// The first `rows` rows of a's batch (a and, where it has rows, scale_a).
+OpArgs first_rows(const OpArgs &a, ScaleMode mode, int64_t begin, int64_t rows) {
+  OpArgs s = a;
+  s.tensors[0] = a.tensors[0].narrow(0, begin, rows);
+  if (mode != ScaleMode::tensor) s.tensors[2] = a.tensors[2].narrow(0, begin, rows);
+  return s;
+}
+
+TEST(CudaScaledMm, ExactOnIntegersAgainstTheReference) {
+  REQUIRE_GPU();
+  const ImplInfo &impl = cuda_impl("invariant", "scaled_mm");
+  uint64_t seed = 1;
+  for (ScaleMode mode : kModes)
+    for (at::ScalarType out : test::float_types())
+      for (int64_t k : {1, 15, 128, 129, 300}) {
+        // |a|, |b| <= 4, scales 2^-2..2^2: every partial and sum is exact in float32, so the
+        // output is the exact value rounded once, as the reference's is.
+        const OpArgs host = scaled_mm_args(mode, 70, 131, k, seed % 2 == 0, out, seed, 4);
+        ++seed;
+        const at::Tensor want = reference_f64("scaled_mm", host).to(out);
+        EXPECT_TRUE(bitwise_equal(want, impl.run(on_gpu(host)).cpu()))
+            << cpu_ops::to_string(mode) << " " << out << " K=" << k;
+      }
+}
+
+TEST(CudaScaledMm, AccurateWithinTheDefinitionsBound) {
+  REQUIRE_GPU();
+  const ImplInfo &impl = cuda_impl("invariant", "scaled_mm");
+  uint64_t seed = 100;
+  for (ScaleMode mode : kModes)
+    for (at::ScalarType out : test::float_types())
+      for (auto [m, n, k] :
+           std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {5, 131, 127}, {70, 65, 512}, {33, 200, 1000}}) {
+        const OpArgs host = scaled_mm_args(mode, m, n, k, true, out, seed++);
+        const at::Tensor got = impl.run(on_gpu(host)).cpu();
+        EXPECT_EQ(got.scalar_type(), out);
+        EXPECT_TRUE(test::accurate("scaled_mm", host, got))
+            << cpu_ops::to_string(mode) << " " << out << " " << m << "x" << n << "x" << k;
+      }
+}
+
+// Row i of an M-row call equals the 1-row call and the rows of every shorter prefix, bit for bit,
+// across the 64-row tiles (M up to 200) and for every scale mode.
+TEST(CudaScaledMm, RowsHaveTheSameBitsAloneAndInAnyBatch) {
+  REQUIRE_GPU();
+  const ImplInfo &impl = cuda_impl("invariant", "scaled_mm");
+  for (ScaleMode mode : kModes)
+    for (at::ScalarType out : {at::kFloat, at::kBFloat16}) {
+      const OpArgs all = on_gpu(scaled_mm_args(mode, 200, 150, 300, true, out, 7));
+      const at::Tensor whole = impl.run(all).cpu();
+      for (int64_t i : {0, 1, 63, 64, 65, 127, 128, 199})
+        EXPECT_TRUE(bitwise_equal(whole.narrow(0, i, 1), impl.run(first_rows(all, mode, i, 1)).cpu()))
+            << cpu_ops::to_string(mode) << " " << out << " row " << i << " alone";
+      for (int64_t m : {2, 17, 64, 65, 130})
+        EXPECT_TRUE(bitwise_equal(whole.narrow(0, 0, m), impl.run(first_rows(all, mode, 0, m)).cpu()))
+            << cpu_ops::to_string(mode) << " " << out << " first " << m << " rows";
+      EXPECT_TRUE(bitwise_equal(whole.narrow(0, 37, 100), impl.run(first_rows(all, mode, 37, 100)).cpu()))
+          << cpu_ops::to_string(mode) << " " << out << " rows 37..136";
+    }
+}
+
+TEST(CudaScaledMm, EmptyAndOneLineErrors) {
+  REQUIRE_GPU();
+  const ImplInfo &impl = cuda_impl("invariant", "scaled_mm");
+  const OpArgs k0 = on_gpu(scaled_mm_args(ScaleMode::tensor, 3, 5, 0, true, at::kFloat, 1));
+  EXPECT_TRUE(bitwise_equal(k0.tensors[4].cpu().reshape({1, 5}).expand({3, 5}), impl.run(k0).cpu()));
+  EXPECT_EQ(impl.run(on_gpu(scaled_mm_args(ScaleMode::channel, 0, 5, 9, false, at::kFloat, 1))).sizes().vec(),
+            (std::vector<int64_t>{0, 5}));
+  OpArgs a = on_gpu(scaled_mm_args(ScaleMode::block, 4, 4, 200, false, at::kFloat, 1));
+  a.params["scale"] = "channel";
+  EXPECT_TRUE(test::throws_with([&] { impl.run(a); }, "scale_a must be [4, 1]"));
+  OpArgs b = on_gpu(scaled_mm_args(ScaleMode::tensor, 4, 4, 8, false, at::kFloat, 1));
+  b.tensors[0] = b.tensors[0].to(at::kHalf);
+  EXPECT_TRUE(test::throws_with([&] { impl.run(b); }, "float8_e4m3fn"));
+  OpArgs c = on_gpu(scaled_mm_args(ScaleMode::tensor, 4, 4, 8, false, at::kFloat, 1));
+  c.tensors[3] = c.tensors[3].cpu();
+  EXPECT_TRUE(test::throws_with([&] { impl.run(c); }, "scale_b must be on"));
+}
+
+TEST(CudaScaledMm, Registered) {
+  REQUIRE_GPU();
+  EXPECT_EQ(cuda_impl("invariant", "scaled_mm").expectation, Expectation::must_hold);
+  EXPECT_EQ(cuda_impl("torch-scaled-mm", "scaled_mm").expectation, Expectation::observed);
+  for (const char *op : {"fused_moe", "fused_moe_fp8"})
+    EXPECT_EQ(cuda_impl("torch-grouped", op).expectation, Expectation::observed);
+}
+
+// cuBLASLt's fp8 GEMM on integers small enough that any accumulation is exact: the reference's
+// bits per tensor and rowwise (K and N off cuBLASLt's alignment: the zero padding), and for block
+// scales the same bits or libtorch's one-line refusal on this device.
+TEST(CudaTorchBaselines, ScaledMmExactOnIntegers) {
+  REQUIRE_GPU();
+  const ImplInfo &impl = cuda_impl("torch-scaled-mm", "scaled_mm");
+  for (ScaleMode mode : kModes)
+    for (int64_t k : {40, 128, 256}) {
+      const OpArgs host = scaled_mm_args(mode, 9, 20, k, false, at::kBFloat16, 30 + k, 2);
+      const at::Tensor want = reference_f64("scaled_mm", host).to(at::kBFloat16);
+      if (mode != ScaleMode::block) {
+        EXPECT_TRUE(bitwise_equal(want, impl.run(on_gpu(host)).cpu())) << cpu_ops::to_string(mode) << " K=" << k;
+        continue;
+      }
+      try {
+        EXPECT_TRUE(bitwise_equal(want, impl.run(on_gpu(host)).cpu())) << "block K=" << k;
+      } catch (const c10::Error &e) {
+        const std::string what = e.what_without_backtrace();
+        EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+        std::cout << "torch-scaled-mm, block scales, K=" << k << ": " << what << std::endl;
+      }
+    }
+}
+
+// A MoE layer whose every value is exact in the dtype, so that any GEMM order, padding and combine
+// order gives the same bits: top-2 of two logits tied at 5 (weights 1/2 each, the others negative),
+// integer x and gate rows making every gate >= 20 (silu(g) == g in float32), integer up rows, down
+// rows with one +-1 each (y = +-a). float32: x, gate weights in [1, 3], up in [-2, 2];
+// bfloat16 (8 significant bits): x and gate weights 1, up in [-1, 1], so a = 20 u.
+OpArgs exact_moe(at::ScalarType dtype, bool fp8, int64_t t, int64_t h, int64_t e, int64_t i, uint64_t seed) {
+  const bool wide = dtype == at::kFloat;
+  const at::Tensor x = wide ? ints({t, h}, 1, 3, at::kFloat, seed) : at::ones({t, h});
+  at::Tensor logits = -1 - ints({t, e}, 0, 20, at::kFloat, seed + 1) / 8;
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed + 2);
+  for (int64_t r = 0; r < t; ++r) {
+    const at::Tensor pick = at::randperm(e, gen).narrow(0, 0, 2);
+    logits[r].index_fill_(0, pick, 5.0);
+  }
+  const at::Tensor gate = wide ? ints({e, i, h}, 1, 3, at::kFloat, seed + 3) : at::ones({e, i, h});
+  const at::Tensor up = ints({e, i, h}, wide ? -2 : -1, wide ? 2 : 1, at::kFloat, seed + 4);
+  const at::Tensor cols = ints({e, h, 1}, 0, i - 1, at::kLong, seed + 5);
+  const at::Tensor signs = ints({e, h, 1}, 0, 1, at::kFloat, seed + 6) * 2 - 1;
+  const at::Tensor down = at::zeros({e, h, i}).scatter_(2, cols, signs);
+  OpArgs a;
+  const at::ScalarType wt = fp8 ? at::kFloat8_e4m3fn : dtype;
+  a.tensors = {x.to(dtype), logits, at::cat({gate, up}, 1).to(wt), down.to(wt)};
+  if (fp8) {
+    a.tensors.push_back(at::ones({e, (2 * i + 127) / 128, (h + 127) / 128}));
+    a.tensors.push_back(at::ones({e, (h + 127) / 128, (i + 127) / 128}));
+  }
+  a.params = {{"topk", "2"}};
+  return a;
+}
+
+TEST(CudaTorchBaselines, MoePipelinesExactOnExactData) {
+  REQUIRE_GPU();
+  const ImplInfo *cpu = find_impl("fused_moe", "invariant", Backend::cpu);
+  ASSERT_NE(cpu, nullptr);
+  uint64_t seed = 1;
+  for (bool fp8 : {false, true})
+    for (at::ScalarType dtype : {at::kFloat, at::kBFloat16})
+      for (auto [t, h, e, i] : std::vector<std::array<int64_t, 4>>{{1, 20, 8, 12}, {37, 20, 8, 12}, {64, 24, 64, 16}}) {
+        const OpArgs host = exact_moe(dtype, fp8, t, h, e, i, seed++);
+        const at::Tensor want = cpu->run(host);
+        for (const char *name : {"torch", "torch-grouped"}) {
+          const std::string what = std::string(name) + (fp8 ? " fp8 " : " ") + c10::toString(dtype) + " " +
+                                   std::to_string(t) + "x" + std::to_string(h) + "x" + std::to_string(e) + "x" +
+                                   std::to_string(i);
+          EXPECT_TRUE(bitwise_equal(want, cuda_impl(name, fp8 ? "fused_moe_fp8" : "fused_moe").run(on_gpu(host)).cpu()))
+              << what;
+        }
+      }
+}
+
+}  // namespace
+}  // namespace detfuzz
