@@ -5,6 +5,7 @@
 #include "properties/bench_timing.h"
 #include "properties/defs/op_def.h"
 #include "properties/family.h"
+#include "properties/rows/row_properties.h"
 
 #define CSV_IO_NO_THREAD
 #include <libfccp/csv.h>
@@ -431,6 +432,56 @@ std::string speedup_summary(const std::map<std::string, std::vector<SpeedupSampl
   return out.str();
 }
 
+namespace {
+
+// The inputs of one impl's scan, cut to M rows: mm's random A and B for a plain impl name; for
+// "OP/IMPL", the inputs that OP's definition makes for a case of shape M = max_m, N, K (its
+// default parameters, contiguous, normal data), narrowed along the definition's batch axis.
+struct ScanInputs {
+  const ImplInfo *impl = nullptr;
+  std::function<OpArgs(int64_t m)> rows;
+  int out_dim = 0;
+};
+
+ScanInputs scan_inputs(const std::string &name, const ScanConfig &cfg, at::ScalarType dtype, const at::Tensor &a,
+                       const at::Tensor &b) {
+  ScanInputs s;
+  const size_t slash = name.find('/');
+  if (slash == std::string::npos) {
+    s.impl = &cuda_impl("mm", name);
+    s.rows = [a, b](int64_t m) {
+      OpArgs args;
+      args.tensors = {a.narrow(0, 0, m), b};
+      return args;
+    };
+    return s;
+  }
+  const std::string op = name.substr(0, slash);
+  const OpDef *def = find_op_def(op);
+  if (!def || def->size_names != std::vector<std::string>{"M", "N", "K"} || !def->has_batch())
+    throw std::invalid_argument("scan: '" + op + "' is not an op of shape M N K with a batch (in impl '" + name + "')");
+  s.impl = &cuda_impl(op, name.substr(slash + 1));
+  CaseSpec c;
+  c.op = op;
+  c.impl = s.impl->impl;
+  c.backend = Backend::cuda;
+  c.dtype = dtype;
+  c.shape = {cfg.max_m, cfg.n, cfg.k};
+  c.layout = std::string(def->input_sizes(c).size(), 'c');
+  c.seed = 20261121;
+  const OpArgs full = make_row_args(c);
+  const BatchAxis axis = def->batch_axis(c);
+  s.out_dim = axis.out_dim;
+  s.rows = [full, axis](int64_t m) {
+    OpArgs args = full;
+    for (auto [t, dim] : axis.inputs) args.tensors[t] = full.tensors[t].narrow(dim, 0, m);
+    return args;
+  };
+  return s;
+}
+
+}  // namespace
+
 std::string run_scan(const ScanConfig &cfg, std::ostream &log) {
   need_gpu("scan");
   at::Generator gen = at::cuda::detail::createCUDAGenerator();
@@ -442,21 +493,20 @@ std::string run_scan(const ScanConfig &cfg, std::ostream &log) {
     const at::Tensor a = at::randn({cfg.max_m, cfg.k}, gen, opts).to(dtype);
     const at::Tensor b = at::randn({cfg.k, cfg.n}, gen, opts).to(dtype);
     for (const auto &name : cfg.impls) {
-      const ImplInfo &impl = cuda_impl("mm", name);
-      OpArgs args;
-      args.tensors = {a.narrow(0, 0, 1), b};
-      const at::Tensor one_row = impl.run(args);
+      const ScanInputs in = scan_inputs(name, cfg, dtype, a, b);
+      const ImplInfo &impl = *in.impl;
+      const int d = in.out_dim;
+      const at::Tensor one_row = impl.run(in.rows(1));
       at::Tensor prev = one_row;
       std::vector<int64_t> row0_changes, prefix_changes;
       for (int64_t m = 1; m <= cfg.max_m; ++m) {
-        args.tensors[0] = a.narrow(0, 0, m);
-        const at::Tensor out = impl.run(args);
-        const bool row0_same = same_bits(out.narrow(0, 0, 1), one_row);
-        const bool prefix_same = m == 1 || same_bits(out.narrow(0, 0, m - 1), prev);
+        const at::Tensor out = impl.run(in.rows(m));
+        const bool row0_same = same_bits(out.narrow(d, 0, 1), one_row);
+        const bool prefix_same = m == 1 || same_bits(out.narrow(d, 0, m - 1), prev);
         uint64_t ulp = 0;
-        if (!row0_same) ulp = bitwise_diff(one_row.cpu(), out.narrow(0, 0, 1).cpu()).max_ulp;
+        if (!row0_same) ulp = bitwise_diff(one_row.cpu(), out.narrow(d, 0, 1).cpu()).max_ulp;
         int64_t prefix_differing = 0;
-        if (!prefix_same) prefix_differing = bitwise_diff(prev.cpu(), out.narrow(0, 0, m - 1).cpu()).differing;
+        if (!prefix_same) prefix_differing = bitwise_diff(prev.cpu(), out.narrow(d, 0, m - 1).cpu()).differing;
         if (!row0_same) row0_changes.push_back(m);
         if (!prefix_same) prefix_changes.push_back(m);
         csv << name << ',' << dtype_name(dtype) << ',' << cfg.n << ',' << cfg.k << ',' << m << ','

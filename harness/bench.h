@@ -15,7 +15,9 @@
 //
 // scan: for one (N, K, dtype), for M = 1..max, compares row 0 of the M-row product with the
 // 1-row product, and the first M-1 rows with the (M-1)-row product: every M where a baseline's
-// kernel choice changes the bits.
+// kernel choice changes the bits. Impls are mm's, or OP/IMPL for another op whose definition has
+// the shape M N K and a batch (scaled_mm/torch-scaled-mm: its inputs as the definition makes
+// them, default parameters).
 #pragma once
 
 #include <cstdint>
