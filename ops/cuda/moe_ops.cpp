@@ -1,13 +1,18 @@
-// Host dispatch of the fp8 scaled matmul on CUDA: the checks of the CPU kernel (same messages),
-// contiguous copies of what is not (bitwise), then the launcher. Nothing here depends on M.
+// Host dispatch of the fp8 scaled matmul and the fused MoE layer on CUDA: the checks of the CPU
+// kernels (same messages), contiguous copies of what is not (bitwise), then the launchers.
+// scaled_mm decides nothing from M. fused_moe reads the routing back to the host to group the
+// (token, slot) pairs by expert into tiles: which pairs share a tile, never what a pair computes.
 #include "ops/cuda/moe_ops.h"
 
+#include "ops/cuda/fused_moe.cuh"
 #include "ops/cuda/scaled_mm.cuh"
 
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace detfuzz::cuda_ops {
@@ -20,6 +25,8 @@ std::string sizes_text(const std::vector<int64_t> &s) {
   for (size_t k = 0; k < s.size(); ++k) out += (k ? ", " : "") + std::to_string(s[k]);
   return out + "]";
 }
+
+int64_t blocks_of(int64_t n) { return (n + cpu_ops::kFp8Block - 1) / cpu_ops::kFp8Block; }
 
 ck::DType out_kernel_dtype(at::ScalarType t) {
   switch (t) {
@@ -41,6 +48,49 @@ ck::Fp8Scale kernel_mode(cpu_ops::ScaleMode m) {
 void check_on(const at::Tensor &t, const at::Tensor &a, const char *name) {
   TORCH_CHECK(t.is_cuda() && t.device() == a.device(), "scaled_mm: ", name, " must be on ", a.device(), ", got ",
               t.device());
+}
+
+void check_logits(const at::Tensor &logits, int64_t top_k) {
+  TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat, "fused_moe: logits must be float32 [T, E], got ",
+              logits.scalar_type(), " ", logits.sizes());
+  TORCH_CHECK(logits.is_cuda(), "fused_moe: logits must be a CUDA tensor, got device ", logits.device());
+  TORCH_CHECK(top_k >= 1 && top_k <= logits.size(1), "fused_moe: top_k=", top_k, " must be in [1, E] = [1, ",
+              logits.size(1), "]");
+}
+
+cudaStream_t stream_of(const at::Tensor &t) { return at::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
+
+// ids [T, k] int32 and weights [T, k] float32 on logits' device.
+std::pair<at::Tensor, at::Tensor> route(const at::Tensor &logits, int64_t top_k) {
+  const at::Tensor l = logits.contiguous();
+  const int64_t t = l.size(0);
+  at::Tensor ids = at::empty({t, top_k}, l.options().dtype(at::kInt));
+  at::Tensor weights = at::empty({t, top_k}, l.options());
+  ck::launch_moe_route(l.const_data_ptr<float>(), t, l.size(1), top_k, ids.data_ptr<int32_t>(),
+                       weights.data_ptr<float>(), stream_of(l));
+  return {ids, weights};
+}
+
+// The pairs p = token * k + slot grouped by expert (in p order within an expert), and the tiles
+// of at most kMoeTileRows pairs of one expert: (expert, first index into the order, count).
+std::pair<at::Tensor, at::Tensor> expert_tiles(const at::Tensor &ids, int64_t experts) {
+  const at::Tensor host = ids.reshape({-1}).cpu();
+  const int32_t *id = host.const_data_ptr<int32_t>();
+  const int64_t pairs = host.numel();
+  std::vector<int64_t> start(static_cast<size_t>(experts + 1), 0);
+  for (int64_t p = 0; p < pairs; ++p) ++start[static_cast<size_t>(id[p]) + 1];
+  for (int64_t e = 0; e < experts; ++e) start[e + 1] += start[e];
+  std::vector<int32_t> order(static_cast<size_t>(pairs)), tiles;
+  std::vector<int64_t> next(start.begin(), start.end() - 1);
+  for (int64_t p = 0; p < pairs; ++p) order[static_cast<size_t>(next[id[p]]++)] = static_cast<int32_t>(p);
+  for (int64_t e = 0; e < experts; ++e)
+    for (int64_t first = start[e]; first < start[e + 1]; first += ck::kMoeTileRows)
+      tiles.insert(tiles.end(), {static_cast<int32_t>(e), static_cast<int32_t>(first),
+                                 static_cast<int32_t>(std::min(ck::kMoeTileRows, start[e + 1] - first))});
+  const auto i32 = at::TensorOptions().dtype(at::kInt);
+  at::Tensor order_t = at::from_blob(order.data(), {pairs}, i32).to(ids.device());
+  at::Tensor tiles_t = at::from_blob(tiles.data(), {static_cast<int64_t>(tiles.size())}, i32).to(ids.device());
+  return {order_t, tiles_t};
 }
 
 }  // namespace
@@ -90,6 +140,86 @@ at::Tensor scaled_mm(const at::Tensor &a, const at::Tensor &b, const at::Tensor 
   p.N = n;
   p.K = k;
   ck::launch_scaled_mm(p, at::cuda::getCurrentCUDAStream(a.device().index()).stream());
+  return out;
+}
+
+cpu_ops::Routing moe_route(const at::Tensor &logits, int64_t top_k) {
+  check_logits(logits, top_k);
+  const c10::cuda::CUDAGuard guard(logits.device());
+  const auto [ids, weights] = route(logits, top_k);
+  return {ids.to(at::kLong), weights};
+}
+
+at::Tensor fused_moe(const at::Tensor &x, const at::Tensor &logits, const at::Tensor &w13, const at::Tensor &w2,
+                     const at::Tensor &w13_scale, const at::Tensor &w2_scale, int64_t top_k) {
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16,
+              "fused_moe: x must be float32, float16 or bfloat16, got ", x.scalar_type());
+  TORCH_CHECK(x.dim() == 2 && w13.dim() == 3 && w2.dim() == 3, "fused_moe: x [T, H], w13 [E, 2I, H], w2 [E, H, I] ",
+              "expected, got ", x.sizes(), ", ", w13.sizes(), ", ", w2.sizes());
+  const int64_t t_len = x.size(0), h = x.size(1), e_len = w13.size(0), inter = w2.size(2);
+  TORCH_CHECK(logits.dim() == 2 && logits.size(0) == t_len && logits.size(1) == e_len, "fused_moe: logits must be [",
+              t_len, ", ", e_len, "], got ", logits.sizes());
+  check_logits(logits, top_k);
+  TORCH_CHECK(w13.size(1) == 2 * inter && w13.size(2) == h && w2.size(0) == e_len && w2.size(1) == h,
+              "fused_moe: w13 [E, 2I, H] and w2 [E, H, I] do not fit x [T, H]: ", w13.sizes(), ", ", w2.sizes());
+  const bool fp8 = w13.scalar_type() == at::kFloat8_e4m3fn;
+  TORCH_CHECK(
+      fp8 == (w2.scalar_type() == at::kFloat8_e4m3fn) && fp8 == w13_scale.defined() && fp8 == w2_scale.defined(),
+      "fused_moe: fp8 weights need both weights fp8 and both block scales");
+  if (fp8) {
+    TORCH_CHECK(w13_scale.scalar_type() == at::kFloat && w2_scale.scalar_type() == at::kFloat,
+                "fused_moe: scales must be float32");
+    TORCH_CHECK(w13_scale.sizes().vec() == std::vector<int64_t>({e_len, blocks_of(2 * inter), blocks_of(h)}) &&
+                    w2_scale.sizes().vec() == std::vector<int64_t>({e_len, blocks_of(h), blocks_of(inter)}),
+                "fused_moe: block scales must be [E, 2I/128, H/128] and [E, H/128, I/128] (rounded up), got ",
+                w13_scale.sizes(), " and ", w2_scale.sizes());
+  } else {
+    TORCH_CHECK(w13.scalar_type() == x.scalar_type() && w2.scalar_type() == x.scalar_type(),
+                "fused_moe: weights must be fp8 or x's dtype ", x.scalar_type(), ", got ", w13.scalar_type());
+  }
+  for (const at::Tensor *t : {&x, &w13, &w2, &w13_scale, &w2_scale})
+    TORCH_CHECK(!t->defined() || t->device() == logits.device(), "fused_moe: every tensor must be on ", logits.device(),
+                ", got ", t->device());
+
+  const c10::cuda::CUDAGuard guard(x.device());
+  at::Tensor out = at::empty({t_len, h}, x.options());
+  if (t_len == 0) return out;
+  const auto [ids, weights] = route(logits, top_k);
+  const auto [order, tiles] = expert_tiles(ids, e_len);
+  const ck::MoeTiles grouped{order.const_data_ptr<int32_t>(), tiles.const_data_ptr<int32_t>(), tiles.numel() / 3};
+  const ck::DType dt = out_kernel_dtype(x.scalar_type());
+  const at::Tensor xc = x.contiguous(), w13c = w13.contiguous(), w2c = w2.contiguous();
+  const at::Tensor s13 = fp8 ? w13_scale.contiguous() : at::Tensor(), s2 = fp8 ? w2_scale.contiguous() : at::Tensor();
+  const auto f32 = x.options().dtype(at::kFloat);
+  at::Tensor act = at::empty({t_len * top_k, inter}, f32), y = at::empty({t_len * top_k, h}, f32);
+  const cudaStream_t stream = stream_of(x);
+
+  ck::MoeGemmParams up;
+  up.gate_up = true;
+  up.a = xc.data_ptr();
+  up.a_dtype = dt;
+  up.top_k = top_k;
+  up.w = w13c.data_ptr();
+  up.w_dtype = dt;
+  up.w_scale = fp8 ? s13.const_data_ptr<float>() : nullptr;
+  up.rows = 2 * inter;
+  up.cols = h;
+  up.out = act.data_ptr<float>();
+  ck::launch_moe_gemm(up, grouped, stream);
+
+  ck::MoeGemmParams down = up;
+  down.gate_up = false;
+  down.a = act.data_ptr();
+  down.a_dtype = ck::DType::f32;
+  down.w = w2c.data_ptr();
+  down.w_scale = fp8 ? s2.const_data_ptr<float>() : nullptr;
+  down.rows = h;
+  down.cols = inter;
+  down.out = y.data_ptr<float>();
+  ck::launch_moe_gemm(down, grouped, stream);
+
+  ck::launch_moe_combine(y.const_data_ptr<float>(), weights.const_data_ptr<float>(), t_len, top_k, h, out.data_ptr(),
+                         dt, stream);
   return out;
 }
 

@@ -1,7 +1,8 @@
-// The fp8 scaled matmul on CUDA tensors (host dispatch: checks, then the launcher of
-// scaled_mm.cu). Same signature and semantics as cpu_ops::scaled_mm (ops/cpu/moe.h), in the same
-// fixed order of K blocks; the block partials come from tensor cores, so the bits are the
-// kernel's own (docs/moe.md).
+// The fp8 scaled matmul and the fused MoE layer on CUDA tensors (host dispatch: checks, then the
+// launchers of scaled_mm.cu and fused_moe.cu). Same signatures and semantics as cpu_ops
+// (ops/cpu/moe.h), in the same fixed orders. scaled_mm's block partials come from tensor cores,
+// so its bits are the kernel's own; fused_moe's are the CPU kernel's but for the last bit of exp
+// (docs/moe.md).
 #pragma once
 
 #include "ops/cpu/moe.h"
@@ -14,5 +15,13 @@ namespace detfuzz::cuda_ops {
 // bias [N] of out_dtype or undefined; out_dtype float32, float16 or bfloat16.
 at::Tensor scaled_mm(const at::Tensor &a, const at::Tensor &b, const at::Tensor &scale_a, const at::Tensor &scale_b,
                      const at::Tensor &bias, cpu_ops::ScaleMode mode, at::ScalarType out_dtype);
+
+// A token's top-k experts (ids int64) and weights (float32), [T, k] each, on logits' device.
+cpu_ops::Routing moe_route(const at::Tensor &logits, int64_t top_k);
+
+// x [T, H] (float32, float16, bfloat16), logits [T, E] float32, w13 [E, 2I, H], w2 [E, H, I] of
+// x's dtype (w13_scale, w2_scale undefined) or float8_e4m3fn with their 128 x 128 block scales.
+at::Tensor fused_moe(const at::Tensor &x, const at::Tensor &logits, const at::Tensor &w13, const at::Tensor &w2,
+                     const at::Tensor &w13_scale, const at::Tensor &w2_scale, int64_t top_k);
 
 }  // namespace detfuzz::cuda_ops

@@ -40,6 +40,24 @@ at::Tensor run_scaled_mm(const OpArgs &x) {
                              x.out_dtype.value_or(at::kBFloat16));
 }
 
+// fused_moe's case parameters: `topk`, and `routing=1` for the routing instead of the layer's
+// output ([T, 2k] float32: the k weights, then the k expert ids).
+at::Tensor run_fused_moe(const OpArgs &x) {
+  const size_t n = x.tensors.size();
+  TORCH_CHECK(n == 4 || n == 6, "fused_moe: expected 4 tensors (x, logits, w13, w2) or 6 (and s13, s2), got ", n);
+  auto param = [&x](const char *key, const char *fallback) {
+    const auto it = x.params.find(key);
+    return it == x.params.end() ? std::string(fallback) : it->second;
+  };
+  const int64_t top_k = std::stoll(param("topk", "1"));
+  if (param("routing", "0") == "1") {
+    const cpu_ops::Routing r = cuda_ops::moe_route(x.tensors[1], top_k);
+    return at::cat({r.weights, r.ids.to(at::kFloat)}, 1);
+  }
+  return cuda_ops::fused_moe(x.tensors[0], x.tensors[1], x.tensors[2], x.tensors[3],
+                             n == 6 ? x.tensors[4] : at::Tensor(), n == 6 ? x.tensors[5] : at::Tensor(), top_k);
+}
+
 }  // namespace
 
 std::vector<ImplInfo> cuda_invariant_impls() {
@@ -90,6 +108,12 @@ std::vector<ImplInfo> cuda_invariant_impls() {
       {"invariant", "scaled_mm", b, float_dtypes(), e,
        "fp8 via exact float16 mma.sync, 64x64 tiles, float32 partial per 128-wide K block times its scales, in K order",
        run_scaled_mm},
+      {"invariant", "fused_moe", b, float_dtypes(), e,
+       "per-thread dot products in the CPU's order (128-wide K blocks) in two grouped GEMM launches, slot-order "
+       "combine, no atomics",
+       run_fused_moe},
+      {"invariant", "fused_moe_fp8", b, float_dtypes(), e,
+       "the same with fp8 weights, each K block's partial times its 128x128 scale", run_fused_moe},
   };
   for (ImplInfo &i : impls)
     if (i.impl == "invariant" && (i.op == "mm" || i.op == "addmm" || i.op == "bmm")) declare_matmul_paths(i);

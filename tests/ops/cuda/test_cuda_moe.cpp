@@ -1,8 +1,9 @@
-// The fp8 scaled matmul on CUDA (ops/cuda/scaled_mm.cu) and the CUDA baselines of the fp8 and
-// MoE ops: exact against the float64 reference where every value is an integer (so any order
-// gives the same bits), accurate within the definition's bound on normal data, a row's bits
-// alone and in any batch (bitwise), every scale mode and output dtype, the one-line errors; and
-// the libtorch pipelines (torch-scaled-mm, torch-grouped, torch) on exactly computable data.
+// The fp8 scaled matmul and the fused MoE layer on CUDA (ops/cuda/scaled_mm.cu, fused_moe.cu)
+// and the CUDA baselines of both: exact against the float64 reference (or the CPU kernel) where
+// every value is exact (so any order gives the same bits), accurate within the definition's bound
+// on normal data, a row's or a token's bits alone and in any batch (bitwise), every scale mode
+// and dtype, the one-line errors; and the libtorch pipelines (torch-scaled-mm, torch-grouped,
+// torch) on exactly computable data.
 #include "ops/cpu/moe.h"
 #include "ops/cuda/moe_ops.h"
 #include "ops/registry.h"
@@ -150,8 +151,10 @@ TEST(CudaScaledMm, Registered) {
   REQUIRE_GPU();
   EXPECT_EQ(cuda_impl("invariant", "scaled_mm").expectation, Expectation::must_hold);
   EXPECT_EQ(cuda_impl("torch-scaled-mm", "scaled_mm").expectation, Expectation::observed);
-  for (const char *op : {"fused_moe", "fused_moe_fp8"})
+  for (const char *op : {"fused_moe", "fused_moe_fp8"}) {
+    EXPECT_EQ(cuda_impl("invariant", op).expectation, Expectation::must_hold);
     EXPECT_EQ(cuda_impl("torch-grouped", op).expectation, Expectation::observed);
+  }
 }
 
 // cuBLASLt's fp8 GEMM on integers small enough that any accumulation is exact: the reference's
@@ -218,7 +221,7 @@ TEST(CudaTorchBaselines, MoePipelinesExactOnExactData) {
       for (auto [t, h, e, i] : std::vector<std::array<int64_t, 4>>{{1, 20, 8, 12}, {37, 20, 8, 12}, {64, 24, 64, 16}}) {
         const OpArgs host = exact_moe(dtype, fp8, t, h, e, i, seed++);
         const at::Tensor want = cpu->run(host);
-        for (const char *name : {"torch", "torch-grouped"}) {
+        for (const char *name : {"invariant", "torch", "torch-grouped"}) {
           const std::string what = std::string(name) + (fp8 ? " fp8 " : " ") + c10::toString(dtype) + " " +
                                    std::to_string(t) + "x" + std::to_string(h) + "x" + std::to_string(e) + "x" +
                                    std::to_string(i);
@@ -226,6 +229,112 @@ TEST(CudaTorchBaselines, MoePipelinesExactOnExactData) {
               << what;
         }
       }
+}
+
+// A MoE layer's arguments on the host: normal x and logits (ties: logits rounded to halves),
+// weights of x's dtype or fp8 with positive block scales.
+OpArgs moe_args(at::ScalarType dtype, bool fp8, int64_t t, int64_t h, int64_t e, int64_t i, int64_t k, uint64_t seed,
+                bool ties = false) {
+  OpArgs a;
+  at::Tensor logits = test::randn({t, e}, at::kFloat, seed + 1);
+  if (ties) logits = at::round(logits * 2) / 2;
+  const at::ScalarType wt = fp8 ? at::kFloat8_e4m3fn : dtype;
+  const double scale = fp8 ? 1.0 : 0.2;
+  a.tensors = {test::randn({t, h}, dtype, seed), logits,
+               (test::randn({e, 2 * i, h}, at::kFloat, seed + 2) * scale).to(wt),
+               (test::randn({e, h, i}, at::kFloat, seed + 3) * scale).to(wt)};
+  if (fp8) {
+    a.tensors.push_back(test::randn({e, (2 * i + 127) / 128, (h + 127) / 128}, at::kFloat, seed + 4).abs() * 0.1 +
+                        0.01);
+    a.tensors.push_back(test::randn({e, (h + 127) / 128, (i + 127) / 128}, at::kFloat, seed + 5).abs() * 0.1 + 0.01);
+  }
+  a.params = {{"topk", std::to_string(k)}};
+  return a;
+}
+
+// Tokens [begin, begin + n) of a MoE layer's batch (x and logits).
+OpArgs tokens(const OpArgs &a, int64_t begin, int64_t n) {
+  OpArgs s = a;
+  s.tensors[0] = a.tensors[0].narrow(0, begin, n);
+  s.tensors[1] = a.tensors[1].narrow(0, begin, n);
+  return s;
+}
+
+TEST(CudaFusedMoe, AccurateWithinTheDefinitionsBound) {
+  REQUIRE_GPU();
+  uint64_t seed = 1;
+  for (bool fp8 : {false, true})
+    for (at::ScalarType dtype : test::float_types())
+      for (auto [t, h, e, i, k] : std::vector<std::array<int64_t, 5>>{
+               {1, 1, 8, 1, 1}, {13, 160, 8, 70, 2}, {24, 129, 64, 200, 8}, {5, 300, 128, 33, 8}}) {
+        const char *op = fp8 ? "fused_moe_fp8" : "fused_moe";
+        const OpArgs host = moe_args(dtype, fp8, t, h, e, i, k, seed++);
+        const at::Tensor got = cuda_impl("invariant", op).run(on_gpu(host)).cpu();
+        EXPECT_EQ(got.scalar_type(), dtype);
+        EXPECT_TRUE(test::accurate(op, host, got))
+            << op << " " << dtype << " T=" << t << " H=" << h << " E=" << e << " I=" << i << " k=" << k;
+      }
+}
+
+// A token's bits alone, in the batch, in any slice of it, and beside tokens that all route to its
+// own experts (copies of its logits: one expert's tile fills up and splits), bit for bit.
+TEST(CudaFusedMoe, TokensHaveTheSameBitsAloneAndInAnyBatch) {
+  REQUIRE_GPU();
+  for (bool fp8 : {false, true})
+    for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+      const ImplInfo &impl = cuda_impl("invariant", fp8 ? "fused_moe_fp8" : "fused_moe");
+      const OpArgs all = on_gpu(moe_args(dtype, fp8, 70, 150, 8, 40, 2, 11, true));
+      const at::Tensor whole = impl.run(all).cpu();
+      for (int64_t i : {0, 1, 31, 32, 69})
+        EXPECT_TRUE(bitwise_equal(whole.narrow(0, i, 1), impl.run(tokens(all, i, 1)).cpu()))
+            << (fp8 ? "fp8 " : "") << dtype << " token " << i << " alone";
+      EXPECT_TRUE(bitwise_equal(whole.narrow(0, 20, 45), impl.run(tokens(all, 20, 45)).cpu()))
+          << (fp8 ? "fp8 " : "") << dtype << " tokens 20..64";
+      OpArgs crowd = all;
+      crowd.tensors[1] = all.tensors[1].narrow(0, 5, 1).expand({70, 8}).contiguous();
+      crowd.tensors[0] = all.tensors[0].roll(1, 0);  // token 5 at row 6, its x beside 69 others'
+      const at::Tensor crowded = impl.run(crowd).cpu();
+      EXPECT_TRUE(bitwise_equal(whole.narrow(0, 5, 1), crowded.narrow(0, 6, 1)))
+          << (fp8 ? "fp8 " : "") << dtype << " token 5 among 69 tokens routed to its experts";
+    }
+}
+
+TEST(CudaFusedMoe, RoutingIsTheCpuRouting) {
+  REQUIRE_GPU();
+  for (int64_t k : {1, 2, 8})
+    for (bool ties : {false, true}) {
+      OpArgs host = moe_args(at::kFloat, false, 50, 16, 64, 16, k, 40 + k, ties);
+      host.tensors[1][3][7] = NAN;
+      host.params["routing"] = "1";
+      const at::Tensor got = cuda_impl("invariant", "fused_moe").run(on_gpu(host)).cpu();
+      const at::Tensor want = find_impl("fused_moe", "invariant", Backend::cpu)->run(host);
+      EXPECT_TRUE(bitwise_equal(want.narrow(1, k, k), got.narrow(1, k, k))) << "expert ids, k=" << k;
+      // The weights against the float64 softmax of the chosen logits, within the definition's
+      // bound w (2 |l - l_max| + k + 6) u (properties/defs/fused_moe.cpp).
+      const at::Tensor chosen = host.tensors[1].to(at::kDouble).gather(1, want.narrow(1, k, k).to(at::kLong));
+      const at::Tensor d = chosen - chosen.narrow(1, 0, 1);
+      const at::Tensor ref = d.exp() / d.exp().sum(1, true);
+      const at::Tensor bound = ref * (2 * d.abs() + k + 6) * kUnitRoundoffF32;
+      const at::Tensor err = (got.narrow(1, 0, k).to(at::kDouble) - ref).abs();
+      const at::Tensor finite = at::isfinite(ref);
+      EXPECT_TRUE((err <= bound).logical_or(finite.logical_not()).all().item<bool>())
+          << "weights, k=" << k << ": worst error/bound " << (err / bound).masked_select(finite).max().item<double>();
+      EXPECT_TRUE(at::equal(at::isnan(got.narrow(1, 0, k)), at::isnan(ref))) << "NaN weights, k=" << k;
+    }
+}
+
+TEST(CudaFusedMoe, OneLineErrors) {
+  REQUIRE_GPU();
+  const ImplInfo &impl = cuda_impl("invariant", "fused_moe");
+  OpArgs a = on_gpu(moe_args(at::kFloat, false, 3, 8, 8, 4, 2, 1));
+  a.params["topk"] = "9";
+  EXPECT_TRUE(test::throws_with([&] { impl.run(a); }, "top_k=9 must be in [1, E]"));
+  OpArgs b = on_gpu(moe_args(at::kFloat, true, 3, 8, 8, 4, 2, 1));
+  b.tensors[4] = b.tensors[4].narrow(0, 0, 7);
+  EXPECT_TRUE(test::throws_with([&] { cuda_impl("invariant", "fused_moe_fp8").run(b); }, "block scales must be"));
+  OpArgs c = on_gpu(moe_args(at::kFloat, false, 3, 8, 8, 4, 2, 1));
+  c.tensors[1] = c.tensors[1].to(at::kHalf);
+  EXPECT_TRUE(test::throws_with([&] { impl.run(c); }, "logits must be float32"));
 }
 
 }  // namespace

@@ -1,0 +1,241 @@
+// The batch-invariant fused MoE layer on CUDA: routing, two grouped GEMMs over all experts, the
+// combine; the order of ops/cpu/moe.h, operation for operation.
+//
+// Design. Routing is one thread per token (a selection of the top k under the CPU's rule, then
+// the softmax of the chosen logits in slot order). The host groups the (token, slot) pairs by
+// expert into tiles of at most 32 pairs of one expert; each grouped GEMM is one launch over all
+// tiles (x the output columns in fixed widths), so an expert's weights are read once per tile.
+// The tile count follows the routing, but no bit does: each output element is one thread's own
+// dot product, summed on the CUDA cores (IEEE float32, --fmad=false, __f*_rn) in the CPU's order
+// (a float32 partial per 128-wide K block, sequential from zero, times its fp8 block scale,
+// added in K order) over 32-wide chunks staged in shared memory. The gate/up GEMM computes a
+// column's gate and up rows together and applies silu_and_mul (silu's expf as the CUDA
+// silu_and_mul kernel's) in its epilogue; the down GEMM writes each pair's expert output; the
+// combine adds a token's k outputs in slot order, from zero, with no atomics, and rounds once.
+// So a token's bits are the CPU kernel's (but for expf and exp in the last place), whatever the
+// batch, the experts' loads or the tiles. Tensor cores would trade that for speed with a fixed
+// in-instruction order: a later step.
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/fused_moe.cuh"
+#include "ops/cuda/mma_sm80.cuh"  // to_f, from_f
+
+#include <cuda_fp8.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace detfuzz::cuda_kernels {
+namespace {
+
+constexpr int kThreads = 256, kChunk = 32, kBlockK = 128, kRows = static_cast<int>(kMoeTileRows);
+
+__device__ __forceinline__ bool routes_before(const float *l, int64_t a, int64_t b) {
+  const bool na = isnan(l[a]), nb = isnan(l[b]);
+  if (na != nb) return nb;
+  if (!na && l[a] != l[b]) return l[a] > l[b];
+  return a < b;
+}
+
+__global__ void moe_route_kernel(const float *logits, int64_t t_len, int64_t e_len, int64_t k, int32_t *ids,
+                                 float *weights) {
+  const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (t >= t_len) return;
+  const float *l = logits + t * e_len;
+  int32_t *id = ids + t * k;
+  float *w = weights + t * k;
+  for (int64_t s = 0; s < k; ++s) {
+    int64_t best = -1;
+    for (int64_t c = 0; c < e_len; ++c) {
+      bool taken = false;
+      for (int64_t q = 0; q < s; ++q) taken = taken || id[q] == c;
+      if (!taken && (best < 0 || routes_before(l, c, best))) best = c;
+    }
+    id[s] = static_cast<int32_t>(best);
+  }
+  const float top = l[id[0]];
+  float sum = 0.f;
+  for (int64_t s = 0; s < k; ++s) {
+    w[s] = static_cast<float>(exp(static_cast<double>(__fsub_rn(l[id[s]], top))));
+    sum = __fadd_rn(sum, w[s]);
+  }
+  for (int64_t s = 0; s < k; ++s) w[s] = __fdiv_rn(w[s], sum);
+}
+
+__device__ __forceinline__ float load_as_float(const void *p, DType t, int64_t i) {
+  switch (t) {
+    case DType::f16: return to_f<__half>(static_cast<const uint16_t *>(p)[i]);
+    case DType::bf16: return to_f<__nv_bfloat16>(static_cast<const uint16_t *>(p)[i]);
+    default: return static_cast<const float *>(p)[i];
+  }
+}
+
+__device__ __forceinline__ float weight_as_float(const MoeGemmParams &p, int64_t i) {
+  if (!p.w_scale) return load_as_float(p.w, p.w_dtype, i);
+  __nv_fp8_e4m3 v;
+  v.__x = static_cast<const __nv_fp8_storage_t *>(p.w)[i];
+  return static_cast<float>(v);
+}
+
+// silu(g) * u as the silu_and_mul kernels compute it.
+__device__ __forceinline__ float silu_mul(float g, float u) {
+  float sig;
+  if (g >= 0.0f) {
+    sig = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-g)));
+  } else {
+    const float ex = expf(g);
+    sig = __fdiv_rn(ex, __fadd_rn(1.0f, ex));
+  }
+  return __fmul_rn(__fmul_rn(g, sig), u);
+}
+
+// A tile of up to kRows pairs of one expert by kCols output columns; gate_up: each column's
+// gate and up rows (2 dots per element), down: one row per column.
+template <bool kGateUp>
+__global__ void __launch_bounds__(kThreads) moe_gemm_kernel(const MoeGemmParams p, const MoeTiles tiles) {
+  constexpr int kCols = kGateUp ? 32 : 64, kWRows = 64, kPer = kRows * kCols / kThreads, kDots = kGateUp ? 2 : 1;
+  __shared__ float a_s[kRows][kChunk + 1];
+  __shared__ float w_s[kWRows][kChunk + 1];
+  const int tid = threadIdx.x;
+  const int64_t expert = tiles.tiles[3 * blockIdx.x], first = tiles.tiles[3 * blockIdx.x + 1];
+  const int count = tiles.tiles[3 * blockIdx.x + 2];
+  const int64_t n_out = kGateUp ? p.rows / 2 : p.rows, c0 = static_cast<int64_t>(blockIdx.y) * kCols;
+  const int64_t K = p.cols, kblocks_w = (p.cols + kBlockK - 1) / kBlockK;
+  const int64_t srows = (p.rows + kBlockK - 1) / kBlockK;
+  const int64_t w_base = expert * p.rows * p.cols;
+
+  // The weight row of shared-memory row c, or -1 past the matrix.
+  auto weight_row = [&](int c) -> int64_t {
+    const int64_t col = c0 + (kGateUp ? c % kCols : c);
+    if (col >= n_out) return -1;
+    return kGateUp && c >= kCols ? n_out + col : col;
+  };
+
+  float total[kPer][kDots], partial[kPer][kDots];
+#pragma unroll
+  for (int q = 0; q < kPer; ++q)
+#pragma unroll
+    for (int d = 0; d < kDots; ++d) total[q][d] = partial[q][d] = 0.f;
+
+  for (int64_t kc = 0; kc < K; kc += kChunk) {
+    const int len = static_cast<int>(K - kc < kChunk ? K - kc : kChunk);
+    __syncthreads();
+    for (int i = tid; i < kRows * kChunk; i += kThreads) {
+      const int r = i / kChunk, k = i % kChunk;
+      float v = 0.f;
+      if (r < count && k < len) {
+        const int64_t pair = tiles.order[first + r];
+        const int64_t row = kGateUp ? pair / p.top_k : pair;
+        v = load_as_float(p.a, p.a_dtype, row * K + kc + k);
+      }
+      a_s[r][k] = v;
+    }
+    for (int i = tid; i < kWRows * kChunk; i += kThreads) {
+      const int c = i / kChunk, k = i % kChunk;
+      const int64_t wr = weight_row(c);
+      w_s[c][k] = wr >= 0 && k < len ? weight_as_float(p, w_base + wr * K + kc + k) : 0.f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < kPer; ++q) {
+      const int e = tid + q * kThreads, r = e / kCols, c = e % kCols;
+#pragma unroll
+      for (int d = 0; d < kDots; ++d) {
+        float s = partial[q][d];
+        for (int k = 0; k < len; ++k) s = __fadd_rn(s, __fmul_rn(w_s[c + d * kCols][k], a_s[r][k]));
+        partial[q][d] = s;
+      }
+    }
+    // The end of a 128-wide K block (or of K): promote the block's partials.
+    if ((kc + kChunk) % kBlockK == 0 || kc + kChunk >= K) {
+      const int64_t kb = kc / kBlockK;
+#pragma unroll
+      for (int q = 0; q < kPer; ++q) {
+        const int c = (tid + q * kThreads) % kCols;
+#pragma unroll
+        for (int d = 0; d < kDots; ++d) {
+          const int64_t wr = weight_row(c + d * kCols);
+          if (p.w_scale && wr >= 0) {
+            const float scale = p.w_scale[(expert * srows + wr / kBlockK) * kblocks_w + kb];
+            total[q][d] = __fadd_rn(total[q][d], __fmul_rn(partial[q][d], scale));
+          } else {
+            total[q][d] = __fadd_rn(total[q][d], partial[q][d]);
+          }
+          partial[q][d] = 0.f;
+        }
+      }
+    }
+  }
+
+#pragma unroll
+  for (int q = 0; q < kPer; ++q) {
+    const int e = tid + q * kThreads, r = e / kCols, c = e % kCols;
+    const int64_t col = c0 + c;
+    if (r >= count || col >= n_out) continue;
+    const int64_t pair = tiles.order[first + r];
+    p.out[pair * n_out + col] = kGateUp ? silu_mul(total[q][0], total[q][kDots - 1]) : total[q][0];
+  }
+}
+
+template <typename Out>
+__device__ __forceinline__ void store_out(void *p, int64_t i, float v) {
+  if constexpr (std::is_same_v<Out, float>)
+    static_cast<float *>(p)[i] = v;
+  else
+    static_cast<uint16_t *>(p)[i] = from_f<Out>(v);
+}
+
+template <typename Out>
+__global__ void moe_combine_kernel(const float *y, const float *weights, int64_t t_len, int64_t k, int64_t h,
+                                   void *out) {
+  const int64_t n = t_len * h;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / h, j = i % h;
+    float acc = 0.f;
+    for (int64_t s = 0; s < k; ++s) acc = __fadd_rn(acc, __fmul_rn(weights[t * k + s], y[(t * k + s) * h + j]));
+    store_out<Out>(out, i, acc);
+  }
+}
+
+unsigned blocks_for(int64_t n, int threads) {
+  const int64_t b = (n + threads - 1) / threads;
+  return static_cast<unsigned>(b < 65535 * 16 ? b : 65535 * 16);
+}
+
+}  // namespace
+
+void launch_moe_route(const float *logits, int64_t t, int64_t e, int64_t k, int32_t *ids, float *weights,
+                      cudaStream_t stream) {
+  if (t == 0) return;
+  if (k < 1 || k > e) throw std::invalid_argument("moe route: top_k must be in [1, E]");
+  moe_route_kernel<<<static_cast<unsigned>((t + 127) / 128), 128, 0, stream>>>(logits, t, e, k, ids, weights);
+  DETFUZZ_LAUNCH_CHECK();
+}
+
+void launch_moe_gemm(const MoeGemmParams &p, const MoeTiles &tiles, cudaStream_t stream) {
+  const int64_t n_out = p.gate_up ? p.rows / 2 : p.rows, cols = p.gate_up ? 32 : 64;
+  if (tiles.count == 0 || n_out == 0) return;
+  if ((n_out + cols - 1) / cols > 65535)
+    throw std::invalid_argument("moe gemm: " + std::to_string(n_out) + " output columns exceed the grid");
+  const dim3 grid(static_cast<unsigned>(tiles.count), static_cast<unsigned>((n_out + cols - 1) / cols));
+  if (p.gate_up)
+    moe_gemm_kernel<true><<<grid, kThreads, 0, stream>>>(p, tiles);
+  else
+    moe_gemm_kernel<false><<<grid, kThreads, 0, stream>>>(p, tiles);
+  DETFUZZ_LAUNCH_CHECK();
+}
+
+void launch_moe_combine(const float *y, const float *weights, int64_t t, int64_t k, int64_t h, void *out,
+                        DType out_dtype, cudaStream_t stream) {
+  if (t * h == 0) return;
+  const unsigned blocks = blocks_for(t * h, 256);
+  switch (out_dtype) {
+    case DType::f32: moe_combine_kernel<float><<<blocks, 256, 0, stream>>>(y, weights, t, k, h, out); break;
+    case DType::f16: moe_combine_kernel<__half><<<blocks, 256, 0, stream>>>(y, weights, t, k, h, out); break;
+    case DType::bf16: moe_combine_kernel<__nv_bfloat16><<<blocks, 256, 0, stream>>>(y, weights, t, k, h, out); break;
+    default: throw std::invalid_argument(std::string("moe combine: output dtype ") + dtype_name(out_dtype));
+  }
+  DETFUZZ_LAUNCH_CHECK();
+}
+
+}  // namespace detfuzz::cuda_kernels

@@ -1,0 +1,54 @@
+// Raw-pointer launchers of the batch-invariant fused MoE layer (no torch here; host C++ may
+// include this header): the routing, the two grouped GEMMs over all experts and the combine, in
+// the fixed order of ops/cpu/moe.h. Every tensor is contiguous and row-major.
+#pragma once
+
+#include "ops/cuda/gemm.cuh"  // DType
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace detfuzz::cuda_kernels {
+
+// logits [t, e] float32 -> ids [t, k] int32 and weights [t, k] float32: the top k (larger logit
+// first, ties to the lower index, NaN after every number) and the softmax of the chosen logits.
+void launch_moe_route(const float *logits, int64_t t, int64_t e, int64_t k, int32_t *ids, float *weights,
+                      cudaStream_t stream);
+
+// The (token, slot) pairs p = token * k + slot, grouped by expert: `order` lists them expert by
+// expert; tile i covers order[tiles[3i + 1] .. + tiles[3i + 2]) (at most kMoeTileRows pairs), all
+// routed to expert tiles[3i].
+constexpr int64_t kMoeTileRows = 32;
+struct MoeTiles {
+  const int32_t *order = nullptr;
+  const int32_t *tiles = nullptr;
+  int64_t count = 0;
+};
+
+// One grouped GEMM over all experts. Row p of A is x[p / k] (gate_up) or act[p] (down); the
+// weights w [E, rows, cols] of `w_dtype`, or float8 e4m3fn bytes with float32 128 x 128 block
+// scales [E, ceil(rows/128), ceil(cols/128)] when w_scale is given; K = cols.
+//   gate_up: act[p, i] = silu(w[e, i] . x) * (w[e, I + i] . x), i < I = rows / 2 (float32)
+//   down:    y[p, j] = w[e, j] . act[p], j < rows (float32)
+// Each dot product: float32 partials over 128-wide K blocks summed sequentially from zero, each
+// times its block scale (fp8), added in K order: the CPU kernel's order, so its bits.
+struct MoeGemmParams {
+  bool gate_up = true;
+  const void *a = nullptr;
+  DType a_dtype = DType::f32;
+  int64_t top_k = 1;
+  const void *w = nullptr;
+  DType w_dtype = DType::f32;  // ignored for fp8 weights
+  const float *w_scale = nullptr;
+  int64_t rows = 0, cols = 0;
+  float *out = nullptr;
+};
+void launch_moe_gemm(const MoeGemmParams &p, const MoeTiles &tiles, cudaStream_t stream);
+
+// out[t, j] = sum over slots s in order of weights[t, s] * y[t * k + s, j], float32 from zero,
+// rounded once to out_dtype.
+void launch_moe_combine(const float *y, const float *weights, int64_t t, int64_t k, int64_t h, void *out,
+                        DType out_dtype, cudaStream_t stream);
+
+}  // namespace detfuzz::cuda_kernels
