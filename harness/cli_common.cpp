@@ -96,6 +96,14 @@ std::vector<Target> select_targets(const Selection &sel, Backend backend) {
       if (impl.op == op && impl.backend == backend) candidates.push_back(impl);
     if (auto spec_impl = lookup_impl(op, "torch", backend); spec_impl && candidates.empty())
       candidates.push_back(*spec_impl);
+    for (const auto &name : sel.impls) {  // a user's operator named as an impl (NS::name), where the op takes one
+      if (name.find("::") == std::string::npos) continue;
+      try {
+        if (auto user = lookup_impl(op, name, backend)) candidates.push_back(*user);
+      } catch (const std::invalid_argument &e) {
+        throw UsageError(e.what());
+      }
+    }
     for (const ImplInfo &impl : candidates) {
       const bool wanted = sel.impls.empty()
                               ? impl.impl.rfind("mutant-", 0) != 0

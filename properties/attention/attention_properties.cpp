@@ -6,11 +6,13 @@
 #include "properties/data.h"
 #include "properties/streams.h"
 
+#include "ops/attention/dispatcher_impl.h"
 #include "ops/attention/kv_cache.h"
 #include "ops/attention/paged_attention.h"
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
@@ -235,10 +237,16 @@ void require(bool ok, const std::string &what) {
   if (!ok) throw std::invalid_argument("paged_attention case: " + what);
 }
 
+// Ours and the baselines from the registry; a qualified name (NS::name) is a user's operator.
+std::optional<ImplInfo> attention_impl(const std::string &impl, Backend backend) {
+  if (const ImplInfo *i = find_impl("paged_attention", impl, backend)) return *i;
+  return paged_attention_dispatcher_impl(impl, backend);
+}
+
 }  // namespace
 
 Verdict check_attention_case(const CaseSpec &c) {
-  const ImplInfo *impl = find_impl("paged_attention", c.impl, c.backend);
+  const std::optional<ImplInfo> impl = attention_impl(c.impl, c.backend);
   if (!impl)
     throw std::invalid_argument("paged_attention case: no impl '" + c.impl + "' on backend " + to_string(c.backend));
   if (!impl->supports(c.dtype))
@@ -442,6 +450,7 @@ PropertyFamily attention_family() {
   f.own({"paged_attention"});
   f.properties = [](const std::string &) { return attention_properties(); };
   f.gen = [](const Target &t) { return gen_attention_case(t.impl, t.property, t.backend, t.dtype); };
+  f.impl = [](const std::string &, const std::string &impl, Backend backend) { return attention_impl(impl, backend); };
   f.check = check_attention_case;
   add_attention_bench(f);
   return f;

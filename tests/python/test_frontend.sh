@@ -3,7 +3,9 @@
 # build/detfuzz --import (which hands the run to python -m detfuzz), python -m detfuzz, the Python
 # API and pytest with the plugin. The planted split-K op is caught and shrunk to 17 rows in each,
 # the correct op holds, a Python exception in an op is a case `error`, a user's Python mode makes
-# the aten targets must-hold; bad input is a one-line error, exit 2, nothing written.
+# the aten targets must-hold, a Python paged attention kernel is an impl of paged_attention (its
+# planted batched-P bug caught and shrunk to two sequences); bad input is a one-line error, exit 2,
+# nothing written.
 #   tests/python/test_frontend.sh BUILD/detfuzz        (exit 77: skipped, the package was not built)
 set -u
 bin=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -80,6 +82,26 @@ check "user mode" 0 "$bin" fuzz --import planted_ops --mode planted_ops:enable_m
 check "planted user mode" 1 "$bin" fuzz --import planted_ops --mode planted_ops:enable_planted_mode --backend cpu --no-corpus --op mm --impl torch --property batch_slice --dtype float32 --budget 60s --seed 10 --stop-on-failure --out "$work/mode-planted"
 [ "$(minimal_rows "$work/mode-planted")" = 17 ] && ok || bad "planted user mode: shrunk record is not 17 rows: $(minimal_rows "$work/mode-planted")"
 
+# A Python paged attention kernel named as an impl of paged_attention (NS::name): the attention
+# properties run on it; the planted one (P rounded when batched) is caught and shrunk to two sequences.
+attn=(--import paged_ops --backend cpu --no-corpus --op paged_attention --dtype bfloat16)
+check "python attention holds" 0 "$bin" fuzz "${attn[@]}" --impl detfuzz_py_test::paged_attention --budget 20s --seed 12 --out "$work/attn-ok"
+"$python" -c 'import json,sys; t=json.load(open(sys.argv[1]+"/summary.json"))["results"]["targets"]; sys.exit(0 if len(t) == 6 and all(x["impl"]=="detfuzz_py_test::paged_attention" and x["expectation"]=="must-hold" for x in t) else 1)' "$work/attn-ok" \
+  && ok || bad "python attention: not six must-hold targets of the user's impl"
+check "python attention planted" 1 "$python" -m detfuzz fuzz "${attn[@]}" --impl detfuzz_py_test::paged_attention_batched_p --property seq_alone_vs_batched --budget 120s --seed 13 --stop-on-failure --out "$work/attn-planted"
+"$python" - "$work/attn-planted" <<'PY' && ok || bad "python attention planted: the shrunk record is not two sequences"
+import json, sys
+from detfuzz import record_fields
+t = [t for t in json.load(open(sys.argv[1] + "/summary.json"))["results"]["targets"] if t.get("minimal")]
+params = dict(kv.split("=", 1) for kv in record_fields(t[0]["minimal"])["params"].split() if "=" in kv)
+print("shrunk:", params)
+sys.exit(0 if len(params["q"].split(".")) == 2 else 1)
+PY
+check "attention impl not registered" 2 "$bin" fuzz "${attn[@]}" --impl detfuzz_py_test::no_such_kernel --budget 5s --out "$work/bad6"
+one_line_error "impl detfuzz_py_test::no_such_kernel: no such operator is registered"
+check "attention impl wrong schema" 2 "$bin" fuzz "${attn[@]}" --impl detfuzz_py_test::paged_attention_wrong_schema --budget 5s --out "$work/bad7"
+one_line_error "is not paged_attention's (Tensor q,"
+
 # Bad input: one line, exit 2, nothing written.
 check "module not found" 2 "$bin" fuzz --import no_such_module_xyz "${common[@]}" --budget 5s --out "$work/bad1"
 one_line_error "--import no_such_module_xyz: ModuleNotFoundError: No module named 'no_such_module_xyz'"
@@ -96,7 +118,7 @@ check "op not registered" 2 "$bin" fuzz --import planted_ops --spec "$work/unkno
 one_line_error "detfuzz_py_test::not_registered"
 check "mode fn missing" 2 "$bin" fuzz --mode planted_ops:no_such_fn --backend cpu --op mm --no-corpus --budget 5s --out "$work/bad5"
 one_line_error "--mode planted_ops:no_such_fn: AttributeError"
-for d in bad1 bad2 bad3 bad4 bad5; do [ ! -e "$work/$d" ] && ok || bad "$d: a refused run left $work/$d"; done
+for d in bad1 bad2 bad3 bad4 bad5 bad6 bad7; do [ ! -e "$work/$d" ] && ok || bad "$d: a refused run left $work/$d"; done
 "$bin" fuzz --help | grep -q -- "--import" && ok || bad "fuzz --help has no --import"
 
 # The Python API and pytest with the plugin (skipped where pytest is not installed).
