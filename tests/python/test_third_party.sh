@@ -2,11 +2,13 @@
 # Kernels no one here wrote, fuzzed through the Python front end on a GPU (ci/gpu-check
 # python-kernels): the seed's Triton ops under its own mode (.seed/batch_invariant_ops.py, carried:
 # fetched from thinking-machines-lab/batch_invariant_ops, never committed), liger-kernel's Triton
-# ops (its wheel carried in .whl/) and what torch.compile generates. Each campaign's table
+# ops (its wheel carried in .whl/), what torch.compile generates, and FlashInfer's paged attention
+# (.whl/flashinfer-site-*.tar.xz, made by ci/fetch-python-kernels) on the attention properties through
+# third_party/flashinfer_ops.py, with its defaults and its two invariance settings. Each campaign's table
 # (third_party/table.py) is printed and saved as OUT_DIR/<name>.md. These are observed: a failing
 # property is a finding, not a failure of this script, which exits 2 only where a campaign could
 # not run (exit 2: bad input, or a module that does not import).
-#   tests/python/test_third_party.sh OUT_DIR [seed|liger|inductor ...]
+#   tests/python/test_third_party.sh OUT_DIR [seed|liger|inductor|flashinfer ...]
 #   (DETFUZZ_PYTHON: the interpreter, default python3; DETFUZZ_PYTHON_PACKAGE: the folder holding
 #   the detfuzz package, default build/python; DETFUZZ_GPU_BUDGET: each campaign's budget, default 60s;
 #   DETFUZZ_WORKERS: run each campaign with that many fork-mode workers on the one GPU, so that
@@ -53,7 +55,23 @@ for w in "${which[@]}"; do
     inductor)
       ops=$(grep -E "^op " $tp/inductor_ops.spec | awk '{print $2}' | paste -sd,)
       campaign inductor --import $tp/inductor_ops.py --spec $tp/inductor_ops.spec --op "$ops" ;;
-    *) echo "unknown campaign '$w' (seed, liger, inductor)"; exit 2 ;;
+    flashinfer)
+      if ! "$py" -c 'import flashinfer' 2>/dev/null; then
+        site=$(ls .whl/flashinfer-site-*.tar.xz 2>/dev/null | head -1)
+        [ -n "$site" ] || { echo "== flashinfer: flashinfer is not installed and no .whl/flashinfer-site-*.tar.xz was carried (ci/fetch-python-kernels), skipped"; continue; }
+        mkdir -p "$out/flashinfer-site" && tar -xJf "$site" -C "$out/flashinfer-site" || { status=2; continue; }
+        if ! "$py" -c 'import numpy' 2>/dev/null; then
+          "$py" -m pip install -q --no-index --no-deps --no-compile --target "$out/flashinfer-site" .whl/numpy-*.whl || { status=2; continue; }
+        fi
+        export PYTHONPATH="$out/flashinfer-site:$PYTHONPATH" PATH="$out/flashinfer-site/bin:$PATH"
+      fi
+      # FlashInfer compiles its kernels at first use (nvcc): every kind the campaign draws, in parallel, first.
+      export FLASHINFER_BACKEND_LOG="$out/flashinfer-backends.txt"
+      echo "== flashinfer: JIT warm-up"; "$py" $tp/flashinfer_ops.py warm 2>&1 | tail -12
+      campaign flashinfer --import $tp/flashinfer_ops.py --op paged_attention --dtype bfloat16 \
+        --impl detfuzz_flashinfer::paged_attention,detfuzz_flashinfer::paged_attention_fixed_split,detfuzz_flashinfer::paged_attention_no_split
+      echo "backends plan() resolved:"; sort -u "$FLASHINFER_BACKEND_LOG" 2>/dev/null ;;
+    *) echo "unknown campaign '$w' (seed, liger, inductor, flashinfer)"; exit 2 ;;
   esac
 done
 exit $status

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Markdown table of one or more campaigns' summary.json: one row per op, one column per property
+"""Markdown table of one or more campaigns' summary.json: one row per op (per impl where the impl is
+a user's operator, NS::name, as FlashInfer's paged attention variants are), one column per property
 (held, or the dtypes that failed it), the first failing record's shape and detail, cases and
 cases/s. ci/gpu-check python-kernels prints it; README's tables of third-party kernels are these.
 
@@ -21,7 +22,7 @@ def rows(report_dirs):
             print(f"| {d} | no summary ({e.__class__.__name__}) |")
             continue
         for t in summary["results"]["targets"]:
-            by_op.setdefault(t["op"], []).append(t)
+            by_op.setdefault(t["impl"] if "::" in t["impl"] else t["op"], []).append(t)
     return by_op
 
 
