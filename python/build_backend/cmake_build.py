@@ -45,8 +45,12 @@ def build_package():
         if shutil.which("ccache"):
             configure += ["-DCMAKE_CXX_COMPILER_LAUNCHER=ccache", "-DCMAKE_CUDA_COMPILER_LAUNCHER=ccache"]
     configure += shlex.split(os.environ.get("DETFUZZ_CMAKE_ARGS", ""))
-    subprocess.check_call(configure)
-    subprocess.check_call(["cmake", "--build", build, "--target", "detfuzz_python", "-j", os.environ.get("JOBS", str(os.cpu_count() or 2))])
+    # cmake (and the compilers it runs) without pip's build isolation, which works through PYTHONPATH
+    # and PYTHONNOUSERSITE: a cmake installed from PyPI is a Python script that must import its module.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONNOUSERSITE", "PYTHONHOME")}
+    subprocess.check_call(configure, env=env)
+    subprocess.check_call(["cmake", "--build", build, "--target", "detfuzz_python", "-j",
+                           os.environ.get("JOBS", str(os.cpu_count() or 2))], env=env)
     package = os.path.join(build, "python", "detfuzz")
     if not glob.glob(os.path.join(package, "_detfuzz*.so")):
         sys.exit(f"detfuzz: the build made no extension module in {package}")

@@ -2,7 +2,9 @@
 environment that runs pip, so that nothing is downloaded.
 
 pip's isolated build environment hides that environment's site-packages; the build needs its
-torch (libtorch and the pybind11 headers the extension links), so they are put back on sys.path.
+torch (libtorch and the pybind11 headers the extension links), so they are put back on sys.path:
+the interpreter's own folders, and those it sees outside the isolation (a venv made with
+--system-site-packages reaches its base's packages only there).
 Where setuptools can make wheels (setuptools >= 70.1, or the `wheel` package), setup.py builds
 (its build_ext runs CMake: cmake_build.py); otherwise this module writes the wheel itself from
 the same CMake build.
@@ -13,15 +15,25 @@ import hashlib
 import io
 import os
 import site
+import subprocess
 import sys
 import sysconfig
 import zipfile
 
-for _key in ("purelib", "platlib"):
-    _path = sysconfig.get_paths()[_key]
-    if _path not in sys.path:
-        sys.path.append(_path)
-for _path in site.getsitepackages():
+
+def _outer_sys_path():
+    """sys.path of this interpreter outside pip's isolation, which works through PYTHONPATH and
+    PYTHONNOUSERSITE: a venv made with --system-site-packages sees its base's packages only there."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONNOUSERSITE", "PYTHONHOME")}
+    try:
+        out = subprocess.run([sys.executable, "-c", "import sys; print('\\n'.join(sys.path))"], env=env, cwd="/",
+                             capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [p for p in out.stdout.splitlines() if p and os.path.isdir(p)] if out.returncode == 0 else []
+
+
+for _path in [sysconfig.get_paths()[k] for k in ("purelib", "platlib")] + site.getsitepackages() + _outer_sys_path():
     if _path not in sys.path:
         sys.path.append(_path)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

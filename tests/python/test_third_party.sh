@@ -59,17 +59,25 @@ for w in "${which[@]}"; do
       if ! "$py" -c 'import flashinfer' 2>/dev/null; then
         site=$(ls .whl/flashinfer-site-*.tar.xz 2>/dev/null | head -1)
         [ -n "$site" ] || { echo "== flashinfer: flashinfer is not installed and no .whl/flashinfer-site-*.tar.xz was carried (ci/fetch-python-kernels), skipped"; continue; }
-        mkdir -p "$out/flashinfer-site" && tar -xJf "$site" -C "$out/flashinfer-site" || { status=2; continue; }
+        fi_site=$(mktemp -d)  # outside OUT_DIR: 440 MB of sources that the report does not need
+        trap 'rm -rf "$fi_site"' EXIT
+        tar -xJf "$site" -C "$fi_site" || { status=2; continue; }
         if ! "$py" -c 'import numpy' 2>/dev/null; then
-          "$py" -m pip install -q --no-index --no-deps --no-compile --target "$out/flashinfer-site" .whl/numpy-*.whl || { status=2; continue; }
+          "$py" -m pip install -q --no-index --no-deps --no-compile --target "$fi_site" .whl/numpy-*.whl || { status=2; continue; }
         fi
-        export PYTHONPATH="$out/flashinfer-site:$PYTHONPATH" PATH="$out/flashinfer-site/bin:$PATH"
+        export PYTHONPATH="$fi_site:$PYTHONPATH" PATH="$fi_site/bin:$PATH"
       fi
       # FlashInfer compiles its kernels at first use (nvcc): every kind the campaign draws, in parallel, first.
       export FLASHINFER_BACKEND_LOG="$out/flashinfer-backends.txt"
       echo "== flashinfer: JIT warm-up"; "$py" $tp/flashinfer_ops.py warm 2>&1 | tail -12
-      campaign flashinfer --import $tp/flashinfer_ops.py --op paged_attention --dtype bfloat16 \
-        --impl detfuzz_flashinfer::paged_attention,detfuzz_flashinfer::paged_attention_fixed_split,detfuzz_flashinfer::paged_attention_no_split
+      # One campaign per setting, so that shrinking one setting's failures does not take another's time.
+      for variant in paged_attention paged_attention_fixed_split paged_attention_no_split; do
+        campaign "flashinfer-$variant" --import $tp/flashinfer_ops.py --op paged_attention --dtype bfloat16 \
+          --impl "detfuzz_flashinfer::$variant"
+      done
+      fi_runs=("$out"/flashinfer-paged_attention{,_fixed_split,_no_split})
+      echo "== flashinfer, the three settings"; "$py" $tp/table.py "${fi_runs[@]}" | tee "$out/flashinfer.md"
+      "$py" $tp/table.py --records "${fi_runs[@]}"
       echo "backends plan() resolved:"; sort -u "$FLASHINFER_BACKEND_LOG" 2>/dev/null ;;
     *) echo "unknown campaign '$w' (seed, liger, inductor, flashinfer)"; exit 2 ;;
   esac

@@ -10,7 +10,8 @@ cu_seqlens_q [S+1]; seq_lens_kv [S]; block_table [S, max_pages]) and the softmax
 FlashInfer the way an engine does: the pools are FlashInfer's NHD paged layout as they are, each
 sequence's pages are its block table's first ceil(kv / page_size) entries (indptr, indices,
 last_page_len), a batch of decodes (every q = 1) goes to BatchDecodeWithPagedKVCacheWrapper (tensor
-cores for GQA groups of 4 or more, as SGLang chooses) and any other batch to
+cores for GQA groups of 4 or more, as SGLang chooses, and always with a fixed split size, which
+FlashInfer accepts only there) and any other batch to
 BatchPrefillWithPagedKVCacheWrapper with causal=True (FlashInfer aligns the mask bottom-right).
 Three impls differ only in what plan() is told:
 
@@ -81,7 +82,9 @@ def _attention(q, k_pool, v_pool, cu_seqlens_q, seq_lens_kv, block_table, scale,
     elif split == "none":
         extra["disable_split_kv"] = True
     if decode:
-        w = _wrapper("decode", dev, tensor_cores=h_q // h_kv >= 4)
+        # FlashInfer takes a fixed split size only in its tensor-core decode (as SGLang's deterministic
+        # mode runs decode); otherwise tensor cores from GQA groups of 4, as SGLang picks them.
+        w = _wrapper("decode", dev, tensor_cores=h_q // h_kv >= 4 or split == "fixed")
         w.plan(indptr, indices, last, h_q, h_kv, d, page, q_data_type=q.dtype, kv_data_type=k_pool.dtype,
                sm_scale=scale, **extra)
         _log_backend("decode", w, q)

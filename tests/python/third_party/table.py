@@ -5,6 +5,7 @@ a user's operator, NS::name, as FlashInfer's paged attention variants are), one 
 cases/s. ci/gpu-check python-kernels prints it; README's tables of third-party kernels are these.
 
     python3 tests/python/third_party/table.py REPORT_DIR [REPORT_DIR ...]   (the detfuzz package on PYTHONPATH)
+    python3 tests/python/third_party/table.py --records REPORT_DIR ...      each failing target's shrunk record
 """
 import collections
 import json
@@ -58,7 +59,16 @@ def main(dirs):
         print(f"| {name} | " + " | ".join(cells) + f" | {first or '-'} | {cases} | {cases / max(seconds, 1e-9):.0f} |")
 
 
+def records(dirs):
+    for name, targets in rows(dirs).items():
+        for t in targets:
+            if t.get("minimal"):
+                rec = record_fields(t["minimal"])
+                print(f"- {name} {rec['property']} {rec['dtype']}: shape {rec['shape']} {rec['params']}: "
+                      f"{rec['outcome']}, {rec['detail'][:160]}")
+
+
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit("usage: table.py REPORT_DIR [REPORT_DIR ...]")
-    main(sys.argv[1:])
+    if len(sys.argv) < 2 or sys.argv[1:] == ["--records"]:
+        sys.exit("usage: table.py [--records] REPORT_DIR [REPORT_DIR ...]")
+    (records if sys.argv[1] == "--records" else main)([a for a in sys.argv[1:] if a != "--records"])
