@@ -35,7 +35,8 @@ bool is_dispatcher_impl_name(const std::string &impl) {
 std::optional<ImplInfo> paged_attention_dispatcher_impl(const std::string &qualified, Backend backend) {
   if (!is_dispatcher_impl_name(qualified)) return std::nullopt;
   const auto dot = qualified.find('.', qualified.find("::"));
-  const std::string name = qualified.substr(0, dot), overload = dot == std::string::npos ? "" : qualified.substr(dot + 1);
+  const std::string name = qualified.substr(0, dot),
+                    overload = dot == std::string::npos ? "" : qualified.substr(dot + 1);
   const auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
   if (!handle)
     throw std::invalid_argument("impl " + qualified +
