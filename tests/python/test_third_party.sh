@@ -12,7 +12,8 @@
 #   (DETFUZZ_PYTHON: the interpreter, default python3; DETFUZZ_PYTHON_PACKAGE: the folder holding
 #   the detfuzz package, default build/python; DETFUZZ_GPU_BUDGET: each campaign's budget, default 60s;
 #   DETFUZZ_WORKERS: run each campaign with that many fork-mode workers on the one GPU, so that
-#   Triton's compiles of new shapes run side by side)
+#   Triton's compiles of new shapes run side by side; DETFUZZ_FLASHINFER_VARIANTS: which of
+#   flashinfer_ops.py's ops run, default all four; empty: only the JIT warm-up)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=$(mkdir -p "$1" && cd "$1" && pwd)
@@ -71,13 +72,17 @@ for w in "${which[@]}"; do
       export FLASHINFER_BACKEND_LOG="$out/flashinfer-backends.txt"
       echo "== flashinfer: JIT warm-up"; "$py" $tp/flashinfer_ops.py warm 2>&1 | tail -12
       # One campaign per setting, so that shrinking one setting's failures does not take another's time.
-      for variant in paged_attention paged_attention_fixed_split paged_attention_no_split; do
+      variants=${DETFUZZ_FLASHINFER_VARIANTS-paged_attention paged_attention_fixed_split paged_attention_no_split paged_attention_prefill_only}
+      fi_runs=()
+      for variant in $variants; do
+        fi_runs+=("$out/flashinfer-$variant")
         campaign "flashinfer-$variant" --import $tp/flashinfer_ops.py --op paged_attention --dtype bfloat16 \
           --impl "detfuzz_flashinfer::$variant"
       done
-      fi_runs=("$out"/flashinfer-paged_attention{,_fixed_split,_no_split})
-      echo "== flashinfer, the three settings"; "$py" $tp/table.py "${fi_runs[@]}" | tee "$out/flashinfer.md"
-      "$py" $tp/table.py --records "${fi_runs[@]}"
+      if [ ${#fi_runs[@]} -gt 0 ]; then
+        echo "== flashinfer, every setting"; "$py" $tp/table.py "${fi_runs[@]}" | tee "$out/flashinfer.md"
+        "$py" $tp/table.py --records "${fi_runs[@]}"
+      fi
       echo "backends plan() resolved:"; sort -u "$FLASHINFER_BACKEND_LOG" 2>/dev/null ;;
     *) echo "unknown campaign '$w' (seed, liger, inductor, flashinfer)"; exit 2 ;;
   esac

@@ -20,6 +20,9 @@ Three impls differ only in what plan() is told:
                                                      4096 for prefill (in pages), as SGLang's
                                                      deterministic mode sets them
     detfuzz_flashinfer::paged_attention_no_split     disable_split_kv=True
+    detfuzz_flashinfer::paged_attention_prefill_only every batch through the prefill wrapper, decodes
+                                                     too, with its defaults: the prefill kernel alone,
+                                                     without the engine's switch between two kernels
 
 FLASHINFER_BACKEND_LOG=FILE appends, once per process and kind, which backend plan() resolved
 (auto routing), so that a table can say which kernels ran.
@@ -61,7 +64,7 @@ def _log_backend(kind, w, q):
             f.write("%s %s %s D=%d\n" % entry)
 
 
-def _attention(q, k_pool, v_pool, cu_seqlens_q, seq_lens_kv, block_table, scale, split):
+def _attention(q, k_pool, v_pool, cu_seqlens_q, seq_lens_kv, block_table, scale, split, decode_wrapper=True):
     if q.dtype != k_pool.dtype:
         raise ValueError(f"q is {q.dtype} but the pools are {k_pool.dtype}")
     page = k_pool.shape[1]
@@ -75,7 +78,7 @@ def _attention(q, k_pool, v_pool, cu_seqlens_q, seq_lens_kv, block_table, scale,
     indices = block_table[cols.unsqueeze(0) < pages.unsqueeze(1)].to(torch.int32)  # row-major: sequence order
     last = (kv - (pages - 1) * page).to(torch.int32)
     qo_indptr = cu_seqlens_q.to(torch.int32)
-    decode = bool(torch.all(qo_indptr[1:] - qo_indptr[:-1] == 1))
+    decode = decode_wrapper and bool(torch.all(qo_indptr[1:] - qo_indptr[:-1] == 1))
     extra = {}
     if split == "fixed":
         extra["fixed_split_size"] = max(1, (DECODE_SPLIT_TOKENS if decode else PREFILL_SPLIT_TOKENS) // page)
@@ -113,6 +116,14 @@ def paged_attention_fixed_split(q: torch.Tensor, k_pool: torch.Tensor, v_pool: t
 def paged_attention_no_split(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, cu_seqlens_q: torch.Tensor,
                              seq_lens_kv: torch.Tensor, block_table: torch.Tensor, scale: float) -> torch.Tensor:
     return _attention(q, k_pool, v_pool, cu_seqlens_q, seq_lens_kv, block_table, scale, split="none")
+
+
+@torch.library.custom_op(f"{NS}::paged_attention_prefill_only", mutates_args=())
+def paged_attention_prefill_only(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
+                                 cu_seqlens_q: torch.Tensor, seq_lens_kv: torch.Tensor, block_table: torch.Tensor,
+                                 scale: float) -> torch.Tensor:
+    return _attention(q, k_pool, v_pool, cu_seqlens_q, seq_lens_kv, block_table, scale, split="default",
+                      decode_wrapper=False)
 
 
 def warm_up(dtypes=(torch.bfloat16,), head_dims=(64, 128, 256)):
