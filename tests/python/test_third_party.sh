@@ -18,7 +18,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=$(mkdir -p "$1" && cd "$1" && pwd)
 shift
-which=("$@"); [ ${#which[@]} -gt 0 ] || which=(seed liger inductor)
+which=("$@"); [ ${#which[@]} -gt 0 ] || which=(seed liger inductor flashinfer)
 py=${DETFUZZ_PYTHON:-python3}
 tp=tests/python/third_party
 export PYTHONPATH="${DETFUZZ_PYTHON_PACKAGE:-$root/build/python}${PYTHONPATH:+:$PYTHONPATH}"
