@@ -96,11 +96,16 @@ void check_float(const at::Tensor &t, const char *name) {
 
 }  // namespace
 
-Routing moe_route(const at::Tensor &logits, int64_t top_k) {
+void check_route_inputs(const at::Tensor &logits, int64_t top_k) {
   TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat, "fused_moe: logits must be float32 [T, E], got ",
               logits.scalar_type(), " ", logits.sizes());
+  TORCH_CHECK(top_k >= 1 && top_k <= logits.size(1), "fused_moe: top_k=", top_k, " must be in [1, E] = [1, ",
+              logits.size(1), "]");
+}
+
+Routing moe_route(const at::Tensor &logits, int64_t top_k) {
+  check_route_inputs(logits, top_k);
   const int64_t t_len = logits.size(0), e_len = logits.size(1);
-  TORCH_CHECK(top_k >= 1 && top_k <= e_len, "fused_moe: top_k=", top_k, " must be in [1, E] = [1, ", e_len, "]");
   const at::Tensor l = logits.contiguous();
   Routing r{at::empty({t_len, top_k}, at::kLong), at::empty({t_len, top_k}, at::kFloat)};
   int64_t *ids = r.ids.data_ptr<int64_t>();
@@ -123,14 +128,15 @@ Routing moe_route(const at::Tensor &logits, int64_t top_k) {
   return r;
 }
 
-at::Tensor fused_moe(const at::Tensor &x, const at::Tensor &logits, const at::Tensor &w13, const at::Tensor &w2,
-                     const at::Tensor &w13_scale, const at::Tensor &w2_scale, int64_t top_k, const MoePlan &plan) {
+bool check_fused_moe_inputs(const at::Tensor &x, const at::Tensor &logits, const at::Tensor &w13, const at::Tensor &w2,
+                            const at::Tensor &w13_scale, const at::Tensor &w2_scale, int64_t top_k) {
   check_float(x, "x");
   TORCH_CHECK(x.dim() == 2 && w13.dim() == 3 && w2.dim() == 3, "fused_moe: x [T, H], w13 [E, 2I, H], w2 [E, H, I] ",
               "expected, got ", x.sizes(), ", ", w13.sizes(), ", ", w2.sizes());
   const int64_t t_len = x.size(0), h = x.size(1), e_len = w13.size(0), inter = w2.size(2);
   TORCH_CHECK(logits.dim() == 2 && logits.size(0) == t_len && logits.size(1) == e_len, "fused_moe: logits must be [",
               t_len, ", ", e_len, "], got ", logits.sizes());
+  check_route_inputs(logits, top_k);
   TORCH_CHECK(w13.size(1) == 2 * inter && w13.size(2) == h && w2.size(0) == e_len && w2.size(1) == h,
               "fused_moe: w13 [E, 2I, H] and w2 [E, H, I] do not fit x [T, H]: ", w13.sizes(), ", ", w2.sizes());
   const bool fp8 = w13.scalar_type() == at::kFloat8_e4m3fn;
@@ -149,6 +155,13 @@ at::Tensor fused_moe(const at::Tensor &x, const at::Tensor &logits, const at::Te
     TORCH_CHECK(w13.scalar_type() == x.scalar_type() && w2.scalar_type() == x.scalar_type(),
                 "fused_moe: weights must be fp8 or x's dtype ", x.scalar_type(), ", got ", w13.scalar_type());
   }
+  return fp8;
+}
+
+at::Tensor fused_moe(const at::Tensor &x, const at::Tensor &logits, const at::Tensor &w13, const at::Tensor &w2,
+                     const at::Tensor &w13_scale, const at::Tensor &w2_scale, int64_t top_k, const MoePlan &plan) {
+  check_fused_moe_inputs(x, logits, w13, w2, w13_scale, w2_scale, top_k);
+  const int64_t t_len = x.size(0), h = x.size(1), e_len = w13.size(0), inter = w2.size(2);
   const Routing route = moe_route(logits, top_k);
   const int64_t *ids = route.ids.const_data_ptr<int64_t>();
   const float *weights = route.weights.const_data_ptr<float>();

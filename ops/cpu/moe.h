@@ -47,6 +47,13 @@ const char *to_string(ScaleMode m);
 std::vector<int64_t> scale_a_sizes(ScaleMode mode, int64_t m, int64_t k);
 std::vector<int64_t> scale_b_sizes(ScaleMode mode, int64_t k, int64_t n);
 
+// The input checks every scaled_mm kernel makes (this file's CPU one and the CUDA one, one set of
+// messages): fp8 a [M, K] and b [K, N], an output dtype of bfloat16, float16 or float32, float32
+// scales of `mode`'s sizes, bias [N]. Throws c10::Error.
+void check_scaled_mm_inputs(const at::Tensor &a, const at::Tensor &b, const at::Tensor &scale_a,
+                            const at::Tensor &scale_b, const at::Tensor &bias, ScaleMode mode,
+                            at::ScalarType out_dtype);
+
 // `blocks_per_promotion(M)`: how many 128-blocks are summed (each times its scale) before the
 // sum is added into the float32 accumulator. The invariant kernel promotes every block (1).
 using PromotionRule = std::function<int64_t(int64_t m)>;
@@ -73,6 +80,15 @@ struct Routing {
   at::Tensor ids, weights;
 };
 Routing moe_route(const at::Tensor &logits, int64_t top_k);
+
+// The input checks of every MoE kernel (CPU and CUDA, one set of messages); throw c10::Error.
+// Logits: float32 [T, E], 1 <= top_k <= E.
+void check_route_inputs(const at::Tensor &logits, int64_t top_k);
+// fused_moe's: x [T, H] float, logits [T, E] (as above), w13 [E, 2I, H] and w2 [E, H, I] of x's
+// dtype, or fp8 with float32 block scales [E, 2I/128, H/128] and [E, H/128, I/128]. Returns whether
+// the weights are fp8.
+bool check_fused_moe_inputs(const at::Tensor &x, const at::Tensor &logits, const at::Tensor &w13, const at::Tensor &w2,
+                            const at::Tensor &w13_scale, const at::Tensor &w2_scale, int64_t top_k);
 
 // w13_scale and w2_scale are undefined for weights of x's dtype, given for fp8 weights.
 at::Tensor fused_moe(const at::Tensor &x, const at::Tensor &logits, const at::Tensor &w13, const at::Tensor &w2,

@@ -55,15 +55,16 @@ std::vector<int64_t> scale_b_sizes(ScaleMode mode, int64_t k, int64_t n) {
   }
 }
 
-at::Tensor scaled_mm(const at::Tensor &a, const at::Tensor &b, const at::Tensor &scale_a, const at::Tensor &scale_b,
-                     const at::Tensor &bias, ScaleMode mode, at::ScalarType out_dtype, const PromotionRule &promotion) {
+void check_scaled_mm_inputs(const at::Tensor &a, const at::Tensor &b, const at::Tensor &scale_a,
+                            const at::Tensor &scale_b, const at::Tensor &bias, ScaleMode mode,
+                            at::ScalarType out_dtype) {
   TORCH_CHECK(a.scalar_type() == at::kFloat8_e4m3fn && b.scalar_type() == at::kFloat8_e4m3fn,
               "scaled_mm: a and b must be float8_e4m3fn, got ", a.scalar_type(), " and ", b.scalar_type());
   TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0), "scaled_mm: a [M, K] and b [K, N] expected, got ",
               a.sizes(), " and ", b.sizes());
   TORCH_CHECK(out_dtype == at::kBFloat16 || out_dtype == at::kHalf || out_dtype == at::kFloat,
               "scaled_mm: the output dtype must be bfloat16, float16 or float32, got ", out_dtype);
-  const int64_t m = a.size(0), k = a.size(1), n = b.size(1), kb = blocks_of(k);
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
   TORCH_CHECK(scale_a.scalar_type() == at::kFloat && scale_b.scalar_type() == at::kFloat,
               "scaled_mm: scales must be float32");
   TORCH_CHECK(scale_a.sizes().vec() == scale_a_sizes(mode, m, k), "scaled_mm: scale_a must be ",
@@ -72,6 +73,12 @@ at::Tensor scaled_mm(const at::Tensor &a, const at::Tensor &b, const at::Tensor 
               sizes_text(scale_b_sizes(mode, k, n)), " for scale mode ", to_string(mode), ", got ", scale_b.sizes());
   TORCH_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == n), "scaled_mm: bias must be [", n, "], got ",
               bias.sizes());
+}
+
+at::Tensor scaled_mm(const at::Tensor &a, const at::Tensor &b, const at::Tensor &scale_a, const at::Tensor &scale_b,
+                     const at::Tensor &bias, ScaleMode mode, at::ScalarType out_dtype, const PromotionRule &promotion) {
+  check_scaled_mm_inputs(a, b, scale_a, scale_b, bias, mode, out_dtype);
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1), kb = blocks_of(k);
 
   const at::Tensor af = a.to(at::kFloat).contiguous();
   const at::Tensor bt = b.to(at::kFloat).t().contiguous();  // [N, K]: a column of b is a row here

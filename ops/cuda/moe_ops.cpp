@@ -1,5 +1,6 @@
-// Host dispatch of the fp8 scaled matmul and the fused MoE layer on CUDA: the checks of the CPU
-// kernels (same messages), contiguous copies of what is not (bitwise), then the launchers.
+// Host dispatch of the fp8 scaled matmul and the fused MoE layer on CUDA: the CPU kernels' input
+// checks (ops/cpu/moe.h) and the device checks, contiguous copies of inputs that are not
+// contiguous (bitwise the same), then the launchers.
 // scaled_mm decides nothing from M. fused_moe reads the routing back to the host to group the
 // (token, slot) pairs by expert into tiles: which pairs share a tile, never what a pair computes.
 #include "ops/cuda/moe_ops.h"
@@ -19,14 +20,6 @@ namespace detfuzz::cuda_ops {
 namespace {
 
 namespace ck = detfuzz::cuda_kernels;
-
-std::string sizes_text(const std::vector<int64_t> &s) {
-  std::string out = "[";
-  for (size_t k = 0; k < s.size(); ++k) out += (k ? ", " : "") + std::to_string(s[k]);
-  return out + "]";
-}
-
-int64_t blocks_of(int64_t n) { return (n + cpu_ops::kFp8Block - 1) / cpu_ops::kFp8Block; }
 
 ck::DType out_kernel_dtype(at::ScalarType t) {
   switch (t) {
@@ -50,12 +43,8 @@ void check_on(const at::Tensor &t, const at::Tensor &a, const char *name) {
               t.device());
 }
 
-void check_logits(const at::Tensor &logits, int64_t top_k) {
-  TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat, "fused_moe: logits must be float32 [T, E], got ",
-              logits.scalar_type(), " ", logits.sizes());
+void check_on_cuda(const at::Tensor &logits) {
   TORCH_CHECK(logits.is_cuda(), "fused_moe: logits must be a CUDA tensor, got device ", logits.device());
-  TORCH_CHECK(top_k >= 1 && top_k <= logits.size(1), "fused_moe: top_k=", top_k, " must be in [1, E] = [1, ",
-              logits.size(1), "]");
 }
 
 cudaStream_t stream_of(const at::Tensor &t) { return at::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
@@ -97,22 +86,9 @@ std::pair<at::Tensor, at::Tensor> expert_tiles(const at::Tensor &ids, int64_t ex
 
 at::Tensor scaled_mm(const at::Tensor &a, const at::Tensor &b, const at::Tensor &scale_a, const at::Tensor &scale_b,
                      const at::Tensor &bias, cpu_ops::ScaleMode mode, at::ScalarType out_dtype) {
-  TORCH_CHECK(a.scalar_type() == at::kFloat8_e4m3fn && b.scalar_type() == at::kFloat8_e4m3fn,
-              "scaled_mm: a and b must be float8_e4m3fn, got ", a.scalar_type(), " and ", b.scalar_type());
-  TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0), "scaled_mm: a [M, K] and b [K, N] expected, got ",
-              a.sizes(), " and ", b.sizes());
+  cpu_ops::check_scaled_mm_inputs(a, b, scale_a, scale_b, bias, mode, out_dtype);
   const ck::DType out_kernel = out_kernel_dtype(out_dtype);
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-  TORCH_CHECK(scale_a.scalar_type() == at::kFloat && scale_b.scalar_type() == at::kFloat,
-              "scaled_mm: scales must be float32");
-  const std::vector<int64_t> sa_sizes = cpu_ops::scale_a_sizes(mode, m, k),
-                             sb_sizes = cpu_ops::scale_b_sizes(mode, k, n);
-  TORCH_CHECK(scale_a.sizes().vec() == sa_sizes, "scaled_mm: scale_a must be ", sizes_text(sa_sizes),
-              " for scale mode ", cpu_ops::to_string(mode), ", got ", scale_a.sizes());
-  TORCH_CHECK(scale_b.sizes().vec() == sb_sizes, "scaled_mm: scale_b must be ", sizes_text(sb_sizes),
-              " for scale mode ", cpu_ops::to_string(mode), ", got ", scale_b.sizes());
-  TORCH_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == n), "scaled_mm: bias must be [", n, "], got ",
-              bias.sizes());
   TORCH_CHECK(!bias.defined() || bias.scalar_type() == out_dtype, "scaled_mm: bias must have the output dtype ",
               out_dtype, ", got ", bias.scalar_type());
   TORCH_CHECK(a.is_cuda(), "scaled_mm: a must be a CUDA tensor, got device ", a.device());
@@ -144,7 +120,8 @@ at::Tensor scaled_mm(const at::Tensor &a, const at::Tensor &b, const at::Tensor 
 }
 
 cpu_ops::Routing moe_route(const at::Tensor &logits, int64_t top_k) {
-  check_logits(logits, top_k);
+  cpu_ops::check_route_inputs(logits, top_k);
+  check_on_cuda(logits);
   const c10::cuda::CUDAGuard guard(logits.device());
   const auto [ids, weights] = route(logits, top_k);
   return {ids.to(at::kLong), weights};
@@ -152,31 +129,9 @@ cpu_ops::Routing moe_route(const at::Tensor &logits, int64_t top_k) {
 
 at::Tensor fused_moe(const at::Tensor &x, const at::Tensor &logits, const at::Tensor &w13, const at::Tensor &w2,
                      const at::Tensor &w13_scale, const at::Tensor &w2_scale, int64_t top_k) {
-  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16,
-              "fused_moe: x must be float32, float16 or bfloat16, got ", x.scalar_type());
-  TORCH_CHECK(x.dim() == 2 && w13.dim() == 3 && w2.dim() == 3, "fused_moe: x [T, H], w13 [E, 2I, H], w2 [E, H, I] ",
-              "expected, got ", x.sizes(), ", ", w13.sizes(), ", ", w2.sizes());
+  const bool fp8 = cpu_ops::check_fused_moe_inputs(x, logits, w13, w2, w13_scale, w2_scale, top_k);
+  check_on_cuda(logits);
   const int64_t t_len = x.size(0), h = x.size(1), e_len = w13.size(0), inter = w2.size(2);
-  TORCH_CHECK(logits.dim() == 2 && logits.size(0) == t_len && logits.size(1) == e_len, "fused_moe: logits must be [",
-              t_len, ", ", e_len, "], got ", logits.sizes());
-  check_logits(logits, top_k);
-  TORCH_CHECK(w13.size(1) == 2 * inter && w13.size(2) == h && w2.size(0) == e_len && w2.size(1) == h,
-              "fused_moe: w13 [E, 2I, H] and w2 [E, H, I] do not fit x [T, H]: ", w13.sizes(), ", ", w2.sizes());
-  const bool fp8 = w13.scalar_type() == at::kFloat8_e4m3fn;
-  TORCH_CHECK(
-      fp8 == (w2.scalar_type() == at::kFloat8_e4m3fn) && fp8 == w13_scale.defined() && fp8 == w2_scale.defined(),
-      "fused_moe: fp8 weights need both weights fp8 and both block scales");
-  if (fp8) {
-    TORCH_CHECK(w13_scale.scalar_type() == at::kFloat && w2_scale.scalar_type() == at::kFloat,
-                "fused_moe: scales must be float32");
-    TORCH_CHECK(w13_scale.sizes().vec() == std::vector<int64_t>({e_len, blocks_of(2 * inter), blocks_of(h)}) &&
-                    w2_scale.sizes().vec() == std::vector<int64_t>({e_len, blocks_of(h), blocks_of(inter)}),
-                "fused_moe: block scales must be [E, 2I/128, H/128] and [E, H/128, I/128] (rounded up), got ",
-                w13_scale.sizes(), " and ", w2_scale.sizes());
-  } else {
-    TORCH_CHECK(w13.scalar_type() == x.scalar_type() && w2.scalar_type() == x.scalar_type(),
-                "fused_moe: weights must be fp8 or x's dtype ", x.scalar_type(), ", got ", w13.scalar_type());
-  }
   for (const at::Tensor *t : {&x, &w13, &w2, &w13_scale, &w2_scale})
     TORCH_CHECK(!t->defined() || t->device() == logits.device(), "fused_moe: every tensor must be on ", logits.device(),
                 ", got ", t->device());
