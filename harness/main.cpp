@@ -30,6 +30,7 @@
 #include "ops/torch/batch_invariant_mode.h"
 #ifdef DETFUZZ_WITH_CUDA
 #include "ops/device_memory.h"
+#include "ops/first_line.h"
 #endif
 #include "properties/properties.h"
 
@@ -53,8 +54,6 @@ namespace detfuzz {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string first_line(const std::string &s) { return s.substr(0, s.find('\n')); }
 
 // The head of every summary.json: what ran, when, and on what (the context block).
 // `context`: run_context() taken earlier (a campaign takes it before its first case, while the

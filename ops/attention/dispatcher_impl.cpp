@@ -1,4 +1,5 @@
 #include "ops/attention/dispatcher_impl.h"
+#include "ops/first_line.h"
 
 #include "ops/attention/paged_attention.h"
 
@@ -13,8 +14,6 @@ namespace {
 constexpr const char *kContract =
     "(Tensor q, Tensor k_pool, Tensor v_pool, Tensor cu_seqlens_q, Tensor seq_lens_kv, Tensor block_table, "
     "float scale) -> Tensor";
-
-std::string first_line(const std::string &s) { return s.substr(0, s.find('\n')); }
 
 bool matches_contract(const c10::FunctionSchema &s) {
   const auto &args = s.arguments();

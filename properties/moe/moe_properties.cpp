@@ -3,6 +3,7 @@
 // input's dtype, seen through the case's layout codes; the tokens added to a batch are fresh
 // tensors keyed apart from the inputs.
 #include "properties/moe/moe_properties.h"
+#include "ops/first_line.h"
 
 #include "properties/data.h"
 #include "properties/defs/op_def.h"
@@ -18,8 +19,6 @@ namespace {
 
 // Tensor ids of added tokens, offset so they never collide with the inputs'.
 constexpr uint64_t kAddedTokensTensor = 2000;
-
-std::string first_line(const std::string &s) { return s.substr(0, s.find('\n')); }
 
 bool is_own(const std::string &property) {
   const auto &own = moe_own_properties();

@@ -1,4 +1,5 @@
 #include "properties/rows/row_properties.h"
+#include "ops/first_line.h"
 
 #include "properties/accuracy.h"
 #include "properties/family.h"
@@ -23,8 +24,6 @@ namespace {
 
 // Tensor ids of fresh rows (batch_compose) are offset so they never collide with the inputs'.
 constexpr uint64_t kFreshRowsTensor = 1000;
-
-std::string first_line(const std::string &s) { return s.substr(0, s.find('\n')); }
 
 std::string sizes_text(at::IntArrayRef s) {
   std::string out = "[";

@@ -1,6 +1,7 @@
 // Op specs: the parser, the check against the dispatcher's schema, the registry with the built-in
 // aten specs, and the loader of users' kernel libraries. The format is documented in op_spec.h.
 #include "properties/spec/op_spec.h"
+#include "ops/first_line.h"
 
 #include "ops/registry.h"
 #include "properties/case.h"
@@ -27,8 +28,6 @@ namespace {
 [[noreturn]] void fail_at(const std::string &origin, int line, const std::string &msg) {
   throw std::invalid_argument(origin + ":" + std::to_string(line) + ": " + msg);
 }
-
-std::string first_line(const std::string &s) { return s.substr(0, s.find('\n')); }
 
 bool is_identifier(const std::string &s) {
   if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;

@@ -1,4 +1,5 @@
 #include "properties/spec/spec_def.h"
+#include "ops/first_line.h"
 
 #include "properties/generators.h"
 
@@ -14,8 +15,6 @@
 
 namespace detfuzz {
 namespace {
-
-std::string first_line(const std::string &s) { return s.substr(0, s.find('\n')); }
 
 c10::OperatorHandle handle_of(const OpSpec &spec) {
   const auto h = c10::Dispatcher::singleton().findSchema({spec.op_name, spec.overload});
