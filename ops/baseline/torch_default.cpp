@@ -88,6 +88,7 @@ int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 // An fp8 [rows, cols] matrix zero-padded to [to_rows, to_cols] (a zero byte is +0 in e4m3).
 at::Tensor padded_fp8(const at::Tensor &t, int64_t to_rows, int64_t to_cols) {
+  if (t.size(0) == to_rows && t.size(1) == to_cols) return t.contiguous();
   const at::Tensor bytes = t.contiguous().view(at::kByte);
   return at::constant_pad_nd(bytes, {0, to_cols - t.size(1), 0, to_rows - t.size(0)}, 0).view(at::kFloat8_e4m3fn);
 }
@@ -95,6 +96,13 @@ at::Tensor padded_fp8(const at::Tensor &t, int64_t to_rows, int64_t to_cols) {
 // A [rows, cols] float32 tensor laid out column-major (stride [1, rows]), as cuBLASLt's block
 // scales are read.
 at::Tensor column_major(const at::Tensor &t) { return t.t().contiguous().t(); }
+
+// b [K, N] as cuBLASLt reads it, column-major and padded to [kp, np]: b itself where it already is
+// (a [N, K] weight's transpose), else a copy.
+at::Tensor b_operand(const at::Tensor &b, int64_t kp, int64_t np) {
+  if (b.size(0) == kp && b.size(1) == np && b.stride(0) == 1 && b.stride(1) == kp) return b;
+  return column_major(padded_fp8(b, kp, np));
+}
 
 // scaled_mm through at::_scaled_mm, cuBLASLt's fp8 GEMM, in the scale mode of the case: per
 // tensor; rowwise (our channel: scale_a [M, 1], scale_b [1, N]); block-wise 1 x 128 activations
@@ -111,7 +119,7 @@ at::Tensor torch_scaled_mm_cublaslt(const OpArgs &x) {
   const at::ScalarType out_dtype = x.out_dtype.value_or(at::kBFloat16);
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1), align = mode == "block" ? 128 : 16;
   const int64_t kp = round_up(k, align), np = round_up(n, align);
-  const at::Tensor ap = padded_fp8(a, m, kp), bp = column_major(padded_fp8(b, kp, np));
+  const at::Tensor ap = padded_fp8(a, m, kp), bp = b_operand(b, kp, np);
   std::optional<at::Tensor> bias;
   if (x.tensors.size() == 5) bias = at::constant_pad_nd(x.tensors[4], {0, np - n}, 0);
   at::Tensor out;

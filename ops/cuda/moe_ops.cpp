@@ -1,17 +1,21 @@
 // Host dispatch of the fp8 scaled matmul and the fused MoE layer on CUDA: the CPU kernels' input
-// checks (ops/cpu/moe.h) and the device checks, contiguous copies of inputs that are not
-// contiguous (bitwise the same), then the launchers.
-// scaled_mm decides nothing from M. fused_moe reads the routing back to the host to group the
+// checks (ops/cpu/moe.h) and the device checks, copies of inputs into the layout a kernel reads
+// (bitwise the same values), then the launchers.
+// scaled_mm decides nothing from M: on an sm_90 GPU with K >= 1 it runs the Hopper kernel, which
+// reads b column-major ([N, K], as a weight is stored) and rows 16-byte aligned; b in another
+// layout is copied into that one (a cost the caller avoids by passing a weight's transpose). fused_moe reads the routing back to the host to group the
 // (token, slot) pairs by expert into tiles: which pairs share a tile, never what a pair computes.
 #include "ops/cuda/moe_ops.h"
 
 #include "ops/cuda/fused_moe.cuh"
+#include "ops/cuda/gemm.cuh"  // gemm_path_available
 #include "ops/cuda/scaled_mm.cuh"
 
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,6 +49,20 @@ void check_on(const at::Tensor &t, const at::Tensor &a, const char *name) {
 
 void check_on_cuda(const at::Tensor &logits) {
   TORCH_CHECK(logits.is_cuda(), "fused_moe: logits must be a CUDA tensor, got device ", logits.device());
+}
+
+// A [rows, cols] fp8 matrix with unit column stride and rows 16-byte apart and aligned, as TMA
+// reads it: t itself where it is so, else a copy into a buffer with rows of round16(cols) bytes
+// (the padding is never read: the kernel's maps end at cols).
+at::Tensor tma_rows(const at::Tensor &t) {
+  const int64_t rows = t.size(0), cols = t.size(1);
+  if (t.stride(1) == 1 && t.stride(0) % 16 == 0 && t.stride(0) >= cols &&
+      reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0)
+    return t;
+  at::Tensor buf = at::empty({rows, (cols + 15) / 16 * 16}, t.options().dtype(at::kByte));
+  at::Tensor view = buf.narrow(1, 0, cols);
+  view.copy_(t.view(at::kByte));
+  return view.view(at::kFloat8_e4m3fn);
 }
 
 cudaStream_t stream_of(const at::Tensor &t) { return at::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
@@ -85,7 +103,7 @@ std::pair<at::Tensor, at::Tensor> expert_tiles(const at::Tensor &ids, int64_t ex
 }  // namespace
 
 at::Tensor scaled_mm(const at::Tensor &a, const at::Tensor &b, const at::Tensor &scale_a, const at::Tensor &scale_b,
-                     const at::Tensor &bias, cpu_ops::ScaleMode mode, at::ScalarType out_dtype) {
+                     const at::Tensor &bias, cpu_ops::ScaleMode mode, at::ScalarType out_dtype, ck::ScaledMmPath path) {
   cpu_ops::check_scaled_mm_inputs(a, b, scale_a, scale_b, bias, mode, out_dtype);
   const ck::DType out_kernel = out_kernel_dtype(out_dtype);
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
@@ -98,14 +116,21 @@ at::Tensor scaled_mm(const at::Tensor &a, const at::Tensor &b, const at::Tensor 
   if (bias.defined()) check_on(bias, a, "bias");
 
   const c10::cuda::CUDAGuard guard(a.device());
-  const at::Tensor ac = a.contiguous(), bc = b.contiguous(), sac = scale_a.contiguous(), sbc = scale_b.contiguous();
+  const bool hopper = path != ck::ScaledMmPath::mma_sync && k >= 1 &&
+                      ck::gemm_path_available(ck::GemmPath::sm90_persistent, a.device().index());
+  // The Hopper kernel: a's rows and b's columns (the rows of b^T) as TMA reads them; mma.sync:
+  // both row-major.
+  const at::Tensor ac = hopper ? tma_rows(a) : a.contiguous(), bc = hopper ? tma_rows(b.t()) : b.contiguous();
+  const at::Tensor sac = scale_a.contiguous(), sbc = scale_b.contiguous();
   const at::Tensor biasc = bias.defined() ? bias.contiguous() : at::Tensor();
   at::Tensor out = at::empty({m, n}, a.options().dtype(out_dtype));
   ck::ScaledMmParams p;
   p.a = static_cast<const uint8_t *>(ac.data_ptr());
-  p.lda = k;
+  p.lda = hopper ? ac.stride(0) : k;
   p.b = static_cast<const uint8_t *>(bc.data_ptr());
-  p.ldb = n;
+  p.ldb = hopper ? bc.stride(0) : n;
+  p.b_col_major = hopper;
+  p.path = path;
   p.scale_a = sac.const_data_ptr<float>();
   p.scale_b = sbc.const_data_ptr<float>();
   p.mode = kernel_mode(mode);

@@ -6,15 +6,19 @@
 #pragma once
 
 #include "ops/cpu/moe.h"
+#include "ops/cuda/scaled_mm.cuh"
 
 #include <ATen/ATen.h>
 
 namespace detfuzz::cuda_ops {
 
 // a [M, K], b [K, N] float8_e4m3fn; scales float32 of cpu_ops::scale_a_sizes / scale_b_sizes;
-// bias [N] of out_dtype or undefined; out_dtype float32, float16 or bfloat16.
+// bias [N] of out_dtype or undefined; out_dtype float32, float16 or bfloat16. b may have any
+// strides; column-major (a weight's transpose) is what the Hopper kernel reads without a copy.
+// path forces a kernel or tile shape (tests); automatic is the impl's choice.
 at::Tensor scaled_mm(const at::Tensor &a, const at::Tensor &b, const at::Tensor &scale_a, const at::Tensor &scale_b,
-                     const at::Tensor &bias, cpu_ops::ScaleMode mode, at::ScalarType out_dtype);
+                     const at::Tensor &bias, cpu_ops::ScaleMode mode, at::ScalarType out_dtype,
+                     cuda_kernels::ScaledMmPath path = cuda_kernels::ScaledMmPath::automatic);
 
 // A token's top-k experts (ids int64) and weights (float32), [T, k] each, on logits' device.
 cpu_ops::Routing moe_route(const at::Tensor &logits, int64_t top_k);

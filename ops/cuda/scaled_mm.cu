@@ -1,5 +1,6 @@
-// The batch-invariant fp8 scaled matmul: mma.sync tensor cores with the K promotion of
-// ops/cpu/moe.h.
+// The batch-invariant fp8 scaled matmul on any GPU: mma.sync tensor cores with the K promotion of
+// ops/cpu/moe.h. On an sm_90 GPU the Hopper kernel (scaled_mm_sm90.cu) runs instead where it can;
+// launch_scaled_mm, at the end of this file, picks.
 //
 // Design. A CTA of 4 warps owns a fixed 64 x 64 output tile (never chosen from M); a warp owns
 // 32 x 32, eight m16n8 accumulator fragments. K is walked in 128-wide blocks, the fp8 scale
@@ -97,7 +98,8 @@ __global__ void __launch_bounds__(kThreads) scaled_mm_kernel(const ScaledMmParam
     for (int i = tid; i < kTileN * kBlockK; i += kThreads) {
       const int k = i / kTileN, c = i % kTileN;  // consecutive threads read consecutive columns of b
       const int64_t n = n0 + c;
-      const uint8_t v = n < p.N && k < len ? p.b[(k0 + k) * p.ldb + n] : uint8_t{0};
+      const uint8_t v =
+          n < p.N && k < len ? p.b[p.b_col_major ? n * p.ldb + k0 + k : (k0 + k) * p.ldb + n] : uint8_t{0};
       b_tile[c * kRow + k] = e4m3_to_half_bits(v);
     }
     __syncthreads();
@@ -173,6 +175,12 @@ void launch_scaled_mm(const ScaledMmParams &p, cudaStream_t stream) {
   if ((p.M + kTileM - 1) / kTileM > 65535)
     throw std::invalid_argument("scaled_mm: M = " + std::to_string(p.M) + " exceeds the grid's 65535 row tiles");
   if (p.M == 0 || p.N == 0) return;
+  if (p.path != ScaledMmPath::mma_sync) {
+    const std::string unfit = scaled_mm_sm90_unfit(p);
+    if (unfit.empty()) return launch_scaled_mm_sm90(p, stream);
+    if (p.path != ScaledMmPath::automatic)
+      throw std::invalid_argument("scaled_mm: a wgmma path was forced, but the Hopper kernel cannot run: " + unfit);
+  }
   switch (p.out_dtype) {
     case DType::f32: launch<float>(p, stream); break;
     case DType::f16: launch<__half>(p, stream); break;

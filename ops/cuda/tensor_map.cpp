@@ -27,7 +27,9 @@ namespace {
 MatrixMap encode_matrix_map(const char *who, CUtensorMapDataType type, const void *base, int64_t cols, int64_t rows,
                             int64_t ld, int64_t batch, int64_t batch_stride, int box_cols, int box_rows,
                             CUtensorMapSwizzle swizzle) {
-  const cuuint64_t elem_bytes = type == CU_TENSOR_MAP_DATA_TYPE_FLOAT32 ? 4 : 2;
+  const cuuint64_t elem_bytes = type == CU_TENSOR_MAP_DATA_TYPE_FLOAT32 ? 4
+                                : type == CU_TENSOR_MAP_DATA_TYPE_UINT8 ? 1
+                                                                        : 2;
   MatrixMap m{};
   const bool r3 = batch > 1 && batch_stride != 0;
   m.rank3 = r3 ? 1 : 0;

@@ -1,6 +1,6 @@
 // cuTensorMapEncodeTiled, the driver call that builds a TMA descriptor, found once through the
 // runtime's driver entry points (the project links cudart, never -lcuda), and a cache of the maps
-// of matrix operands. Host code only; shared by the Hopper matmuls (gemm_sm90.cu,
+// of matrix operands. Host code only; shared by the Hopper matmuls (gemm_sm90.cu, scaled_mm_sm90.cu,
 // gemm_f32_stream.cu) and the Hopper paged attention (paged_attention_sm90.cu).
 #pragma once
 
@@ -15,7 +15,7 @@ namespace detfuzz::cuda_kernels {
 PFN_cuTensorMapEncodeTiled_v12000 encode_tiled();
 
 // A tiled map over a row-major [batch][rows][cols] tensor (row pitch ld, matrix pitch
-// batch_stride, in elements) of 16-bit (UINT16) or FLOAT32 elements, boxes of box_cols x box_rows;
+// batch_stride, in elements) of 8-bit (UINT8), 16-bit (UINT16) or FLOAT32 elements, boxes of box_cols x box_rows;
 // rank3 is 0 when the map is rank 2 (one matrix, or a batch stride of 0: every batch reads the
 // same matrix, and the kernel passes no batch coordinate).
 struct MatrixMap {

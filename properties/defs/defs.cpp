@@ -64,12 +64,18 @@ BatchAxis first_unreduced_axis(const CaseSpec &c, const std::vector<int64_t> &re
   return BatchAxis{{{0, static_cast<int>(batch_dim)}}, static_cast<int>(out_dim), c.shape[batch_dim]};
 }
 
-BenchDef matmul_bench() {
-  BenchDef b;
+std::vector<BenchShape> matmul_bench_shapes(const std::string &op) {
+  std::vector<BenchShape> shapes;
   const std::pair<int64_t, int64_t> nk[] = {{4096, 4096}, {14336, 4096}, {4096, 14336},
                                             {1024, 8192}, {6144, 4096},  {128256, 4096}};
   for (auto [n, k] : nk)
-    for (int64_t m : {1, 8, 32, 128, 512, 2048, 8192}) b.shapes.push_back({"mm", m, n, k});
+    for (int64_t m : {1, 8, 32, 128, 512, 2048, 8192}) shapes.push_back({op, m, n, k});
+  return shapes;
+}
+
+BenchDef matmul_bench() {
+  BenchDef b;
+  b.shapes = matmul_bench_shapes("mm");
   b.uses_k = true;
   b.baseline = "cublas";
   b.dispatch_row = true;

@@ -38,6 +38,9 @@ at::Tensor matmul_core(const at::Tensor &a, const at::Tensor &b, bool batched);
 BatchAxis first_unreduced_axis(const CaseSpec &c, const std::vector<int64_t> &reduced, bool drop_reduced);
 // mm's bench: the 42 LLM shapes (N, K of Llama-class layers; M 1 to 8192) against cuBLAS.
 BenchDef matmul_bench();
+// The matmul bench's 42 shapes for `op`: (N, K) in {(4096,4096), (14336,4096), (4096,14336),
+// (1024,8192), (6144,4096), (128256,4096)} x M in {1, 8, 32, 128, 512, 2048, 8192}.
+std::vector<BenchShape> matmul_bench_shapes(const std::string &op);
 // A row reduction's bench (log_softmax, mean over the last dim of [rows, cols]) against torch;
 // `reduces_to_rows`: one value per row comes out.
 BenchDef row_reduction_bench(const std::string &op, bool reduces_to_rows);

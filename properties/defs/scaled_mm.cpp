@@ -13,11 +13,26 @@
 //  - the nb = ceil(K/128) scaled partials are added in K order (nb - 1 roundings after the first);
 //  - the bias add is one rounding.
 // So each term a_ik b_kj sa sb carries at most L + nb + 1 roundings, the bias one:
-//   core = (L + nb + 2) u sum_k |A_ik||B_kj| + u |bias_j| + (nb + 2) tiny
+//   (L + nb + 2) u sum_k |A_ik||B_kj| + u |bias_j| + (nb + 2) tiny
 // (first order, with one rounding to spare for the second-order terms; tiny covers a scaled
 // partial that underflows). Unbounded where the magnitude could overflow a float32 accumulator.
+//
+// The contract also lets a block partial come from Hopper's fp8 tensor core (wgmma k32 over the
+// block, ops/cuda/scaled_mm_sm90.cu), whose accumulation is narrower than float32. Its model: an
+// instruction adds 32 products to the block's running partial by aligning the 33 terms to the
+// largest and truncating each below 13 fraction bits of it (DeepSeek-V3 measured about 14 bits
+// kept), then normalises to float32 (one rounding). So instruction g of a block, with R_g the
+// exact running partial before it and S_g its exact sum, errs by at most
+//   33 * 2^-13 * max(|R_g|, max_{k in g} |A_ik||B_kj|) + u |R_g + S_g|
+// (first order; within a block the scales are one factor, so the dequantised products stand in
+// for the raw ones). The bound adds this over every instruction of every block:
+//   core = (L + nb + 2) u sum_k |A_ik||B_kj| + sum_g tc_g + u |bias_j| + (nb + 2) tiny.
+// It also bounds a float32 block sum (any order), more loosely: the accuracy property catches a
+// wrong scale, index, block or bias, not a lost last bit.
 #include "ops/cpu/moe.h"
 #include "properties/defs/defs.h"
+
+#include <algorithm>
 
 namespace detfuzz {
 namespace {
@@ -62,6 +77,52 @@ std::pair<at::Tensor, at::Tensor> dequantised(const OpArgs &a) {
 
 at::Tensor bias_f64(const OpArgs &a, int64_t n) {
   return a.tensors.size() == 5 ? defs::f64(a.tensors[4]).reshape({1, n}) : at::zeros({1, n}, at::kDouble);
+}
+
+// sum_g tc_g of the accuracy note above: the fp8 tensor core's truncation, per k32 instruction of
+// each 128-wide block, from the exact running partial and the instruction's largest product.
+at::Tensor tensor_core_term(const at::Tensor &A, const at::Tensor &B) {
+  const int64_t k = A.size(1), group = 32;
+  at::Tensor term = at::zeros({A.size(0), B.size(1)}, at::kDouble);
+  for (int64_t b0 = 0; b0 < k; b0 += cpu_ops::kFp8Block) {
+    at::Tensor running = at::zeros_like(term);
+    for (int64_t g0 = b0; g0 < std::min(k, b0 + cpu_ops::kFp8Block); g0 += group) {
+      const int64_t len = std::min({group, k - g0, b0 + cpu_ops::kFp8Block - g0});
+      const at::Tensor ag = A.narrow(1, g0, len), bg = B.narrow(0, g0, len);
+      const at::Tensor largest_product = (ag.abs().unsqueeze(2) * bg.abs().unsqueeze(0)).amax(1);
+      const at::Tensor sum = at::mm(ag, bg);
+      term += at::maximum(running.abs(), largest_product) * (33 * 0x1p-13) + (running + sum).abs() * kUnitRoundoffF32;
+      running += sum;
+    }
+  }
+  return term;
+}
+
+// The bench: the matmul shapes with per-tensor scales, no bias, the output in the bench's dtype,
+// b column-major (a [N, K] weight's transpose: what cuBLASLt's fp8 GEMM and the Hopper kernel both
+// read without a copy), against at::_scaled_mm.
+BenchDef bench() {
+  BenchDef b;
+  b.shapes = defs::matmul_bench_shapes("scaled_mm");
+  b.uses_k = true;
+  b.baseline = "torch-scaled-mm";
+  b.args = [](const BenchShape &s, at::ScalarType dtype, at::Generator &gen) {
+    const auto opts = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
+    OpArgs a;
+    a.tensors = {at::randn({s.m, s.k}, gen, opts).to(at::kFloat8_e4m3fn),
+                 at::randn({s.n, s.k}, gen, opts).to(at::kFloat8_e4m3fn).t(), at::full({1}, 0.02, opts),
+                 at::full({1}, 0.03, opts)};
+    a.params = {{"scale", "tensor"}, {"bias", "0"}};
+    a.out_dtype = dtype;
+    return a;
+  };
+  b.flops = [](const BenchShape &s) { return 2.0 * s.m * s.n * s.k; };
+  b.bytes = [](const BenchShape &s, at::ScalarType dtype) {
+    return static_cast<double>(s.m * s.k + s.k * s.n) + static_cast<double>(c10::elementSize(dtype)) * s.m * s.n;
+  };
+  b.input_bytes = [](const BenchShape &s, at::ScalarType) { return static_cast<double>(s.m * s.k + s.k * s.n); };
+  b.against_copy = [](const BenchShape &s) { return s.m <= 32; };
+  return b;
 }
 
 }  // namespace
@@ -117,11 +178,12 @@ OpDef scaled_mm_def() {
     const double l = static_cast<double>(std::min<int64_t>(k, cpu_ops::kFp8Block));
     const double nb = static_cast<double>((k + cpu_ops::kFp8Block - 1) / cpu_ops::kFp8Block);
     const at::Tensor magnitude = at::mm(A.abs(), B.abs());
-    const at::Tensor core =
-        magnitude * ((l + nb + 2) * kUnitRoundoffF32) + bias_f64(a, n).abs() * kUnitRoundoffF32 + (nb + 2) * kTinyF32;
+    const at::Tensor core = magnitude * ((l + nb + 2) * kUnitRoundoffF32) + tensor_core_term(A, B) +
+                            bias_f64(a, n).abs() * kUnitRoundoffF32 + (nb + 2) * kTinyF32;
     return unbounded_where_huge(magnitude, core);
   };
   d.out_dtype = [](const OpArgs &a) { return a.out_dtype.value_or(at::kBFloat16); };
+  d.bench = bench();
   return d;
 }
 

@@ -1,10 +1,12 @@
-// The fp8 scaled matmul and the fused MoE layer on CUDA (ops/cuda/scaled_mm.cu, fused_moe.cu)
+// The fp8 scaled matmul and the fused MoE layer on CUDA (ops/cuda/scaled_mm.cu, scaled_mm_sm90.cu,
+// fused_moe.cu)
 // and the CUDA baselines of both: exact against the float64 reference (or the CPU kernel) where
 // every value is exact (so any order gives the same bits), accurate within the definition's bound
 // on normal data, a row's or a token's bits alone and in any batch (bitwise), every scale mode
 // and dtype, the one-line errors; and the libtorch pipelines (torch-scaled-mm, torch-grouped,
 // torch) on exactly computable data.
 #include "ops/cpu/moe.h"
+#include "ops/cuda/gemm.cuh"
 #include "ops/cuda/moe_ops.h"
 #include "ops/registry.h"
 #include "properties/accuracy.h"
@@ -127,6 +129,60 @@ TEST(CudaScaledMm, RowsHaveTheSameBitsAloneAndInAnyBatch) {
       EXPECT_TRUE(bitwise_equal(whole.narrow(0, 37, 100), impl.run(first_rows(all, mode, 37, 100)).cpu()))
           << cpu_ops::to_string(mode) << " " << out << " rows 37..136";
     }
+}
+
+// cuda_ops::scaled_mm on one of the kernels or tile shapes, b as given (any strides).
+at::Tensor run_path(const OpArgs &a, const at::Tensor &b, cuda_kernels::ScaledMmPath path) {
+  const ScaleMode mode = cpu_ops::scale_mode_from_string(a.params.at("scale"));
+  const at::Tensor bias = a.tensors.size() == 5 ? a.tensors[4] : at::Tensor();
+  return cuda_ops::scaled_mm(a.tensors[0], b, a.tensors[2], a.tensors[3], bias, mode, *a.out_dtype, path);
+}
+
+bool hopper() { return cuda_kernels::gemm_path_available(cuda_kernels::GemmPath::sm90_persistent, 0); }
+
+// The Hopper kernel's three tile shapes give the same bits, from b column-major (read as it is)
+// and row-major (copied into column-major first), so the launcher may pick any for any M.
+TEST(CudaScaledMm, HopperTileShapesAndLayoutsGiveTheSameBits) {
+  REQUIRE_GPU();
+  if (!hopper()) GTEST_SKIP() << "needs an sm_90 GPU for the Hopper kernel";
+  using cuda_kernels::ScaledMmPath;
+  uint64_t seed = 300;
+  for (ScaleMode mode : kModes)
+    for (at::ScalarType out : {at::kFloat, at::kBFloat16})
+      for (auto [m, n, k] : std::vector<std::array<int64_t, 3>>{
+               {1, 150, 300}, {5, 64, 129}, {70, 131, 1000}, {200, 300, 256}, {130, 257, 4096}}) {
+        const OpArgs host = scaled_mm_args(mode, m, n, k, seed % 2 == 0, out, seed), a = on_gpu(host);
+        ++seed;
+        const at::Tensor b_col = a.tensors[1].t().contiguous().t();
+        const at::Tensor want = run_path(a, b_col, ScaledMmPath::wgmma_128x128).cpu();
+        const std::string what = std::string(cpu_ops::to_string(mode)) + " " + c10::toString(out) + " " +
+                                 std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
+        EXPECT_TRUE(test::accurate("scaled_mm", host, want)) << what;
+        EXPECT_TRUE(bitwise_equal(want, run_path(a, b_col, ScaledMmPath::wgmma_64x128).cpu())) << what << " 64x128";
+        EXPECT_TRUE(bitwise_equal(want, run_path(a, b_col, ScaledMmPath::wgmma_64x64).cpu())) << what << " 64x64";
+        EXPECT_TRUE(bitwise_equal(want, run_path(a, a.tensors[1], ScaledMmPath::automatic).cpu()))
+            << what << " b row-major";
+      }
+}
+
+// Both kernels against the bound at a real width (K = 4096, 32 blocks): the Hopper kernel's fp8
+// accumulation and the mma.sync kernel's float16 one. Prints the worst error as a share of its
+// bound, for docs/moe.md.
+TEST(CudaScaledMm, BothKernelsWithinTheBoundAtRealWidths) {
+  REQUIRE_GPU();
+  using cuda_kernels::ScaledMmPath;
+  for (ScaleMode mode : kModes) {
+    const OpArgs host = scaled_mm_args(mode, 64, 256, 4096, false, at::kFloat, 500), a = on_gpu(host);
+    for (ScaledMmPath path : {ScaledMmPath::automatic, ScaledMmPath::mma_sync}) {
+      const AccuracyResult r = check_accuracy("scaled_mm", host, run_path(a, a.tensors[1], path).cpu());
+      EXPECT_TRUE(r.ok) << r.detail;
+      std::cout << "scaled_mm " << cpu_ops::to_string(mode) << " K=4096 "
+                << (path == ScaledMmPath::mma_sync ? "mma.sync"
+                    : hopper()                     ? "wgmma"
+                                                   : "automatic")
+                << ": worst |err| / bound = " << r.worst_error / r.worst_bound << std::endl;
+    }
+  }
 }
 
 TEST(CudaScaledMm, EmptyAndOneLineErrors) {
