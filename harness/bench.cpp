@@ -215,13 +215,14 @@ const ImplInfo &cuda_impl(const std::string &op, const std::string &impl) {
 }
 
 // batch_slice on the benchmark's own inputs: a few row ranges, compared bitwise.
-bool batch_slice_holds(const ImplInfo &impl, const OpArgs &args, int64_t rows) {
+bool batch_slice_holds(const ImplInfo &impl, const OpArgs &args, int64_t rows,
+                       const std::vector<size_t> &batch_inputs) {
   const at::Tensor full = impl.run(args);
   const std::pair<int64_t, int64_t> ranges[] = {
       {0, 1}, {rows / 2, rows / 2 + 1}, {rows - 1, rows}, {0, (rows + 1) / 2}};
   for (auto [i, j] : ranges) {
     OpArgs part = args;
-    part.tensors[0] = args.tensors[0].narrow(0, i, j - i);
+    for (size_t t : batch_inputs) part.tensors[t] = args.tensors[t].narrow(0, i, j - i);
     if (!same_bits(full.narrow(0, i, j - i), impl.run(part))) return false;
   }
   return true;
@@ -315,7 +316,7 @@ std::string run_bench(const BenchConfig &cfg, std::ostream &log, std::string *st
         for (const auto &name : impls) {
           const ImplInfo &impl = name == kDispatchImpl ? dispatch_impl(s.op) : cuda_impl(s.op, name);
           if (!impl.supports(dtype)) continue;
-          verified[name] = batch_slice_holds(impl, args[0], s.m);
+          verified[name] = batch_slice_holds(impl, args[0], s.m, def.batch_inputs);
           for (int w = 0; w < 3; ++w) impl.run(args[w % sets]);  // warm-up: module load, handles, autotune caches
           mode_off();
           const double once_us = time_one_call_us([&] { impl.run(args[0]); }, clock);
@@ -419,11 +420,12 @@ std::string speedup_summary(const std::map<std::string, std::vector<SpeedupSampl
     // Matmuls (ops benched over M, N and K) are also summed up by their M classes.
     const BenchDef *def = row_bench(key.substr(0, key.find('/')));
     if (def && def->uses_k) {
-      const Stats small = stats(v, [](int64_t m) { return m <= 32; });
+      const int64_t small_m = def->small_m;
+      const Stats small = stats(v, [small_m](int64_t m) { return m <= small_m; });
       const Stats large = stats(v, [](int64_t m) { return m >= 128; });
       if (small.n)
-        out << "; M <= 32: " << fmt(small.geomean, "%.3f") << "x (lowest " << fmt(small.lowest, "%.3f") << "x, "
-            << small.below_one << " of " << small.n << " below 1.0x)";
+        out << "; M <= " << small_m << ": " << fmt(small.geomean, "%.3f") << "x (lowest " << fmt(small.lowest, "%.3f")
+            << "x, " << small.below_one << " of " << small.n << " below 1.0x)";
       if (large.n)
         out << "; M >= 128: " << fmt(large.geomean, "%.3f") << "x (lowest " << fmt(large.lowest, "%.3f") << "x)";
     }

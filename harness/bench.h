@@ -70,8 +70,9 @@ struct BenchPlan {
 BenchPlan plan_bench(const BenchConfig &cfg);
 
 // The end-of-run summary, one line per "op/impl/dtype" key: the geomean speedup over its shapes;
-// for mm also over M <= 32 (decode: the lowest, and how many shapes fall below 1.0x) and over
-// M >= 128 (the lowest), the classes the matmul targets are stated in.
+// for ops benched over M, N and K also over M <= the definition's small_m (decode: 32 rows for
+// the matmuls, 64 tokens for fused_moe; the lowest, and how many shapes fall below 1.0x) and over
+// M >= 128 (the lowest), the classes the targets are stated in.
 struct SpeedupSample {
   int64_t m;
   double speedup;

@@ -159,14 +159,18 @@ at::Tensor torch_grouped_moe(const OpArgs &x) {
   const int64_t t_len = xs.size(0), h = xs.size(1), e = w13.size(0), inter = w2.size(2);
   if (t_len == 0) return at::zeros({0, h}, xs.options());
   const int64_t hp = round_up(h, 8), ip = round_up(inter, 8);
+  // Padded copies only where a width is off the alignment (a real layer's weights are used as they are).
+  const bool aligned = hp == h && ip == inter;
   const at::Tensor w13p =
-      at::constant_pad_nd(w13.reshape({e, 2, inter, h}), {0, hp - h, 0, ip - inter}, 0).reshape({e, 2 * ip, hp});
-  const at::Tensor w2p = at::constant_pad_nd(w2, {0, ip - inter, 0, hp - h}, 0);
+      aligned
+          ? w13
+          : at::constant_pad_nd(w13.reshape({e, 2, inter, h}), {0, hp - h, 0, ip - inter}, 0).reshape({e, 2 * ip, hp});
+  const at::Tensor w2p = aligned ? w2 : at::constant_pad_nd(w2, {0, ip - inter, 0, hp - h}, 0);
   const at::Tensor flat = ids.reshape({-1});
   const at::Tensor order = std::get<1>(at::sort(flat, /*stable=*/true, 0, false));
   const at::Tensor tokens = at::div(order, k, "floor");
   const at::Tensor offs = at::bincount(flat, {}, e).cumsum(0).to(at::kInt);
-  const at::Tensor gathered = at::constant_pad_nd(xs, {0, hp - h}, 0).index_select(0, tokens);
+  const at::Tensor gathered = (hp == h ? xs : at::constant_pad_nd(xs, {0, hp - h}, 0)).index_select(0, tokens);
   const at::Tensor gate_up = at::_grouped_mm(gathered, w13p.transpose(1, 2), offs);
   const at::Tensor act = at::silu(gate_up.narrow(1, 0, ip)) * gate_up.narrow(1, ip, ip);
   const at::Tensor y = at::_grouped_mm(act, w2p.transpose(1, 2), offs);

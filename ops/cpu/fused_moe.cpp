@@ -81,6 +81,15 @@ float silu_mul(float g, float u) {
   return (g * sig) * u;
 }
 
+// v rounded to a 16-bit dtype (to nearest even), or v itself for float32.
+float rounded_to(at::ScalarType dtype, float v) {
+  switch (dtype) {
+    case at::kHalf: return static_cast<float>(c10::Half(v));
+    case at::kBFloat16: return static_cast<float>(c10::BFloat16(v));
+    default: return v;
+  }
+}
+
 // Larger logit first; ties to the lower index; NaN after every number.
 bool routes_before(const float *l, int64_t a, int64_t b) {
   const bool na = std::isnan(l[a]), nb = std::isnan(l[b]);
@@ -187,7 +196,7 @@ at::Tensor fused_moe(const at::Tensor &x, const at::Tensor &logits, const at::Te
       for (int64_t i = 0; i < inter; ++i) {
         const float g = expert_row_dot(w1, i, xp + t * h, block, split);
         const float u = expert_row_dot(w1, inter + i, xp + t * h, block, split);
-        act[i] = silu_mul(g, u);
+        act[i] = rounded_to(x.scalar_type(), silu_mul(g, u));
       }
       const ExpertWeights &w_2 = down.get(e);
       float *ys = y.data() + (t * top_k + s) * h;

@@ -19,7 +19,8 @@
 //   2. weights: softmax over the k chosen logits (float32: exp(l - l_max), summed in slot order);
 //   3. per chosen expert: [g, u] = w13[e] @ x, a = silu(g) * u, y = w2[e] @ a, each product a
 //      blocked float32 sum over 128-wide K blocks (times the block's scale for fp8) in K order,
-//      `a` kept in float32;
+//      `a` computed in float32 and rounded to x's dtype (what the down GEMM reads, as engines
+//      store the intermediate activation and as a tensor core takes it);
 //   4. out = round(sum over slots s in order of w_s * y_s), float32 from zero.
 // Every step reads the token's own data only: no bit depends on the batch or on expert loads.
 #pragma once

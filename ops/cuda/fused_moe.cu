@@ -1,7 +1,7 @@
 // The batch-invariant fused MoE layer on CUDA: routing, two grouped GEMMs over all experts, the
 // combine; the order of ops/cpu/moe.h, operation for operation.
 //
-// Design. Routing is one thread per token (a selection of the top k under the CPU's rule, then
+// Design. Routing is one warp per token (a selection of the top k under the CPU's rule, then
 // the softmax of the chosen logits in slot order). The host groups the (token, slot) pairs by
 // expert into tiles of at most 32 pairs of one expert; each grouped GEMM is one launch over all
 // tiles (x the output columns in fixed widths), so an expert's weights are read once per tile.
@@ -10,11 +10,13 @@
 // (a float32 partial per 128-wide K block, sequential from zero, times its fp8 block scale,
 // added in K order) over 32-wide chunks staged in shared memory. The gate/up GEMM computes a
 // column's gate and up rows together and applies silu_and_mul (silu's expf as the CUDA
-// silu_and_mul kernel's) in its epilogue; the down GEMM writes each pair's expert output; the
+// silu_and_mul kernel's) in its epilogue, rounding to x's dtype; the down GEMM writes each pair's expert output; the
 // combine adds a token's k outputs in slot order, from zero, with no atomics, and rounds once.
 // So a token's bits are the CPU kernel's (but for expf and exp in the last place), whatever the
-// batch, the experts' loads or the tiles. Tensor cores would trade that for speed with a fixed
-// in-instruction order: a later step.
+// batch, the experts' loads or the tiles. On an sm_90 GPU, 16-bit layers whose widths TMA can read
+// run the tensor-core grouped GEMMs of fused_moe_sm90.cu instead (bits of their own); the routing
+// and the combine stay these.
+#include "ops/cuda/activation.cuh"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/fused_moe.cuh"
 #include "ops/cuda/mma_sm80.cuh"  // to_f, from_f
@@ -36,22 +38,32 @@ __device__ __forceinline__ bool routes_before(const float *l, int64_t a, int64_t
   return a < b;
 }
 
+// One warp per token. Each slot's expert is the first of the untaken experts under
+// routes_before, a strict total order, so the warp's reduction picks the one the CPU's scan picks;
+// the weights are then lane 0's, in the CPU's order.
 __global__ void moe_route_kernel(const float *logits, int64_t t_len, int64_t e_len, int64_t k, int32_t *ids,
                                  float *weights) {
-  const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int lane = threadIdx.x % 32;
+  const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
   if (t >= t_len) return;
   const float *l = logits + t * e_len;
   int32_t *id = ids + t * k;
   float *w = weights + t * k;
   for (int64_t s = 0; s < k; ++s) {
     int64_t best = -1;
-    for (int64_t c = 0; c < e_len; ++c) {
+    for (int64_t c = lane; c < e_len; c += 32) {
       bool taken = false;
       for (int64_t q = 0; q < s; ++q) taken = taken || id[q] == c;
       if (!taken && (best < 0 || routes_before(l, c, best))) best = c;
     }
-    id[s] = static_cast<int32_t>(best);
+    for (int off = 16; off > 0; off /= 2) {
+      const int64_t other = __shfl_down_sync(0xffffffffu, best, off);
+      if (other >= 0 && (best < 0 || routes_before(l, other, best))) best = other;
+    }
+    if (lane == 0) id[s] = static_cast<int32_t>(best);
+    __syncwarp();
   }
+  if (lane != 0) return;
   const float top = l[id[0]];
   float sum = 0.f;
   for (int64_t s = 0; s < k; ++s) {
@@ -76,16 +88,13 @@ __device__ __forceinline__ float weight_as_float(const MoeGemmParams &p, int64_t
   return static_cast<float>(v);
 }
 
-// silu(g) * u as the silu_and_mul kernels compute it.
-__device__ __forceinline__ float silu_mul(float g, float u) {
-  float sig;
-  if (g >= 0.0f) {
-    sig = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-g)));
-  } else {
-    const float ex = expf(g);
-    sig = __fdiv_rn(ex, __fadd_rn(1.0f, ex));
+// act is stored rounded to x's dtype, as the down GEMM reads it (ops/cpu/moe.h).
+__device__ __forceinline__ float round_as(DType t, float v) {
+  switch (t) {
+    case DType::f16: return to_f<__half>(from_f<__half>(v));
+    case DType::bf16: return to_f<__nv_bfloat16>(from_f<__nv_bfloat16>(v));
+    default: return v;
   }
-  return __fmul_rn(__fmul_rn(g, sig), u);
 }
 
 // A tile of up to kRows pairs of one expert by kCols output columns; gate_up: each column's
@@ -172,7 +181,7 @@ __global__ void __launch_bounds__(kThreads) moe_gemm_kernel(const MoeGemmParams 
     const int64_t col = c0 + c;
     if (r >= count || col >= n_out) continue;
     const int64_t pair = tiles.order[first + r];
-    p.out[pair * n_out + col] = kGateUp ? silu_mul(total[q][0], total[q][kDots - 1]) : total[q][0];
+    p.out[pair * n_out + col] = kGateUp ? round_as(p.a_dtype, silu_mul(total[q][0], total[q][kDots - 1])) : total[q][0];
   }
 }
 
@@ -208,7 +217,7 @@ void launch_moe_route(const float *logits, int64_t t, int64_t e, int64_t k, int3
                       cudaStream_t stream) {
   if (t == 0) return;
   if (k < 1 || k > e) throw std::invalid_argument("moe route: top_k must be in [1, E]");
-  moe_route_kernel<<<static_cast<unsigned>((t + 127) / 128), 128, 0, stream>>>(logits, t, e, k, ids, weights);
+  moe_route_kernel<<<static_cast<unsigned>((t + 3) / 4), 128, 0, stream>>>(logits, t, e, k, ids, weights);
   DETFUZZ_LAUNCH_CHECK();
 }
 

@@ -29,7 +29,8 @@ struct MoeTiles {
 // One grouped GEMM over all experts. Row p of A is x[p / k] (gate_up) or act[p] (down); the
 // weights w [E, rows, cols] of `w_dtype`, or float8 e4m3fn bytes with float32 128 x 128 block
 // scales [E, ceil(rows/128), ceil(cols/128)] when w_scale is given; K = cols.
-//   gate_up: act[p, i] = silu(w[e, i] . x) * (w[e, I + i] . x), i < I = rows / 2 (float32)
+//   gate_up: act[p, i] = silu(w[e, i] . x) * (w[e, I + i] . x), i < I = rows / 2 (float32
+//            storage, the value rounded to x's dtype)
 //   down:    y[p, j] = w[e, j] . act[p], j < rows (float32)
 // Each dot product: float32 partials over 128-wide K blocks summed sequentially from zero, each
 // times its block scale (fp8), added in K order: the CPU kernel's order, so its bits.
@@ -45,6 +46,33 @@ struct MoeGemmParams {
   float *out = nullptr;
 };
 void launch_moe_gemm(const MoeGemmParams &p, const MoeTiles &tiles, cudaStream_t stream);
+
+// The Hopper grouped GEMMs (fused_moe_sm90.cu): x and weights of one 16-bit dtype, wgmma with
+// float32 accumulators, one launch per GEMM over every row tile of every expert. Rows of `a` are
+// in expert order (row r holds pair order[r]); tile i covers rows tiles[3i + 1] .. + tiles[3i + 2]
+// (at most tile_m, all of expert tiles[3i]).
+//   gate_up: act[r, i] = silu(w[e, i] . a[r]) * (w[e, I + i] . a[r]) rounded to dtype, act [pairs, I]
+//   down:    y[order[r], j] = w[e, j] . a[r] (float32), y [pairs, rows]
+// K = the weights' cols, a multiple of 8 (TMA's 16-byte rows), as are rows; a, w 16-byte aligned.
+struct MoeSm90Gemm {
+  bool gate_up = true;
+  DType dtype = DType::bf16;  // f16 or bf16
+  const void *a = nullptr;
+  int64_t pairs = 0;
+  const void *w = nullptr;
+  int64_t experts = 0, rows = 0, cols = 0;
+  const int32_t *tiles = nullptr;
+  int64_t row_tiles = 0;
+  int tile_m = 64;                 // 64 or 128
+  int down_cols = 128;             // down: output columns per tile, 128 or 64 (more CTAs where tiles are few)
+  const int32_t *order = nullptr;  // down
+  void *out = nullptr;
+};
+// Whether the Hopper grouped GEMMs can run a layer of hidden h and expert width i in `dtype` on
+// the current device: an sm_90 GPU, a 16-bit dtype, h and i multiples of 8. A function of these
+// alone, never of the tokens.
+bool moe_sm90_fits(DType dtype, int64_t h, int64_t i);
+void launch_moe_gemm_sm90(const MoeSm90Gemm &p, cudaStream_t stream);
 
 // out[t, j] = sum over slots s in order of weights[t, s] * y[t * k + s, j], float32 from zero,
 // rounded once to out_dtype.

@@ -3,7 +3,9 @@
 // (bitwise the same values), then the launchers.
 // scaled_mm decides nothing from M: on an sm_90 GPU with K >= 1 it runs the Hopper kernel, which
 // reads b column-major ([N, K], as a weight is stored) and rows 16-byte aligned; b in another
-// layout is copied into that one (a cost the caller avoids by passing a weight's transpose). fused_moe reads the routing back to the host to group the
+// layout is copied into that one (a cost the caller avoids by passing a weight's transpose).
+// fused_moe runs the Hopper grouped GEMMs where the layer fits them (16-bit, H and I multiples of
+// 8: a property of the layer, not of the batch), else the CUDA-core ones. fused_moe reads the routing back to the host to group the
 // (token, slot) pairs by expert into tiles: which pairs share a tile, never what a pair computes.
 #include "ops/cuda/moe_ops.h"
 
@@ -79,8 +81,8 @@ std::pair<at::Tensor, at::Tensor> route(const at::Tensor &logits, int64_t top_k)
 }
 
 // The pairs p = token * k + slot grouped by expert (in p order within an expert), and the tiles
-// of at most kMoeTileRows pairs of one expert: (expert, first index into the order, count).
-std::pair<at::Tensor, at::Tensor> expert_tiles(const at::Tensor &ids, int64_t experts) {
+// of at most tile_rows pairs of one expert: (expert, first index into the order, count).
+std::pair<at::Tensor, at::Tensor> expert_tiles(const at::Tensor &ids, int64_t experts, int64_t tile_rows) {
   const at::Tensor host = ids.reshape({-1}).cpu();
   const int32_t *id = host.const_data_ptr<int32_t>();
   const int64_t pairs = host.numel();
@@ -91,13 +93,63 @@ std::pair<at::Tensor, at::Tensor> expert_tiles(const at::Tensor &ids, int64_t ex
   std::vector<int64_t> next(start.begin(), start.end() - 1);
   for (int64_t p = 0; p < pairs; ++p) order[static_cast<size_t>(next[id[p]]++)] = static_cast<int32_t>(p);
   for (int64_t e = 0; e < experts; ++e)
-    for (int64_t first = start[e]; first < start[e + 1]; first += ck::kMoeTileRows)
+    for (int64_t first = start[e]; first < start[e + 1]; first += tile_rows)
       tiles.insert(tiles.end(), {static_cast<int32_t>(e), static_cast<int32_t>(first),
-                                 static_cast<int32_t>(std::min(ck::kMoeTileRows, start[e + 1] - first))});
+                                 static_cast<int32_t>(std::min(tile_rows, start[e + 1] - first))});
   const auto i32 = at::TensorOptions().dtype(at::kInt);
   at::Tensor order_t = at::from_blob(order.data(), {pairs}, i32).to(ids.device());
   at::Tensor tiles_t = at::from_blob(tiles.data(), {static_cast<int64_t>(tiles.size())}, i32).to(ids.device());
   return {order_t, tiles_t};
+}
+
+// The layer's GEMMs on the Hopper kernels (16-bit x and weights; H and I multiples of 8): the
+// pairs sorted by expert, x's rows gathered in that order, the gate/up GEMM into the rounded
+// activations, the down GEMM into each pair's row of y, the combine. Tiles of 128 rows where
+// experts get that many pairs on average, else 64, and down tiles of 64 columns where 128 would
+// leave SMs idle: choices of speed, never of bits.
+void hopper_experts(const at::Tensor &x, const at::Tensor &w13, const at::Tensor &w2, const at::Tensor &ids,
+                    const at::Tensor &weights, int64_t top_k, at::Tensor &out) {
+  const int64_t t_len = x.size(0), h = x.size(1), e_len = w13.size(0), inter = w2.size(2), pairs = t_len * top_k;
+  const int tile_m = pairs >= 128 * e_len ? 128 : 64;
+  const auto [order, tiles] = expert_tiles(ids, e_len, tile_m);
+  const at::Tensor xs = x.index_select(0, at::floor_divide(order, top_k)).contiguous();
+  // Weights as TMA reads them: contiguous and 16-byte aligned (a copy of a view that is not).
+  auto tma_ready = [](const at::Tensor &w) {
+    const at::Tensor c = w.contiguous();
+    return reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 == 0 ? c : c.clone();
+  };
+  const at::Tensor w13c = tma_ready(w13), w2c = tma_ready(w2);
+  at::Tensor act = at::empty({pairs, inter}, x.options());
+  at::Tensor y = at::empty({pairs, h}, x.options().dtype(at::kFloat));
+  const cudaStream_t stream = stream_of(x);
+  ck::MoeSm90Gemm up;
+  up.gate_up = true;
+  up.dtype = out_kernel_dtype(x.scalar_type());
+  up.a = xs.data_ptr();
+  up.pairs = pairs;
+  up.w = w13c.data_ptr();
+  up.experts = e_len;
+  up.rows = 2 * inter;
+  up.cols = h;
+  up.tiles = tiles.const_data_ptr<int32_t>();
+  up.row_tiles = tiles.numel() / 3;
+  up.tile_m = tile_m;
+  up.out = act.data_ptr();
+  ck::launch_moe_gemm_sm90(up, stream);
+  ck::MoeSm90Gemm down = up;
+  down.gate_up = false;
+  down.a = act.data_ptr();
+  down.w = w2c.data_ptr();
+  down.rows = h;
+  down.cols = inter;
+  down.order = order.const_data_ptr<int32_t>();
+  // 64-column down tiles where 128-column ones would leave SMs idle (decode).
+  const int sms = at::cuda::getDeviceProperties(x.device().index())->multiProcessorCount;
+  down.down_cols = down.row_tiles * ((h + 127) / 128) < sms ? 64 : 128;
+  down.out = y.data_ptr();
+  ck::launch_moe_gemm_sm90(down, stream);
+  ck::launch_moe_combine(y.const_data_ptr<float>(), weights.const_data_ptr<float>(), t_len, top_k, h, out.data_ptr(),
+                         up.dtype, stream);
 }
 
 }  // namespace
@@ -165,9 +217,13 @@ at::Tensor fused_moe(const at::Tensor &x, const at::Tensor &logits, const at::Te
   at::Tensor out = at::empty({t_len, h}, x.options());
   if (t_len == 0) return out;
   const auto [ids, weights] = route(logits, top_k);
-  const auto [order, tiles] = expert_tiles(ids, e_len);
-  const ck::MoeTiles grouped{order.const_data_ptr<int32_t>(), tiles.const_data_ptr<int32_t>(), tiles.numel() / 3};
   const ck::DType dt = out_kernel_dtype(x.scalar_type());
+  if (!fp8 && ck::moe_sm90_fits(dt, h, inter)) {
+    hopper_experts(x, w13, w2, ids, weights, top_k, out);
+    return out;
+  }
+  const auto [order, tiles] = expert_tiles(ids, e_len, ck::kMoeTileRows);
+  const ck::MoeTiles grouped{order.const_data_ptr<int32_t>(), tiles.const_data_ptr<int32_t>(), tiles.numel() / 3};
   const at::Tensor xc = x.contiguous(), w13c = w13.contiguous(), w2c = w2.contiguous();
   const at::Tensor s13 = fp8 ? w13_scale.contiguous() : at::Tensor(), s2 = fp8 ? w2_scale.contiguous() : at::Tensor();
   const auto f32 = x.options().dtype(at::kFloat);

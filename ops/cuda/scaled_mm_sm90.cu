@@ -59,7 +59,7 @@ template <int CONSUMERS, int BN>
 struct Geometry {
   static constexpr int tile_m = 64 * CONSUMERS;
   static constexpr int a_bytes = tile_m * BK, b_bytes = BN * BK;
-  static constexpr int stage_bytes = a_bytes + b_bytes;              // 32, 24 or 16 KiB
+  static constexpr int stage_bytes = a_bytes + b_bytes;                  // 32, 24 or 16 KiB
   static constexpr int stages = std::min(12, 196 * 1024 / stage_bytes);  // 6, 8 or 12
   static constexpr int smem_bytes = 1024 + stages * stage_bytes + 2 * stages * 8;
   static_assert(smem_bytes <= 227 * 1024, "fits an SM");

@@ -11,6 +11,7 @@
 // depend on its length H alone: not on the number of rows, the grid or the stream. (The
 // sequential final sum costs H/64 dependent adds per row: fine for the model sizes detfuzz runs.)
 // silu_and_mul, rope: one thread per output element (pair, for rope), grid-stride.
+#include "ops/cuda/activation.cuh"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/transformer_ops.cuh"
 
@@ -90,15 +91,7 @@ __global__ void silu_and_mul_kernel(const T *x, T *y, int64_t rows, int64_t i) {
   for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = k / i, e = k % i;
-    const float g = load(x, r * 2 * i + e), u = load(x, r * 2 * i + i + e);
-    float sig;
-    if (g >= 0.0f) {
-      sig = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-g)));
-    } else {
-      const float ex = expf(g);
-      sig = __fdiv_rn(ex, __fadd_rn(1.0f, ex));
-    }
-    store(y, k, __fmul_rn(__fmul_rn(g, sig), u));
+    store(y, k, silu_mul(load(x, r * 2 * i + e), load(x, r * 2 * i + i + e)));
   }
 }
 

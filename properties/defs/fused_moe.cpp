@@ -16,7 +16,9 @@
 //      dg_i <= (H + 4) u G_i + (H + 4) tiny,   G = |W13| |x|   (likewise du_i);
 //  - a_i = silu(g_i) u_i, with |silu'| <= 1.1 and |silu(g)| <= |g|, rounded as silu_and_mul
 //    (8 u), and flushed to zero where g < -80:
-//      da_i <= 1.1 dg_i (|u_i| + du_i) + |g_i| du_i + 8 u (|g_i| + dg_i)(|u_i| + du_i) [+ |a_i| if g_i < -80];
+//      da_i <= 1.1 dg_i (|u_i| + du_i) + |g_i| du_i + 8 u (|g_i| + dg_i)(|u_i| + du_i) [+ |a_i| if g_i < -80],
+//    then a is rounded to x's dtype (unit roundoff u_x: 2^-8 bfloat16, 2^-11 float16, 0 float32):
+//      da_i += u_x (|a_i| + da_i);
 //  - y_j = W2 a, I terms:  dy_j <= (I + 4) u (|W2| (|a| + da))_j + (|W2| da)_j + (I + 4) tiny;
 //  - the weights: l_s - max (one rounding), exp (libm, within 1 ulp), k additions, one division:
 //      dw_s <= w_s (2 |l_s - max| + k + 6) u;
@@ -26,6 +28,8 @@
 #include "ops/cpu/moe.h"
 #include "properties/defs/defs.h"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <numeric>
@@ -98,6 +102,9 @@ std::pair<at::Tensor, at::Tensor> moe_f64(const OpArgs &a, bool with_core) {
   const int64_t t_len = x.size(0), h = x.size(1), e_len = logits.size(1), inter = a.tensors.at(3).size(2);
   const int64_t k = top_k_of(a);
   const double u = kUnitRoundoffF32, tiny = kTinyF32;
+  const double u_x = a.tensors.at(0).scalar_type() == at::kBFloat16 ? 0x1p-8
+                     : a.tensors.at(0).scalar_type() == at::kHalf   ? 0x1p-11
+                                                                    : 0.0;
   const double ch = static_cast<double>(h + 4), ci = static_cast<double>(inter + 4), ck = static_cast<double>(k + 1);
   at::Tensor out = at::zeros({t_len, h}, at::kDouble), core = at::zeros({t_len, h}, at::kDouble);
   at::Tensor magnitude = at::zeros({t_len, h}, at::kDouble);
@@ -125,6 +132,7 @@ std::pair<at::Tensor, at::Tensor> moe_f64(const OpArgs &a, bool with_core) {
       const at::Tensor ua = up.abs() + du, ga = g.abs();
       at::Tensor da = 1.1 * dg * ua + ga * du + 8 * u * (ga + dg) * ua;
       da = da + at::where(g < -80, act.abs(), at::zeros_like(act));
+      da = da + (act.abs() + da) * u_x;
       const at::Tensor W2a = W2.abs();
       const at::Tensor dy = at::mv(W2a, act.abs() + da) * (ci * u) + at::mv(W2a, da) + ci * tiny;
       const double dw = ws * (2 * std::abs(static_cast<double>(l[ids[s]]) - top) + k + 6) * u;
@@ -187,9 +195,48 @@ OpDef moe_def(const std::string &name, bool fp8) {
   return d;
 }
 
+// The bench of fused_moe: two layers of real models, tokens 1 to 8192, against the torch-grouped
+// pipeline. Shape M = tokens, N = H, K = I, page = E; top-k 2 for 8 experts, else 8.
+//   Mixtral 8x7B:     H 4096, I 14336, E 8,   top-2
+//   Qwen3-30B-A3B:    H 2048, I 768,   E 128, top-8
+BenchDef moe_bench() {
+  BenchDef b;
+  for (auto [h, i, e] : {std::array<int64_t, 3>{4096, 14336, 8}, {2048, 768, 128}})
+    for (int64_t t : {1, 8, 64, 512, 2048, 8192}) b.shapes.push_back({"fused_moe", t, h, i, e});
+  b.uses_k = true;
+  b.baseline = "torch-grouped";
+  b.args = [](const BenchShape &s, at::ScalarType dtype, at::Generator &gen) {
+    const auto opts = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
+    const int64_t e = s.page, k = e == 8 ? 2 : 8;
+    OpArgs a;
+    a.tensors = {at::randn({s.m, s.n}, gen, opts).to(dtype), at::randn({s.m, e}, gen, opts),
+                 (at::randn({e, 2 * s.k, s.n}, gen, opts) * 0.02).to(dtype),
+                 (at::randn({e, s.n, s.k}, gen, opts) * 0.02).to(dtype)};
+    a.params = {{"topk", std::to_string(k)}};
+    return a;
+  };
+  b.flops = [](const BenchShape &s) { return 2.0 * s.m * (s.page == 8 ? 2 : 8) * 3.0 * s.n * s.k; };
+  // The weights of the experts a batch reaches (all of them from a few tokens on), x and out.
+  b.bytes = [](const BenchShape &s, at::ScalarType dtype) {
+    const double reached = std::min<double>(static_cast<double>(s.page), s.m * (s.page == 8 ? 2.0 : 8.0));
+    return static_cast<double>(c10::elementSize(dtype)) * (reached * 3.0 * s.n * s.k + 2.0 * s.m * s.n);
+  };
+  b.input_bytes = [](const BenchShape &s, at::ScalarType dtype) {
+    return static_cast<double>(c10::elementSize(dtype)) * (s.page * 3.0 * s.n * s.k + s.m * s.n);
+  };
+  b.against_copy = [](const BenchShape &) { return false; };
+  b.batch_inputs = {0, 1};  // x and logits
+  b.small_m = 64;           // decode batches
+  return b;
+}
+
 }  // namespace
 
-OpDef fused_moe_def() { return moe_def("fused_moe", false); }
+OpDef fused_moe_def() {
+  OpDef d = moe_def("fused_moe", false);
+  d.bench = moe_bench();
+  return d;
+}
 OpDef fused_moe_fp8_def() { return moe_def("fused_moe_fp8", true); }
 
 }  // namespace detfuzz

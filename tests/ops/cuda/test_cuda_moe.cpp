@@ -355,6 +355,38 @@ TEST(CudaFusedMoe, TokensHaveTheSameBitsAloneAndInAnyBatch) {
     }
 }
 
+// The Hopper grouped GEMMs (16-bit x, H and I multiples of 8): within the bound, and a token's
+// bits alone (64-row tiles, 64-column down tiles) equal to its bits in a batch of 600 (128-row
+// tiles, 128-column down tiles, its experts' tiles full of other tokens) and among tokens that
+// all route to its experts.
+TEST(CudaFusedMoe, HopperGroupedGemmsAccurateAndInvariant) {
+  REQUIRE_GPU();
+  if (!hopper()) GTEST_SKIP() << "needs an sm_90 GPU for the Hopper kernels";
+  uint64_t seed = 700;
+  for (at::ScalarType dtype : {at::kBFloat16, at::kHalf}) {
+    for (auto [t, h, e, i, k] : std::vector<std::array<int64_t, 5>>{
+             {1, 64, 8, 64, 1}, {70, 256, 8, 136, 2}, {40, 512, 64, 256, 8}, {600, 128, 8, 72, 2}}) {
+      const OpArgs host = moe_args(dtype, false, t, h, e, i, k, seed++);
+      const at::Tensor got = cuda_impl("invariant", "fused_moe").run(on_gpu(host)).cpu();
+      EXPECT_TRUE(test::accurate("fused_moe", host, got))
+          << dtype << " T=" << t << " H=" << h << " E=" << e << " I=" << i << " k=" << k;
+    }
+    const ImplInfo &impl = cuda_impl("invariant", "fused_moe");
+    const OpArgs all = on_gpu(moe_args(dtype, false, 600, 2048, 8, 72, 2, seed++));
+    const at::Tensor whole = impl.run(all).cpu();
+    for (int64_t i : {0, 1, 127, 128, 599})
+      EXPECT_TRUE(bitwise_equal(whole.narrow(0, i, 1), impl.run(tokens(all, i, 1)).cpu()))
+          << dtype << " token " << i << " alone";
+    EXPECT_TRUE(bitwise_equal(whole.narrow(0, 100, 300), impl.run(tokens(all, 100, 300)).cpu()))
+        << dtype << " tokens 100..399";
+    OpArgs crowd = all;
+    crowd.tensors[1] = all.tensors[1].narrow(0, 5, 1).expand({600, 8}).contiguous();
+    crowd.tensors[0] = all.tensors[0].roll(1, 0);  // token 5 at row 6, beside 599 routed to its experts
+    EXPECT_TRUE(bitwise_equal(whole.narrow(0, 5, 1), impl.run(crowd).cpu().narrow(0, 6, 1)))
+        << dtype << " token 5 among 599 tokens routed to its experts";
+  }
+}
+
 TEST(CudaFusedMoe, RoutingIsTheCpuRouting) {
   REQUIRE_GPU();
   for (int64_t k : {1, 2, 8})

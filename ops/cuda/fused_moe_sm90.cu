@@ -1,0 +1,247 @@
+// The fused MoE layer's two grouped GEMMs on Hopper (sm_90a): TMA loads, wgmma with float32
+// accumulators, a producer warpgroup and one or two consumer warpgroups, one launch per GEMM over
+// every row tile of every expert.
+//
+// Design. The host sorts the (token, slot) pairs by expert and cuts each expert's rows into tiles
+// of at most tile_m (64 or 128) rows; the activations are gathered in that order. A CTA walks
+// (row tile, column tile) pairs persistently. Per 64-wide K step the producer TMA-loads tile_m rows
+// of the sorted activations (rows past the tile belong to the next expert or lie past the end,
+// and are never stored) and 128 weight rows of the tile's expert from a [E, rows, K] map, into
+// 128-byte-swizzled stages. Each consumer warpgroup owns 64 rows:
+//  - gate_up: 64 output columns c0..c0+63, whose gate rows (c0..) and up rows (I + c0..) are the
+//    stage's two 64-row weight boxes; two wgmma.m64n64k16 chains, then act = silu(g) * u (the
+//    project's silu_mul) rounded to x's dtype: the activation the down GEMM reads;
+//  - down: 128 output columns, one wgmma.m64n128k16 chain (or 64 columns and m64n64k16, where
+//    128-column tiles would leave SMs idle: decode); each row's float32 result goes to its pair's
+//    row of y, which the combine kernel (fused_moe.cu) adds in slot order.
+//
+// Invariance: every output element is the same wgmma chain over the same K steps on its own row
+// of activations and its expert's weights, whatever the tile height, the tile's other rows (other
+// tokens of its expert, or another expert's), the number of tiles or the grid: the experts' loads
+// decide which rows share a tile, never what a row computes. (A row of the MMA reads no other
+// row; m64n64 and m64n128 compute an element the same way.)
+#include "ops/cuda/activation.cuh"
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/fused_moe.cuh"
+#include "ops/cuda/gemm_common.cuh"  // configure_once_per_device
+#include "ops/cuda/mma_sm80.cuh"     // from_f
+#include "ops/cuda/ptx_sm90.cuh"
+#include "ops/cuda/tensor_map.h"
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace detfuzz::cuda_kernels {
+namespace {
+
+constexpr int BK = 64;   // K per stage: 128 bytes of a 16-bit row
+constexpr int BW = 128;  // weight rows per stage: two boxes of 64
+
+template <int CONSUMERS>
+constexpr int kThreads = 128 * (CONSUMERS + 1);
+
+template <int CONSUMERS>
+struct Geometry {
+  static constexpr int tile_m = 64 * CONSUMERS;
+  static constexpr int a_bytes = tile_m * BK * 2, b_bytes = BW * BK * 2;
+  static constexpr int stage_bytes = a_bytes + b_bytes;  // 32 or 24 KiB
+  static constexpr int stages = 196 * 1024 / stage_bytes;
+  static constexpr int smem_bytes = 1024 + stages * stage_bytes + 2 * stages * 8;
+  static_assert(smem_bytes <= 227 * 1024, "fits an SM");
+};
+
+struct Args {
+  MoeSm90Gemm p;
+  int64_t col_tiles, tiles;
+  int kblocks;
+  int w_rank3;
+};
+
+// COLS: output columns per tile (gate_up: 64, each with its gate and up rows; down: 128 or 64).
+template <typename T, int CONSUMERS, bool GATE_UP, int COLS>
+__global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
+    moe_gemm_sm90_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_w,
+                         const Args args) {
+#if DETFUZZ_SM90A
+  using namespace sm90;
+  using G = Geometry<CONSUMERS>;
+  constexpr int STAGES = G::stages, STAGE_BYTES = G::stage_bytes, A_BYTES = G::a_bytes;
+  static_assert(COLS == 64 || (!GATE_UP && COLS == 128), "gate_up tiles are 64 columns wide");
+  constexpr int W_BOXES = GATE_UP ? 2 : COLS / 64;  // 64-row weight boxes per stage
+  const MoeSm90Gemm &p = args.p;
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t stages = (raw + 1023) & ~1023u;
+  const uint32_t full_bar = stages + STAGES * STAGE_BYTES;
+  const uint32_t empty_bar = full_bar + STAGES * 8;
+  auto stage_a = [&](int s) { return stages + s * STAGE_BYTES; };
+  auto stage_b = [&](int s) { return stages + s * STAGE_BYTES + A_BYTES; };
+
+  const int tid = threadIdx.x;
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full_bar + 8 * s, 1);
+      mbar_init(empty_bar + 8 * s, CONSUMERS * 4);
+    }
+    fence_mbar_init();
+    prefetch_tensor_map(&tmap_a);
+    prefetch_tensor_map(&tmap_w);
+  }
+  __syncthreads();
+
+  const int64_t inter = p.rows / 2;
+  if (wg == 0) {
+    if constexpr (CONSUMERS == 2) release_registers<40>();
+    if (tid == 0) {
+      int it = 0;
+      for (int64_t tile = blockIdx.x; tile < args.tiles; tile += gridDim.x) {
+        const int64_t rt = tile % p.row_tiles, ct = tile / p.row_tiles;
+        const int e = p.tiles[3 * rt], first = p.tiles[3 * rt + 1];
+        const int c0 = static_cast<int>(ct * COLS);
+        // gate_up: the gate rows c0.. and the up rows I + c0..; down: rows c0.. and c0 + 64...
+        const int w0 = c0, w1 = GATE_UP ? static_cast<int>(inter) + c0 : c0 + 64;
+        for (int kb = 0; kb < args.kblocks; ++kb, ++it) {
+          const int s = it % STAGES;
+          mbar_wait(empty_bar + 8 * s, ((it / STAGES) & 1) ^ 1);
+          const uint32_t fb = full_bar + 8 * s;
+          mbar_expect_tx(fb, A_BYTES + W_BOXES * 64 * BK * 2);
+          tma_load_2d(stage_a(s), &tmap_a, fb, kb * BK, first);
+          tma_load_matrix(stage_b(s), &tmap_w, args.w_rank3, fb, kb * BK, w0, e);
+          if (W_BOXES == 2) tma_load_matrix(stage_b(s) + 64 * BK * 2, &tmap_w, args.w_rank3, fb, kb * BK, w1, e);
+        }
+      }
+    }
+    return;
+  }
+
+  if constexpr (CONSUMERS == 2) claim_registers<232>();
+  const int cw = wg - 1;
+  const int t = tid % 128, warp = t / 32, lane = t % 32;
+  float acc[COLS / 2], up[GATE_UP ? 32 : 1];
+  int it = 0;
+  for (int64_t tile = blockIdx.x; tile < args.tiles; tile += gridDim.x) {
+    const int64_t rt = tile % p.row_tiles, ct = tile / p.row_tiles;
+    const int64_t first = p.tiles[3 * rt + 1];
+    const int count = p.tiles[3 * rt + 2];
+    const int64_t c0 = ct * COLS;
+    int prev = -1;
+    for (int kb = 0; kb < args.kblocks; ++kb, ++it) {
+      const int s = it % STAGES;
+      mbar_wait(full_bar + 8 * s, (it / STAGES) & 1);
+      wgmma_fence();
+      const uint64_t da0 = desc_k_major(stage_a(s) + cw * (64 * BK * 2)), db0 = desc_k_major(stage_b(s));
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk) {
+        const uint64_t da = desc_advance(da0, kk * 32), db = desc_advance(db0, kk * 32);
+        const int accumulate = (kb > 0 || kk > 0) ? 1 : 0;
+        if constexpr (GATE_UP) {
+          wgmma_m64n64k16_ss<T, 0>(acc, da, db, accumulate);
+          wgmma_m64n64k16_ss<T, 0>(up, da, desc_advance(db, 64 * BK * 2), accumulate);
+        } else if constexpr (COLS == 128) {
+          wgmma_m64n128k16<T, 0>(acc, da, db, accumulate);
+        } else {
+          wgmma_m64n64k16_ss<T, 0>(acc, da, db, accumulate);
+        }
+      }
+      wgmma_commit();
+      wgmma_wait<1>();  // the previous stage's MMAs are done: release it
+      if (prev >= 0 && lane == 0) mbar_arrive(empty_bar + 8 * prev);
+      prev = s;
+    }
+    wgmma_wait<0>();
+    fence_registers(acc);
+    if constexpr (GATE_UP) fence_registers(up);
+    if (prev >= 0 && lane == 0) mbar_arrive(empty_bar + 8 * prev);
+
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = cw * 64 + warp * 16 + lane / 4 + 8 * h;
+      if (r >= count) continue;
+      const int64_t row = first + r;
+#pragma unroll
+      for (int j = 0; j < COLS / 8; ++j) {
+        const int64_t col = c0 + 8 * j + 2 * (lane % 4);  // even; the widths are multiples of 8
+        const int i = 4 * j + 2 * h;
+        if constexpr (GATE_UP) {
+          if (col >= inter) continue;
+          const uint32_t lo = from_f<T>(silu_mul(acc[i], up[i])), hi = from_f<T>(silu_mul(acc[i + 1], up[i + 1]));
+          *reinterpret_cast<uint32_t *>(static_cast<uint16_t *>(p.out) + row * inter + col) = lo | (hi << 16);
+        } else {
+          if (col >= p.rows) continue;
+          const int64_t pair = p.order[row];
+          *reinterpret_cast<float2 *>(static_cast<float *>(p.out) + pair * p.rows + col) =
+              make_float2(acc[i], acc[i + 1]);
+        }
+      }
+    }
+  }
+#endif
+}
+
+template <typename T, int CONSUMERS, bool GATE_UP, int COLS>
+void launch_shape(const MoeSm90Gemm &p, int dev, int sms, cudaStream_t stream) {
+  using G = Geometry<CONSUMERS>;
+  auto kernel = moe_gemm_sm90_kernel<T, CONSUMERS, GATE_UP, COLS>;
+  static std::atomic<uint64_t> opted_in{0};
+  configure_once_per_device(opted_in, dev, [&] {
+    DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, G::smem_bytes));
+  });
+  Args args{};
+  args.p = p;
+  const int64_t n_out = GATE_UP ? p.rows / 2 : p.rows;
+  args.col_tiles = (n_out + COLS - 1) / COLS;
+  args.tiles = args.col_tiles * p.row_tiles;
+  args.kblocks = static_cast<int>((p.cols + BK - 1) / BK);
+  const MatrixMap ma = matrix_map("fused_moe_sm90", CU_TENSOR_MAP_DATA_TYPE_UINT16, p.a, p.cols, p.pairs, p.cols, 1,
+                                  0, BK, G::tile_m, CU_TENSOR_MAP_SWIZZLE_128B);
+  const MatrixMap mw = matrix_map("fused_moe_sm90", CU_TENSOR_MAP_DATA_TYPE_UINT16, p.w, p.cols, p.rows, p.cols,
+                                  p.experts, p.rows * p.cols, BK, 64, CU_TENSOR_MAP_SWIZZLE_128B);
+  args.w_rank3 = mw.rank3;
+  const int grid = static_cast<int>(std::min<int64_t>(args.tiles, sms));
+  kernel<<<grid, kThreads<CONSUMERS>, G::smem_bytes, stream>>>(ma.map, mw.map, args);
+  DETFUZZ_LAUNCH_CHECK();
+}
+
+template <typename T, int CONSUMERS>
+void launch_typed(const MoeSm90Gemm &p, int dev, int sms, cudaStream_t stream) {
+  if (p.gate_up) return launch_shape<T, CONSUMERS, true, 64>(p, dev, sms, stream);
+  if (p.down_cols == 64) return launch_shape<T, CONSUMERS, false, 64>(p, dev, sms, stream);
+  return launch_shape<T, CONSUMERS, false, 128>(p, dev, sms, stream);
+}
+
+bool aligned16(const void *ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
+
+}  // namespace
+
+bool moe_sm90_fits(DType dtype, int64_t h, int64_t i) {
+  int dev = 0;
+  DETFUZZ_CUDA_CHECK(cudaGetDevice(&dev));
+  return (dtype == DType::bf16 || dtype == DType::f16) && h >= 8 && i >= 8 && h % 8 == 0 && i % 8 == 0 &&
+         gemm_path_available(GemmPath::sm90_persistent, dev);
+}
+
+void launch_moe_gemm_sm90(const MoeSm90Gemm &p, cudaStream_t stream) {
+  if (p.row_tiles == 0 || p.rows == 0) return;
+  if (!moe_sm90_fits(p.dtype, p.gate_up ? p.cols : p.rows, p.gate_up ? p.rows / 2 : p.cols) ||
+      (p.tile_m != 64 && p.tile_m != 128) || (p.down_cols != 64 && p.down_cols != 128) || !aligned16(p.a) || !aligned16(p.w) || (p.gate_up && p.rows % 2))
+    throw std::invalid_argument("launch_moe_gemm_sm90: the layer does not fit the Hopper kernel (sm_90, 16-bit, "
+                                "widths multiples of 8, 16-byte aligned, tiles of 64 or 128 rows)");
+  int dev = 0, sms = 0;
+  DETFUZZ_CUDA_CHECK(cudaGetDevice(&dev));
+  DETFUZZ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const bool bf16 = p.dtype == DType::bf16;
+  if (p.tile_m == 128)
+    bf16 ? launch_typed<__nv_bfloat16, 2>(p, dev, sms, stream) : launch_typed<__half, 2>(p, dev, sms, stream);
+  else
+    bf16 ? launch_typed<__nv_bfloat16, 1>(p, dev, sms, stream) : launch_typed<__half, 1>(p, dev, sms, stream);
+}
+
+}  // namespace detfuzz::cuda_kernels
