@@ -316,6 +316,18 @@ std::string run_bench(const BenchConfig &cfg, std::ostream &log, std::string *st
         for (const auto &name : impls) {
           const ImplInfo &impl = name == kDispatchImpl ? dispatch_impl(s.op) : cuda_impl(s.op, name);
           if (!impl.supports(dtype)) continue;
+          // A baseline that refuses the shape (cuBLASLt without a kernel for it) leaves the row to
+          // ours alone, its TFLOP/s without a speedup.
+          if (name == baseline) {
+            try {
+              impl.run(args[0]);
+            } catch (const std::exception &e) {
+              const std::string what = e.what();
+              log << s.label() << " " << name << " " << dtype_name(dtype) << " M=" << s.m << " N=" << s.n
+                  << " K=" << s.k << ": refused (" << what.substr(0, what.find('\n')) << ")" << std::endl;
+              continue;
+            }
+          }
           verified[name] = batch_slice_holds(impl, args[0], s.m, def.batch_inputs);
           for (int w = 0; w < 3; ++w) impl.run(args[w % sets]);  // warm-up: module load, handles, autotune caches
           mode_off();
@@ -362,19 +374,20 @@ std::string run_bench(const BenchConfig &cfg, std::ostream &log, std::string *st
           const double flops = def.flops(s);
           const double gbps = bytes / us * 1e-3;
           const double speedup = base_us / us;
-          csv << s.op << ',' << name << ',' << dtype_name(dtype) << ',' << s.m << ',' << s.n << ',' << s.k << ','
+          csv << s.label() << ',' << name << ',' << dtype_name(dtype) << ',' << s.m << ',' << s.n << ',' << s.k << ','
               << fmt(us) << ',' << (flops > 0 ? fmt(flops / us * 1e-6, "%.2f") : "") << ','
               << (bytes > 0 ? fmt(bytes / us * 1e-3, "%.1f") : "") << ',' << baseline << ',' << fmt(base_us) << ','
               << fmt(speedup, "%.4f") << ',' << (verified[name] ? "yes" : "no") << ','
               << (std::isnan(d2d_gbps) ? "" : fmt(d2d_gbps, "%.1f")) << ','
               << (std::isnan(d2d_gbps) ? "" : fmt(gbps / d2d_gbps, "%.4f")) << ",\n";
-          if (name != baseline) speedups[s.op + "/" + name + "/" + dtype_name(dtype)].push_back({s.m, speedup});
-          log << "[" << done << "/" << total << "] " << s.op << " " << name << " " << dtype_name(dtype) << " M=" << s.m
-              << " N=" << s.n << " K=" << s.k << ": " << fmt(us, "%.1f") << " us, "
+          if (name != baseline && !std::isnan(speedup))
+            speedups[s.label() + "/" + name + "/" + dtype_name(dtype)].push_back({s.m, speedup});
+          log << "[" << done << "/" << total << "] " << s.label() << " " << name << " " << dtype_name(dtype)
+              << " M=" << s.m << " N=" << s.n << " K=" << s.k << ": " << fmt(us, "%.1f") << " us, "
               << (flops > 0 ? fmt(flops / us * 1e-6, "%.0f") + " TFLOP/s, " : std::string())
               << (std::isnan(d2d_gbps) ? std::string() : fmt(100.0 * gbps / d2d_gbps, "%.0f") + "% of a D2D copy, ")
-              << fmt(speedup, "%.2f") << "x " << baseline << (verified[name] ? "" : "  (batch_slice FAILED)")
-              << std::endl;
+              << (std::isnan(speedup) ? "no " + baseline + " time" : fmt(speedup, "%.2f") + "x " + baseline)
+              << (verified[name] ? "" : "  (batch_slice FAILED)") << std::endl;
         }
       }
     }
@@ -418,7 +431,8 @@ std::string speedup_summary(const std::map<std::string, std::vector<SpeedupSampl
     const Stats all = stats(v, [](int64_t) { return true; });
     out << "  " << key << ": " << fmt(all.geomean, "%.3f") << "x over " << all.n << " shapes";
     // Matmuls (ops benched over M, N and K) are also summed up by their M classes.
-    const BenchDef *def = row_bench(key.substr(0, key.find('/')));
+    const std::string op = key.substr(0, key.find('/'));
+    const BenchDef *def = row_bench(op.substr(0, op.find('[')));
     if (def && def->uses_k) {
       const int64_t small_m = def->small_m;
       const Stats small = stats(v, [small_m](int64_t m) { return m <= small_m; });

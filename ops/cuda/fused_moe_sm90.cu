@@ -200,8 +200,8 @@ void launch_shape(const MoeSm90Gemm &p, int dev, int sms, cudaStream_t stream) {
   args.col_tiles = (n_out + COLS - 1) / COLS;
   args.tiles = args.col_tiles * p.row_tiles;
   args.kblocks = static_cast<int>((p.cols + BK - 1) / BK);
-  const MatrixMap ma = matrix_map("fused_moe_sm90", CU_TENSOR_MAP_DATA_TYPE_UINT16, p.a, p.cols, p.pairs, p.cols, 1,
-                                  0, BK, G::tile_m, CU_TENSOR_MAP_SWIZZLE_128B);
+  const MatrixMap ma = matrix_map("fused_moe_sm90", CU_TENSOR_MAP_DATA_TYPE_UINT16, p.a, p.cols, p.pairs, p.cols, 1, 0,
+                                  BK, G::tile_m, CU_TENSOR_MAP_SWIZZLE_128B);
   const MatrixMap mw = matrix_map("fused_moe_sm90", CU_TENSOR_MAP_DATA_TYPE_UINT16, p.w, p.cols, p.rows, p.cols,
                                   p.experts, p.rows * p.cols, BK, 64, CU_TENSOR_MAP_SWIZZLE_128B);
   args.w_rank3 = mw.rank3;
@@ -231,9 +231,11 @@ bool moe_sm90_fits(DType dtype, int64_t h, int64_t i) {
 void launch_moe_gemm_sm90(const MoeSm90Gemm &p, cudaStream_t stream) {
   if (p.row_tiles == 0 || p.rows == 0) return;
   if (!moe_sm90_fits(p.dtype, p.gate_up ? p.cols : p.rows, p.gate_up ? p.rows / 2 : p.cols) ||
-      (p.tile_m != 64 && p.tile_m != 128) || (p.down_cols != 64 && p.down_cols != 128) || !aligned16(p.a) || !aligned16(p.w) || (p.gate_up && p.rows % 2))
-    throw std::invalid_argument("launch_moe_gemm_sm90: the layer does not fit the Hopper kernel (sm_90, 16-bit, "
-                                "widths multiples of 8, 16-byte aligned, tiles of 64 or 128 rows)");
+      (p.tile_m != 64 && p.tile_m != 128) || (p.down_cols != 64 && p.down_cols != 128) || !aligned16(p.a) ||
+      !aligned16(p.w) || (p.gate_up && p.rows % 2))
+    throw std::invalid_argument(
+        "launch_moe_gemm_sm90: the layer does not fit the Hopper kernel (sm_90, 16-bit, "
+        "widths multiples of 8, 16-byte aligned, tiles of 64 or 128 rows)");
   int dev = 0, sms = 0;
   DETFUZZ_CUDA_CHECK(cudaGetDevice(&dev));
   DETFUZZ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));

@@ -39,6 +39,10 @@ struct BenchShape {
   std::string op;
   int64_t m = 0, n = 0, k = 0;
   int64_t page = 16;
+  // A setting of the definition's own that the shape is timed under (scaled_mm: "block" scales),
+  // shown after the op as op[variant]; empty for none.
+  std::string variant{};
+  std::string label() const { return variant.empty() ? op : op + "[" + variant + "]"; }
 };
 
 // How `detfuzz bench` times an op: its default shapes, the inputs of a shape, what it moves and

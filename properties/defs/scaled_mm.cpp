@@ -98,21 +98,29 @@ at::Tensor tensor_core_term(const at::Tensor &A, const at::Tensor &B) {
   return term;
 }
 
-// The bench: the matmul shapes with per-tensor scales, no bias, the output in the bench's dtype,
-// b column-major (a [N, K] weight's transpose: what cuBLASLt's fp8 GEMM and the Hopper kernel both
-// read without a copy), against at::_scaled_mm.
+// The bench: the matmul shapes with per-tensor scales, then again with block scales (variant
+// "block": 1 x 128 activations, 128 x 128 weights); no bias, the output in the bench's dtype, b
+// column-major (a [N, K] weight's transpose: what cuBLASLt's fp8 GEMM and the Hopper kernel both
+// read without a copy), against at::_scaled_mm (block-wise: _scaled_mm_v2, where cuBLASLt has it).
 BenchDef bench() {
   BenchDef b;
   b.shapes = defs::matmul_bench_shapes("scaled_mm");
+  for (BenchShape s : defs::matmul_bench_shapes("scaled_mm")) {
+    s.variant = "block";
+    b.shapes.push_back(s);
+  }
   b.uses_k = true;
   b.baseline = "torch-scaled-mm";
   b.args = [](const BenchShape &s, at::ScalarType dtype, at::Generator &gen) {
     const auto opts = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
+    const bool block = s.variant == "block";
+    const auto mode = block ? cpu_ops::ScaleMode::block : cpu_ops::ScaleMode::tensor;
     OpArgs a;
     a.tensors = {at::randn({s.m, s.k}, gen, opts).to(at::kFloat8_e4m3fn),
-                 at::randn({s.n, s.k}, gen, opts).to(at::kFloat8_e4m3fn).t(), at::full({1}, 0.02, opts),
-                 at::full({1}, 0.03, opts)};
-    a.params = {{"scale", "tensor"}, {"bias", "0"}};
+                 at::randn({s.n, s.k}, gen, opts).to(at::kFloat8_e4m3fn).t(),
+                 at::rand(cpu_ops::scale_a_sizes(mode, s.m, s.k), gen, opts) * 0.02 + 0.01,
+                 at::rand(cpu_ops::scale_b_sizes(mode, s.k, s.n), gen, opts) * 0.02 + 0.01};
+    a.params = {{"scale", block ? "block" : "tensor"}, {"bias", "0"}};
     a.out_dtype = dtype;
     return a;
   };

@@ -135,8 +135,9 @@ TEST(OpDefs, BenchShapesComeFromTheDefinitions) {
     if (!b.shapes.empty()) EXPECT_TRUE(b.args && b.flops && b.bytes && b.input_bytes && b.against_copy) << op;
     shapes += b.shapes.size();
   }
-  // mm's 42 matmul shapes, log_softmax's and mean's 3, scaled_mm's 42, fused_moe's 2 layers x 6 batches.
-  EXPECT_EQ(shapes, 42u + 3 + 3 + 42 + 12);
+  // mm's 42 matmul shapes, log_softmax's and mean's 3, scaled_mm's 42 per tensor and 42 block-wise,
+  // fused_moe's 2 layers x 6 batches.
+  EXPECT_EQ(shapes, 42u + 3 + 3 + 84 + 12);
   EXPECT_EQ(find_op_def("mm")->bench.baseline, "cublas");
   EXPECT_EQ(find_op_def("scaled_mm")->bench.baseline, "torch-scaled-mm");
   EXPECT_EQ(find_op_def("fused_moe")->bench.baseline, "torch-grouped");
