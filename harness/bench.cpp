@@ -328,7 +328,7 @@ std::string run_bench(const BenchConfig &cfg, std::ostream &log, std::string *st
               continue;
             }
           }
-          verified[name] = batch_slice_holds(impl, args[0], s.m, def.batch_inputs);
+          verified[name] = batch_slice_holds(impl, args[0], s.m, def.batch_inputs(s));
           for (int w = 0; w < 3; ++w) impl.run(args[w % sets]);  // warm-up: module load, handles, autotune caches
           mode_off();
           const double once_us = time_one_call_us([&] { impl.run(args[0]); }, clock);

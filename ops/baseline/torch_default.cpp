@@ -95,7 +95,10 @@ at::Tensor padded_fp8(const at::Tensor &t, int64_t to_rows, int64_t to_cols) {
 
 // A [rows, cols] float32 tensor laid out column-major (stride [1, rows]), as cuBLASLt's block
 // scales are read.
-at::Tensor column_major(const at::Tensor &t) { return t.t().contiguous().t(); }
+at::Tensor column_major(const at::Tensor &t) {
+  // Strides written out: t.t().contiguous() keeps a [1, n] matrix's row-major strides.
+  return at::empty_strided(t.sizes(), {1, std::max<int64_t>(t.size(0), 1)}, t.options()).copy_(t);
+}
 
 // b [K, N] as cuBLASLt reads it, column-major and padded to [kp, np]: b itself where it already is
 // (a [N, K] weight's transpose), else a copy.

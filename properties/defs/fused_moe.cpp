@@ -17,8 +17,9 @@
 //  - a_i = silu(g_i) u_i, with |silu'| <= 1.1 and |silu(g)| <= |g|, rounded as silu_and_mul
 //    (8 u), and flushed to zero where g < -80:
 //      da_i <= 1.1 dg_i (|u_i| + du_i) + |g_i| du_i + 8 u (|g_i| + dg_i)(|u_i| + du_i) [+ |a_i| if g_i < -80],
-//    then a is rounded to x's dtype (unit roundoff u_x: 2^-8 bfloat16, 2^-11 float16, 0 float32):
-//      da_i += u_x (|a_i| + da_i);
+//    then a is rounded to x's dtype (unit roundoff u_x: 2^-8 bfloat16, 2^-11 float16, 0 float32;
+//    eta_x half its smallest subnormal):  da_i += u_x (|a_i| + da_i) + eta_x, and every output of
+//    the token unbounded where |a_i| + da_i reaches past x's largest finite value (a rounds to inf);
 //  - y_j = W2 a, I terms:  dy_j <= (I + 4) u (|W2| (|a| + da))_j + (|W2| da)_j + (I + 4) tiny;
 //  - the weights: l_s - max (one rounding), exp (libm, within 1 ulp), k additions, one division:
 //      dw_s <= w_s (2 |l_s - max| + k + 6) u;
@@ -102,9 +103,12 @@ std::pair<at::Tensor, at::Tensor> moe_f64(const OpArgs &a, bool with_core) {
   const int64_t t_len = x.size(0), h = x.size(1), e_len = logits.size(1), inter = a.tensors.at(3).size(2);
   const int64_t k = top_k_of(a);
   const double u = kUnitRoundoffF32, tiny = kTinyF32;
-  const double u_x = a.tensors.at(0).scalar_type() == at::kBFloat16 ? 0x1p-8
-                     : a.tensors.at(0).scalar_type() == at::kHalf   ? 0x1p-11
-                                                                    : 0.0;
+  // x's dtype, to which the activation is rounded: unit roundoff, half its smallest subnormal, its
+  // largest finite value (float32: no rounding).
+  const at::ScalarType x_dtype = a.tensors.at(0).scalar_type();
+  const bool half = x_dtype == at::kHalf, bf16 = x_dtype == at::kBFloat16;
+  const double u_x = bf16 ? 0x1p-8 : half ? 0x1p-11 : 0.0, eta_x = bf16 ? 0x1p-134 : half ? 0x1p-25 : 0.0;
+  const double max_x = bf16 ? 0x1.fep127 : 65504.0;
   const double ch = static_cast<double>(h + 4), ci = static_cast<double>(inter + 4), ck = static_cast<double>(k + 1);
   at::Tensor out = at::zeros({t_len, h}, at::kDouble), core = at::zeros({t_len, h}, at::kDouble);
   at::Tensor magnitude = at::zeros({t_len, h}, at::kDouble);
@@ -132,7 +136,9 @@ std::pair<at::Tensor, at::Tensor> moe_f64(const OpArgs &a, bool with_core) {
       const at::Tensor ua = up.abs() + du, ga = g.abs();
       at::Tensor da = 1.1 * dg * ua + ga * du + 8 * u * (ga + dg) * ua;
       da = da + at::where(g < -80, act.abs(), at::zeros_like(act));
-      da = da + (act.abs() + da) * u_x;
+      da = da + (act.abs() + da) * u_x + eta_x;
+      // An activation that may round past x's range makes the token's outputs inf or NaN.
+      if (u_x > 0 && ((act.abs() + da) >= max_x).any().item<bool>()) core[t] += INFINITY;
       const at::Tensor W2a = W2.abs();
       const at::Tensor dy = at::mv(W2a, act.abs() + da) * (ci * u) + at::mv(W2a, da) + ci * tiny;
       const double dw = ws * (2 * std::abs(static_cast<double>(l[ids[s]]) - top) + k + 6) * u;
@@ -225,8 +231,8 @@ BenchDef moe_bench() {
     return static_cast<double>(c10::elementSize(dtype)) * (s.page * 3.0 * s.n * s.k + s.m * s.n);
   };
   b.against_copy = [](const BenchShape &) { return false; };
-  b.batch_inputs = {0, 1};  // x and logits
-  b.small_m = 64;           // decode batches
+  b.batch_inputs = [](const BenchShape &) { return std::vector<size_t>{0, 1}; };  // x and logits
+  b.small_m = 64;                                                                 // decode batches
   return b;
 }
 

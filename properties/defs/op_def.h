@@ -61,7 +61,9 @@ struct BenchDef {
   // Whether bench also reports the share of a device copy of the same bytes (B-bound products).
   std::function<bool(const BenchShape &)> against_copy;
   // The inputs whose first dim is the batch (bench's batch_slice check cuts them together).
-  std::vector<size_t> batch_inputs = {0};
+  std::function<std::vector<size_t>(const BenchShape &)> batch_inputs = [](const BenchShape &) {
+    return std::vector<size_t>{0};
+  };
   // The end-of-run summary of an op with uses_k also sums up M <= small_m (decode) and M >= 128.
   int64_t small_m = 32;
 };

@@ -130,6 +130,10 @@ BenchDef bench() {
   };
   b.input_bytes = [](const BenchShape &s, at::ScalarType) { return static_cast<double>(s.m * s.k + s.k * s.n); };
   b.against_copy = [](const BenchShape &s) { return s.m <= 32; };
+  // a, and block scales' scale_a (one row per row of a).
+  b.batch_inputs = [](const BenchShape &s) {
+    return s.variant == "block" ? std::vector<size_t>{0, 2} : std::vector<size_t>{0};
+  };
   return b;
 }
 

@@ -197,5 +197,25 @@ TEST(Reference, AcceptsRoundingOverflowToInfinity) {
   EXPECT_FALSE(check_accuracy("mm", {{a, b}}, -out).ok);
 }
 
+// Where the bound reaches past the output's range on the other side of the reference (massive
+// cancellation under scaled_mm's fp8 tensor-core term), that side's infinity is accepted too.
+TEST(Reference, AcceptsAnInfinityWhereverTheBoundReachesPastTheRange) {
+  auto args = [](double scale) {
+    OpArgs x{{at::tensor({448.0, 448.0, 1.0}).reshape({1, 3}).to(at::kFloat8_e4m3fn),
+              at::tensor({448.0, -448.0, -1.0}).reshape({3, 1}).to(at::kFloat8_e4m3fn), at::full({1}, scale),
+              at::full({1}, 1.0)}};
+    x.params = {{"scale", "tensor"}, {"bias", "0"}};
+    x.out_dtype = at::kHalf;
+    return x;
+  };
+  const at::Tensor inf = at::full({1, 1}, INFINITY).to(at::kHalf);
+  // Exact -100, bound about 8e4 (33 * 2^-13 of the products' 2e7): either infinity may be a rounding.
+  EXPECT_TRUE(check_accuracy("scaled_mm", args(100), inf).ok);
+  EXPECT_TRUE(check_accuracy("scaled_mm", args(100), -inf).ok);
+  // Exact -1, bound about 800: no infinity is.
+  EXPECT_FALSE(check_accuracy("scaled_mm", args(1), inf).ok);
+  EXPECT_FALSE(check_accuracy("scaled_mm", args(1), -inf).ok);
+}
+
 }  // namespace
 }  // namespace detfuzz
