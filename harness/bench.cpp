@@ -328,7 +328,12 @@ std::string run_bench(const BenchConfig &cfg, std::ostream &log, std::string *st
               continue;
             }
           }
-          verified[name] = batch_slice_holds(impl, args[0], s.m, def.batch_inputs(s));
+          try {
+            verified[name] = batch_slice_holds(impl, args[0], s.m, def.batch_inputs(s));
+          } catch (const std::exception &e) {
+            if (name != baseline) throw;
+            verified[name] = false;  // it refused a slice of the shape: its rows stay unchecked
+          }
           for (int w = 0; w < 3; ++w) impl.run(args[w % sets]);  // warm-up: module load, handles, autotune caches
           mode_off();
           const double once_us = time_one_call_us([&] { impl.run(args[0]); }, clock);
