@@ -1,5 +1,5 @@
 // fp8 scaled matmul and the fused mixture-of-experts layer on the CPU: the fixed-order kernels
-// (the executable spec of the Hopper kernels to come) and the knobs their mutants turn.
+// (the executable spec of the CUDA kernels, ops/cuda) and the knobs their mutants turn.
 //
 // scaled_mm: a [M, K] and b [K, N] in float8 e4m3fn, float32 scales, optional bias [N]:
 //   out[i, j] = round(sum over K blocks kb of (P(i, j, kb) * (sa(i, kb) * sb(kb, j))) + bias[j])
