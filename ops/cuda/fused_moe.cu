@@ -186,14 +186,6 @@ __global__ void __launch_bounds__(kThreads) moe_gemm_kernel(const MoeGemmParams 
 }
 
 template <typename Out>
-__device__ __forceinline__ void store_out(void *p, int64_t i, float v) {
-  if constexpr (std::is_same_v<Out, float>)
-    static_cast<float *>(p)[i] = v;
-  else
-    static_cast<uint16_t *>(p)[i] = from_f<Out>(v);
-}
-
-template <typename Out>
 __global__ void moe_combine_kernel(const float *y, const float *weights, int64_t t_len, int64_t k, int64_t h,
                                    void *out) {
   const int64_t n = t_len * h;

@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace detfuzz::cuda_kernels {
 
@@ -29,6 +30,22 @@ __device__ __forceinline__ uint16_t from_f<__nv_bfloat16>(float v) {
 template <>
 __device__ __forceinline__ uint16_t from_f<__half>(float v) {
   return __half_as_ushort(__float2half_rn(v));
+}
+// Element i of an output (or bias) buffer of dtype Out: float, or 16-bit bits as to_f / from_f
+// convert them.
+template <typename Out>
+__device__ __forceinline__ float load_out(const void *p, int64_t i) {
+  if constexpr (std::is_same_v<Out, float>)
+    return static_cast<const float *>(p)[i];
+  else
+    return to_f<Out>(static_cast<const uint16_t *>(p)[i]);
+}
+template <typename Out>
+__device__ __forceinline__ void store_out(void *p, int64_t i, float v) {
+  if constexpr (std::is_same_v<Out, float>)
+    static_cast<float *>(p)[i] = v;
+  else
+    static_cast<uint16_t *>(p)[i] = from_f<Out>(v);
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {

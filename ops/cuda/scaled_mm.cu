@@ -40,22 +40,6 @@ __device__ __forceinline__ uint16_t e4m3_to_half_bits(uint8_t v) {
   return __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(v), __NV_E4M3).x;
 }
 
-template <typename Out>
-__device__ __forceinline__ float load_out(const void *p, int64_t i) {
-  if constexpr (std::is_same_v<Out, float>)
-    return static_cast<const float *>(p)[i];
-  else
-    return to_f<Out>(static_cast<const uint16_t *>(p)[i]);
-}
-
-template <typename Out>
-__device__ __forceinline__ void store_out(void *p, int64_t i, float v) {
-  if constexpr (std::is_same_v<Out, float>)
-    static_cast<float *>(p)[i] = v;
-  else
-    static_cast<uint16_t *>(p)[i] = from_f<Out>(v);
-}
-
 // sa(m, kb) * sb(kb, n): one float32 product, as the CPU kernel forms it.
 __device__ __forceinline__ float block_scale(const ScaledMmParams &p, int64_t m, int64_t n, int64_t kb) {
   switch (p.mode) {

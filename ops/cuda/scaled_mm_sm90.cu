@@ -72,14 +72,6 @@ struct Args {
   int stage_tx_bytes;    // bytes TMA writes per stage
 };
 
-template <typename Out>
-__device__ __forceinline__ float bias_value(const void *bias, int64_t n) {
-  if constexpr (std::is_same_v<Out, float>)
-    return static_cast<const float *>(bias)[n];
-  else
-    return to_f<Out>(static_cast<const uint16_t *>(bias)[n]);
-}
-
 // Rounds and stores a consumer thread's values of one row: columns 8 j + 2 (lane % 4) + {0, 1}.
 template <typename Out, int BN>
 __device__ __forceinline__ void store_row(const float (&total)[BN / 2], int h, const Args &a, int64_t gm, int64_t n0,
@@ -92,7 +84,7 @@ __device__ __forceinline__ void store_row(const float (&total)[BN / 2], int h, c
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       v[e] = total[4 * j + 2 * h + e];
-      if (p.bias && gn + e < p.N) v[e] = __fadd_rn(v[e], bias_value<Out>(p.bias, gn + e));
+      if (p.bias && gn + e < p.N) v[e] = __fadd_rn(v[e], load_out<Out>(p.bias, gn + e));
     }
     const int64_t at = gm * p.N + gn;
     if constexpr (std::is_same_v<Out, float>) {
