@@ -309,14 +309,26 @@ std::string run_bench(const BenchConfig &cfg, std::ostream &log, std::string *st
         // Input sets rotated so that together they exceed the L2 cache.
         const double set_bytes = def.input_bytes(s, dtype);
         const int sets = static_cast<int>(std::clamp(std::ceil(cfg.rotate_bytes / set_bytes), 1.0, 16.0));
-        std::vector<OpArgs> args;
+        std::vector<OpArgs> args, baseline_args;
         for (int i = 0; i < sets; ++i) args.push_back(def.args(s, dtype, gen));
+        // A baseline of another op ("op:impl") runs on inputs of its own, made from ours.
+        const bool other_op = baseline.find(':') != std::string::npos;
+        if (other_op)
+          for (const OpArgs &a : args) baseline_args.push_back(def.baseline_args(a));
+        auto impl_of = [&](const std::string &name) -> const ImplInfo & {
+          if (name == kDispatchImpl) return dispatch_impl(s.op);
+          if (other_op && name == baseline)
+            return cuda_impl(baseline.substr(0, baseline.find(':')), baseline.substr(baseline.find(':') + 1));
+          return cuda_impl(s.op, name);
+        };
 
+        const std::vector<OpArgs> &args_of_ours = args;
         MedianReporter reporter;
         std::map<std::string, bool> verified;
         std::set<std::string> unchecked;
         for (const auto &name : impls) {
-          const ImplInfo &impl = name == kDispatchImpl ? dispatch_impl(s.op) : cuda_impl(s.op, name);
+          const ImplInfo &impl = impl_of(name);
+          const std::vector<OpArgs> &args = other_op && name == baseline ? baseline_args : args_of_ours;
           if (!impl.supports(dtype)) continue;
           // A baseline that refuses the shape (cuBLASLt without a kernel for it) leaves the row to
           // ours alone, its TFLOP/s without a speedup.
@@ -343,13 +355,13 @@ std::string run_bench(const BenchConfig &cfg, std::ostream &log, std::string *st
               static_cast<int64_t>(std::clamp(cfg.seconds_per_repetition * 1e6 / std::max(once_us, 1.0), 3.0, 2000.0));
           benchmark::RegisterBenchmark(
               name.c_str(),
-              [&, impl_ptr = &impl, dispatch = name == kDispatchImpl](benchmark::State &st) {
+              [&, impl_ptr = &impl, args_ptr = &args, dispatch = name == kDispatchImpl](benchmark::State &st) {
                 // Interleaved with the dispatcher row, whose calls turn the batch-invariant mode on:
                 // every other impl runs with it off.
                 if (!dispatch) mode_off();
                 int k = 0;
                 for (auto _ : st)
-                  st.SetIterationTime(time_one_call_us([&] { impl_ptr->run(args[k++ % sets]); }, clock) * 1e-6);
+                  st.SetIterationTime(time_one_call_us([&] { impl_ptr->run((*args_ptr)[k++ % sets]); }, clock) * 1e-6);
               })
               ->UseManualTime()
               ->Iterations(iters)

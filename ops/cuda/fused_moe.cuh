@@ -63,16 +63,23 @@ struct MoeSm90Gemm {
   int64_t experts = 0, rows = 0, cols = 0;
   const int32_t *tiles = nullptr;
   int64_t row_tiles = 0;
+  const float *w_scale = nullptr;  // fp8 weights (float8 e4m3fn) with 128 x 128 block scales
+                                   // [E, rows / 128, cols / 128]: launch_moe_gemm_fp8_sm90
   int tile_m = 64;                 // 64 or 128
   int down_cols = 128;             // down: output columns per tile, 128 or 64 (more CTAs where tiles are few)
   const int32_t *order = nullptr;  // down
   void *out = nullptr;
 };
-// Whether the Hopper grouped GEMMs can run a layer of hidden h and expert width i in `dtype` on
-// the current device: an sm_90 GPU, a 16-bit dtype, h and i multiples of 8. A function of these
-// alone, never of the tokens.
-bool moe_sm90_fits(DType dtype, int64_t h, int64_t i);
+// Whether the Hopper grouped GEMMs can run a layer of hidden h and expert width i with x in
+// `dtype` on the current device: an sm_90 GPU, a 16-bit dtype, h and i multiples of 8 (of 128 for
+// fp8 weights: a tile's columns lie in one scale block). A function of these alone, never of the
+// tokens.
+bool moe_sm90_fits(DType dtype, int64_t h, int64_t i, bool fp8_weights = false);
 void launch_moe_gemm_sm90(const MoeSm90Gemm &p, cudaStream_t stream);
+// The same GEMMs with fp8 weights (fused_moe_fp8_sm90.cu): each 128 x 128 weight block widened to
+// x's dtype in shared memory, its wgmma partial from zero times the block's scale, added into a
+// float32 total in K order (the CPU kernel's blocking and order).
+void launch_moe_gemm_fp8_sm90(const MoeSm90Gemm &p, cudaStream_t stream);
 
 // out[t, j] = sum over slots s in order of weights[t, s] * y[t * k + s, j], float32 from zero,
 // rounded once to out_dtype.

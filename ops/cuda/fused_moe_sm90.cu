@@ -221,10 +221,11 @@ bool aligned16(const void *ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15)
 
 }  // namespace
 
-bool moe_sm90_fits(DType dtype, int64_t h, int64_t i) {
+bool moe_sm90_fits(DType dtype, int64_t h, int64_t i, bool fp8_weights) {
   int dev = 0;
   DETFUZZ_CUDA_CHECK(cudaGetDevice(&dev));
-  return (dtype == DType::bf16 || dtype == DType::f16) && h >= 8 && i >= 8 && h % 8 == 0 && i % 8 == 0 &&
+  const int64_t unit = fp8_weights ? 128 : 8;
+  return (dtype == DType::bf16 || dtype == DType::f16) && h >= unit && i >= unit && h % unit == 0 && i % unit == 0 &&
          gemm_path_available(GemmPath::sm90_persistent, dev);
 }
 

@@ -102,13 +102,16 @@ std::pair<at::Tensor, at::Tensor> expert_tiles(const at::Tensor &ids, int64_t ex
   return {order_t, tiles_t};
 }
 
-// The layer's GEMMs on the Hopper kernels (16-bit x and weights; H and I multiples of 8): the
-// pairs sorted by expert, x's rows gathered in that order, the gate/up GEMM into the rounded
-// activations, the down GEMM into each pair's row of y, the combine. Tiles of 128 rows where
-// experts get that many pairs on average, else 64, and down tiles of 64 columns where 128 would
-// leave SMs idle: choices of speed, never of bits.
-void hopper_experts(const at::Tensor &x, const at::Tensor &w13, const at::Tensor &w2, const at::Tensor &ids,
-                    const at::Tensor &weights, int64_t top_k, at::Tensor &out) {
+// The layer's GEMMs on the Hopper kernels (16-bit x; weights of x's dtype with H and I multiples
+// of 8, or fp8 with block scales s13, s2 and H and I multiples of 128): the pairs sorted by
+// expert, x's rows gathered in that order, the gate/up GEMM into the rounded activations, the down
+// GEMM into each pair's row of y, the combine. Tiles of 128 rows where experts get that many pairs
+// on average, else 64, and down tiles of 64 columns where 128 would leave SMs idle: choices of
+// speed, never of bits.
+void hopper_experts(const at::Tensor &x, const at::Tensor &w13, const at::Tensor &w2, const at::Tensor &s13,
+                    const at::Tensor &s2, const at::Tensor &ids, const at::Tensor &weights, int64_t top_k,
+                    at::Tensor &out) {
+  const bool fp8 = s13.defined();
   const int64_t t_len = x.size(0), h = x.size(1), e_len = w13.size(0), inter = w2.size(2), pairs = t_len * top_k;
   const int tile_m = pairs >= 128 * e_len ? 128 : 64;
   const auto [order, tiles] = expert_tiles(ids, e_len, tile_m);
@@ -135,7 +138,10 @@ void hopper_experts(const at::Tensor &x, const at::Tensor &w13, const at::Tensor
   up.row_tiles = tiles.numel() / 3;
   up.tile_m = tile_m;
   up.out = act.data_ptr();
-  ck::launch_moe_gemm_sm90(up, stream);
+  const at::Tensor s13c = fp8 ? s13.contiguous() : at::Tensor(), s2c = fp8 ? s2.contiguous() : at::Tensor();
+  up.w_scale = fp8 ? s13c.const_data_ptr<float>() : nullptr;
+  const auto launch = fp8 ? ck::launch_moe_gemm_fp8_sm90 : ck::launch_moe_gemm_sm90;
+  launch(up, stream);
   ck::MoeSm90Gemm down = up;
   down.gate_up = false;
   down.a = act.data_ptr();
@@ -147,7 +153,8 @@ void hopper_experts(const at::Tensor &x, const at::Tensor &w13, const at::Tensor
   const int sms = at::cuda::getDeviceProperties(x.device().index())->multiProcessorCount;
   down.down_cols = down.row_tiles * ((h + 127) / 128) < sms ? 64 : 128;
   down.out = y.data_ptr();
-  ck::launch_moe_gemm_sm90(down, stream);
+  down.w_scale = fp8 ? s2c.const_data_ptr<float>() : nullptr;
+  launch(down, stream);
   ck::launch_moe_combine(y.const_data_ptr<float>(), weights.const_data_ptr<float>(), t_len, top_k, h, out.data_ptr(),
                          up.dtype, stream);
 }
@@ -218,8 +225,8 @@ at::Tensor fused_moe(const at::Tensor &x, const at::Tensor &logits, const at::Te
   if (t_len == 0) return out;
   const auto [ids, weights] = route(logits, top_k);
   const ck::DType dt = out_kernel_dtype(x.scalar_type());
-  if (!fp8 && ck::moe_sm90_fits(dt, h, inter)) {
-    hopper_experts(x, w13, w2, ids, weights, top_k, out);
+  if (ck::moe_sm90_fits(dt, h, inter, fp8)) {
+    hopper_experts(x, w13, w2, w13_scale, w2_scale, ids, weights, top_k, out);
     return out;
   }
   const auto [order, tiles] = expert_tiles(ids, e_len, ck::kMoeTileRows);

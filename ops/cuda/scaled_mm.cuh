@@ -33,7 +33,16 @@ enum class Fp8Scale { tensor, channel, block };
 // automatic: the Hopper kernel where it can run (an sm_90 GPU, K >= 1, its layout), else mma.sync.
 // The wgmma_* paths force one tile shape of the Hopper kernel (tests check that all give the
 // same bits); automatic picks among them by M, N and the SM count.
-enum class ScaledMmPath { automatic, mma_sync, wgmma_128x128, wgmma_64x128, wgmma_64x64 };
+enum class ScaledMmPath {
+  automatic,
+  mma_sync,
+  wgmma_128x128,
+  wgmma_64x128,
+  wgmma_64x64,
+  wgmma_64x32,
+  wgmma_64x16,
+  wgmma_64x8
+};
 
 struct ScaledMmParams {
   const uint8_t *a = nullptr;

@@ -15,16 +15,16 @@
 //
 // Arithmetic of one output element (the invariance argument): the same four wgmma over the same
 // bytes of its row of a and column of b, block after block, and the same promotion, whatever
-// tile, tile shape, CTA or grid holds it. The three tile shapes (128 x 128: two consumers; 64 x 128
-// and 64 x 64: one) run the same instruction family (m64n128k32 and m64n64k32 compute an element
-// from the same operands in the same way: a 64-column tile is half of a 128-column one), so the
+// tile, tile shape, CTA or grid holds it. The tile shapes (128 x 128: two consumers; 64 x 128 down
+// to 64 x 8: one) run the same instruction family (m64nNk32 computes an element from the same
+// operands in the same way for every N: a 64-column tile is half of a 128-column one), so the
 // launcher picks among them by M, N and the SM count without changing a bit; the GPU tests force
 // each and compare. Rows of a 64-row slab past M hold stale shared memory (only ceil8(M) rows are
 // loaded when M < 64): a row of the MMA never reads another row, and those rows are never stored.
 //
 // Scales: per tensor, one product for the whole matrix; per channel, sa of the row times sb of
 // the column; block-wise, sa[row, kb] times sb[kb, column / 128] (a tile's columns share one
-// 128-column block, since tiles are 64 or 128 wide and aligned). They are read after the block's
+// 128-column block, since tiles are 8 to 128 wide and aligned). They are read after the block's
 // wgmma are issued, so their latency hides behind the MMAs.
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/gemm.cuh"  // gemm_path_available: whether the device is an sm_90 one
@@ -44,6 +44,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 namespace detfuzz::cuda_kernels {
 namespace {
@@ -59,7 +60,7 @@ template <int CONSUMERS, int BN>
 struct Geometry {
   static constexpr int tile_m = 64 * CONSUMERS;
   static constexpr int a_bytes = tile_m * BK, b_bytes = BN * BK;
-  static constexpr int stage_bytes = a_bytes + b_bytes;                  // 32, 24 or 16 KiB
+  static constexpr int stage_bytes = a_bytes + b_bytes;                  // 32, 24, 16 ... 9 KiB
   static constexpr int stages = std::min(12, 196 * 1024 / stage_bytes);  // 6, 8 or 12
   static constexpr int smem_bytes = 1024 + stages * stage_bytes + 2 * stages * 8;
   static_assert(smem_bytes <= 227 * 1024, "fits an SM");
@@ -193,10 +194,13 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
       const uint64_t da0 = desc_k_major(stage_a(s) + cw * (64 * BK)), db0 = desc_k_major(stage_b(s));
 #pragma unroll
       for (int kk = 0; kk < BK / 32; ++kk) {
-        if constexpr (BN == 128)
-          wgmma_m64n128k32_e4m3(acc, desc_advance(da0, kk * 32), desc_advance(db0, kk * 32), kk > 0 ? 1 : 0);
-        else
-          wgmma_m64n64k32_e4m3(acc, desc_advance(da0, kk * 32), desc_advance(db0, kk * 32), kk > 0 ? 1 : 0);
+        const uint64_t da = desc_advance(da0, kk * 32), db = desc_advance(db0, kk * 32);
+        const int accumulate = kk > 0 ? 1 : 0;
+        if constexpr (BN == 128) wgmma_m64n128k32_e4m3(acc, da, db, accumulate);
+        if constexpr (BN == 64) wgmma_m64n64k32_e4m3(acc, da, db, accumulate);
+        if constexpr (BN == 32) wgmma_m64n32k32_e4m3(acc, da, db, accumulate);
+        if constexpr (BN == 16) wgmma_m64n16k32_e4m3(acc, da, db, accumulate);
+        if constexpr (BN == 8) wgmma_m64n8k32_e4m3(acc, da, db, accumulate);
       }
       wgmma_commit();
       // This block's scales, read while the MMAs run.
@@ -259,7 +263,10 @@ void launch_path(const ScaledMmParams &p, ScaledMmPath path, int dev, int sms, c
   switch (path) {
     case ScaledMmPath::wgmma_128x128: return launch_shape<Out, MODE, 2, 128>(p, dev, sms, stream);
     case ScaledMmPath::wgmma_64x128: return launch_shape<Out, MODE, 1, 128>(p, dev, sms, stream);
-    default: return launch_shape<Out, MODE, 1, 64>(p, dev, sms, stream);
+    case ScaledMmPath::wgmma_64x64: return launch_shape<Out, MODE, 1, 64>(p, dev, sms, stream);
+    case ScaledMmPath::wgmma_64x32: return launch_shape<Out, MODE, 1, 32>(p, dev, sms, stream);
+    case ScaledMmPath::wgmma_64x16: return launch_shape<Out, MODE, 1, 16>(p, dev, sms, stream);
+    default: return launch_shape<Out, MODE, 1, 8>(p, dev, sms, stream);
   }
 }
 
@@ -272,12 +279,19 @@ void launch_mode(const ScaledMmParams &p, ScaledMmPath path, int dev, int sms, c
   }
 }
 
-// The tile shape for p (automatic): 128-row tiles above 64 rows; at 64 rows or fewer, 64-column
-// tiles where 128-column ones would leave SMs idle (decode streams b: more CTAs, more bytes in
-// flight).
+// The tile shape for p (automatic): 128-row tiles above 64 rows. At 64 rows or fewer each tile
+// is one chain of dependent blocks along K whose length does not shrink with the tile's width, so
+// the narrowest columns that still fit one wave (8-128 wide: the most CTAs, the most bytes in
+// flight), or 128-column tiles when even those take more than one.
 ScaledMmPath pick_path(const ScaledMmParams &p, int sms) {
   if (p.M > 64) return ScaledMmPath::wgmma_128x128;
-  return (p.N + 127) / 128 < sms ? ScaledMmPath::wgmma_64x64 : ScaledMmPath::wgmma_64x128;
+  constexpr std::pair<int, ScaledMmPath> narrowest_first[] = {{8, ScaledMmPath::wgmma_64x8},
+                                                              {16, ScaledMmPath::wgmma_64x16},
+                                                              {32, ScaledMmPath::wgmma_64x32},
+                                                              {64, ScaledMmPath::wgmma_64x64}};
+  for (const auto &[bn, path] : narrowest_first)
+    if ((p.N + bn - 1) / bn <= sms) return path;
+  return ScaledMmPath::wgmma_64x128;
 }
 
 bool aligned16(const void *ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }

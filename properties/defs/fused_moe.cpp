@@ -154,6 +154,10 @@ std::pair<at::Tensor, at::Tensor> moe_f64(const OpArgs &a, bool with_core) {
   return {out, core};
 }
 
+rc::Gen<int64_t> gen_width() {
+  return rc::gen::weightedOneOf<int64_t>({{5, gen_dim(1, 160)}, {1, rc::gen::element<int64_t>(128, 256)}});
+}
+
 OpDef moe_def(const std::string &name, bool fp8) {
   OpDef d;
   d.name = name;
@@ -187,8 +191,9 @@ OpDef moe_def(const std::string &name, bool fp8) {
           row_cases::add_property_params(c, raw, def);
           return c;
         },
-        // Small widths keep CPU cases fast; E and top-k take the values of real models.
-        gen_dim(0, 24), gen_dim(1, 160), shrinking_choice<int64_t>({{6, 8}, {2, 64}, {1, 128}}), gen_dim(1, 160),
+        // Small widths keep CPU cases fast; E and top-k take the values of real models. One width in
+        // six is 128 or 256, the multiples of 128 that the Hopper kernels run (fp8 weights need them).
+        gen_dim(0, 24), gen_width(), shrinking_choice<int64_t>({{6, 8}, {2, 64}, {1, 128}}), gen_width(),
         shrinking_choice<std::string>({{2, "1"}, {2, "2"}, {2, "8"}}), row_cases::gen_layout(4),
         shrinking_choice<std::string>({{5, "normal"}, {2, "uniform"}, {1, "linspace"}}),
         rc::gen::inRange<uint64_t>(0, 1ull << 48), row_cases::gen_slice_raw());
@@ -201,34 +206,68 @@ OpDef moe_def(const std::string &name, bool fp8) {
   return d;
 }
 
+// Weights w [E, R, C] (R, C multiples of 128) quantised to float8 e4m3fn with float32 128 x 128
+// block scales (each block's largest magnitude maps to 448, e4m3's largest), as checkpoints ship.
+std::pair<at::Tensor, at::Tensor> block_quantised(const at::Tensor &w) {
+  const int64_t e = w.size(0), r = w.size(1) / 128, c = w.size(2) / 128;
+  const at::Tensor blocks = w.to(at::kFloat).reshape({e, r, 128, c, 128});
+  const at::Tensor scale = blocks.abs().amax({2, 4}).clamp_min(1e-12) / 448.0;  // [E, R/128, C/128]
+  const at::Tensor q = (blocks / scale.reshape({e, r, 1, c, 1})).reshape(w.sizes()).to(at::kFloat8_e4m3fn);
+  return {q, scale.contiguous()};
+}
+at::Tensor block_dequantised(const at::Tensor &q, const at::Tensor &scale, at::ScalarType dtype) {
+  const int64_t e = q.size(0), r = q.size(1) / 128, c = q.size(2) / 128;
+  return (q.to(at::kFloat).reshape({e, r, 128, c, 128}) * scale.reshape({e, r, 1, c, 1})).reshape(q.sizes()).to(dtype);
+}
+
 // The bench of fused_moe: two layers of real models, tokens 1 to 8192, against the torch-grouped
-// pipeline. Shape M = tokens, N = H, K = I, page = E; top-k 2 for 8 experts, else 8.
+// pipeline; of fused_moe_fp8: the same layers with 128 x 128 block-quantised weights, against our
+// 16-bit kernel on the dequantised weights (the speed fp8 weights buy). Shape M = tokens, N = H,
+// K = I, page = E; top-k 2 for 8 experts, else 8.
 //   Mixtral 8x7B:     H 4096, I 14336, E 8,   top-2
 //   Qwen3-30B-A3B:    H 2048, I 768,   E 128, top-8
-BenchDef moe_bench() {
+BenchDef moe_bench(bool fp8) {
   BenchDef b;
+  const std::string op = fp8 ? "fused_moe_fp8" : "fused_moe";
   for (auto [h, i, e] : {std::array<int64_t, 3>{4096, 14336, 8}, {2048, 768, 128}})
-    for (int64_t t : {1, 8, 64, 512, 2048, 8192}) b.shapes.push_back({"fused_moe", t, h, i, e});
+    for (int64_t t : {1, 8, 64, 512, 2048, 8192}) b.shapes.push_back({op, t, h, i, e});
   b.uses_k = true;
-  b.baseline = "torch-grouped";
-  b.args = [](const BenchShape &s, at::ScalarType dtype, at::Generator &gen) {
+  b.baseline = fp8 ? "fused_moe:invariant" : "torch-grouped";
+  b.args = [fp8](const BenchShape &s, at::ScalarType dtype, at::Generator &gen) {
     const auto opts = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
     const int64_t e = s.page, k = e == 8 ? 2 : 8;
     OpArgs a;
-    a.tensors = {at::randn({s.m, s.n}, gen, opts).to(dtype), at::randn({s.m, e}, gen, opts),
-                 (at::randn({e, 2 * s.k, s.n}, gen, opts) * 0.02).to(dtype),
-                 (at::randn({e, s.n, s.k}, gen, opts) * 0.02).to(dtype)};
+    a.tensors = {at::randn({s.m, s.n}, gen, opts).to(dtype), at::randn({s.m, e}, gen, opts)};
+    const at::Tensor w13 = at::randn({e, 2 * s.k, s.n}, gen, opts) * 0.02,
+                     w2 = at::randn({e, s.n, s.k}, gen, opts) * 0.02;
+    if (fp8) {
+      const auto [q13, s13] = block_quantised(w13);
+      const auto [q2, s2] = block_quantised(w2);
+      a.tensors.insert(a.tensors.end(), {q13, q2, s13, s2});
+    } else {
+      a.tensors.insert(a.tensors.end(), {w13.to(dtype), w2.to(dtype)});
+    }
     a.params = {{"topk", std::to_string(k)}};
     return a;
   };
+  if (fp8)
+    b.baseline_args = [](const OpArgs &a) {
+      const at::ScalarType dtype = a.tensors[0].scalar_type();
+      OpArgs wide = a;
+      wide.tensors = {a.tensors[0], a.tensors[1], block_dequantised(a.tensors[2], a.tensors[4], dtype),
+                      block_dequantised(a.tensors[3], a.tensors[5], dtype)};
+      return wide;
+    };
   b.flops = [](const BenchShape &s) { return 2.0 * s.m * (s.page == 8 ? 2 : 8) * 3.0 * s.n * s.k; };
   // The weights of the experts a batch reaches (all of them from a few tokens on), x and out.
-  b.bytes = [](const BenchShape &s, at::ScalarType dtype) {
+  b.bytes = [fp8](const BenchShape &s, at::ScalarType dtype) {
     const double reached = std::min<double>(static_cast<double>(s.page), s.m * (s.page == 8 ? 2.0 : 8.0));
-    return static_cast<double>(c10::elementSize(dtype)) * (reached * 3.0 * s.n * s.k + 2.0 * s.m * s.n);
+    const double x_bytes = static_cast<double>(c10::elementSize(dtype)), w_bytes = fp8 ? 1.0 : x_bytes;
+    return w_bytes * reached * 3.0 * s.n * s.k + x_bytes * 2.0 * s.m * s.n;
   };
-  b.input_bytes = [](const BenchShape &s, at::ScalarType dtype) {
-    return static_cast<double>(c10::elementSize(dtype)) * (s.page * 3.0 * s.n * s.k + s.m * s.n);
+  b.input_bytes = [fp8](const BenchShape &s, at::ScalarType dtype) {
+    const double x_bytes = static_cast<double>(c10::elementSize(dtype)), w_bytes = fp8 ? 1.0 : x_bytes;
+    return w_bytes * s.page * 3.0 * s.n * s.k + x_bytes * s.m * s.n;
   };
   b.against_copy = [](const BenchShape &) { return false; };
   b.batch_inputs = [](const BenchShape &) { return std::vector<size_t>{0, 1}; };  // x and logits
@@ -240,9 +279,13 @@ BenchDef moe_bench() {
 
 OpDef fused_moe_def() {
   OpDef d = moe_def("fused_moe", false);
-  d.bench = moe_bench();
+  d.bench = moe_bench(false);
   return d;
 }
-OpDef fused_moe_fp8_def() { return moe_def("fused_moe_fp8", true); }
+OpDef fused_moe_fp8_def() {
+  OpDef d = moe_def("fused_moe_fp8", true);
+  d.bench = moe_bench(true);
+  return d;
+}
 
 }  // namespace detfuzz

@@ -51,6 +51,9 @@ struct BenchDef {
   std::vector<BenchShape> shapes;
   bool uses_k = false;             // K is a size of the op (a bench shape file must give it)
   std::string baseline = "torch";  // the impl every row's speedup is against
+  // A baseline of another op, named "op:impl" (fused_moe_fp8 against "fused_moe:invariant", the
+  // 16-bit kernel on the same layer before quantisation), runs on inputs made from ours by this.
+  std::function<OpArgs(const OpArgs &)> baseline_args;
   // Also time impl `invariant-dispatch`: the op's `torch` impl with the batch-invariant mode on
   // (the speed a PyTorch user gets through the dispatcher).
   bool dispatch_row = false;

@@ -136,12 +136,15 @@ TEST(OpDefs, BenchShapesComeFromTheDefinitions) {
     shapes += b.shapes.size();
   }
   // mm's 42 matmul shapes, log_softmax's and mean's 3, scaled_mm's 42 per tensor and 42 block-wise,
-  // fused_moe's 2 layers x 6 batches.
-  EXPECT_EQ(shapes, 42u + 3 + 3 + 84 + 12);
+  // fused_moe's and fused_moe_fp8's 2 layers x 6 batches.
+  EXPECT_EQ(shapes, 42u + 3 + 3 + 84 + 12 + 12);
   EXPECT_EQ(find_op_def("mm")->bench.baseline, "cublas");
   EXPECT_EQ(find_op_def("scaled_mm")->bench.baseline, "torch-scaled-mm");
   EXPECT_EQ(find_op_def("fused_moe")->bench.baseline, "torch-grouped");
-  EXPECT_TRUE(find_op_def("fused_moe_fp8")->bench.shapes.empty());
+  // fp8 experts against our 16-bit kernel on the same layer: inputs of its own, made from ours.
+  EXPECT_EQ(find_op_def("fused_moe_fp8")->bench.baseline, "fused_moe:invariant");
+  EXPECT_TRUE(find_op_def("fused_moe_fp8")->bench.baseline_args != nullptr);
+  EXPECT_TRUE(find_op_def("fused_moe")->bench.baseline_args == nullptr);
   EXPECT_DOUBLE_EQ(find_op_def("mm")->bench.flops({"mm", 2, 3, 4}), 48.0);
 }
 

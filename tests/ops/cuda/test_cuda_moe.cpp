@@ -140,7 +140,7 @@ at::Tensor run_path(const OpArgs &a, const at::Tensor &b, cuda_kernels::ScaledMm
 
 bool hopper() { return cuda_kernels::gemm_path_available(cuda_kernels::GemmPath::sm90_persistent, 0); }
 
-// The Hopper kernel's three tile shapes give the same bits, from b column-major (read as it is)
+// The Hopper kernel's tile shapes (128 x 128 down to 64 x 8) give the same bits, from b column-major (read as it is)
 // and row-major (copied into column-major first), so the launcher may pick any for any M.
 TEST(CudaScaledMm, HopperTileShapesAndLayoutsGiveTheSameBits) {
   REQUIRE_GPU();
@@ -159,7 +159,12 @@ TEST(CudaScaledMm, HopperTileShapesAndLayoutsGiveTheSameBits) {
                                  std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
         EXPECT_TRUE(test::accurate("scaled_mm", host, want)) << what;
         EXPECT_TRUE(bitwise_equal(want, run_path(a, b_col, ScaledMmPath::wgmma_64x128).cpu())) << what << " 64x128";
-        EXPECT_TRUE(bitwise_equal(want, run_path(a, b_col, ScaledMmPath::wgmma_64x64).cpu())) << what << " 64x64";
+        for (auto [path, name] :
+             std::vector<std::pair<ScaledMmPath, const char *>>{{ScaledMmPath::wgmma_64x64, "64x64"},
+                                                                {ScaledMmPath::wgmma_64x32, "64x32"},
+                                                                {ScaledMmPath::wgmma_64x16, "64x16"},
+                                                                {ScaledMmPath::wgmma_64x8, "64x8"}})
+          EXPECT_TRUE(bitwise_equal(want, run_path(a, b_col, path).cpu())) << what << " " << name;
         EXPECT_TRUE(bitwise_equal(want, run_path(a, a.tensors[1], ScaledMmPath::automatic).cpu()))
             << what << " b row-major";
       }
@@ -355,36 +360,45 @@ TEST(CudaFusedMoe, TokensHaveTheSameBitsAloneAndInAnyBatch) {
     }
 }
 
-// The Hopper grouped GEMMs (16-bit x, H and I multiples of 8): within the bound, and a token's
-// bits alone (64-row tiles, 64-column down tiles) equal to its bits in a batch of 600 (128-row
-// tiles, 128-column down tiles, its experts' tiles full of other tokens) and among tokens that
-// all route to its experts.
+// The Hopper grouped GEMMs (16-bit x; 16-bit weights with H and I multiples of 8, or fp8 block-
+// scaled weights with H and I multiples of 128): within the bound, and a token's bits alone
+// (64-row tiles, 64-column down tiles) equal to its bits in a batch of 600 (128-row tiles,
+// 128-column down tiles, its experts' tiles full of other tokens) and among tokens that all route
+// to its experts.
 TEST(CudaFusedMoe, HopperGroupedGemmsAccurateAndInvariant) {
   REQUIRE_GPU();
   if (!hopper()) GTEST_SKIP() << "needs an sm_90 GPU for the Hopper kernels";
   uint64_t seed = 700;
-  for (at::ScalarType dtype : {at::kBFloat16, at::kHalf}) {
-    for (auto [t, h, e, i, k] : std::vector<std::array<int64_t, 5>>{
-             {1, 64, 8, 64, 1}, {70, 256, 8, 136, 2}, {40, 512, 64, 256, 8}, {600, 128, 8, 72, 2}}) {
-      const OpArgs host = moe_args(dtype, false, t, h, e, i, k, seed++);
-      const at::Tensor got = cuda_impl("invariant", "fused_moe").run(on_gpu(host)).cpu();
-      EXPECT_TRUE(test::accurate("fused_moe", host, got))
-          << dtype << " T=" << t << " H=" << h << " E=" << e << " I=" << i << " k=" << k;
+  for (bool fp8 : {false, true})
+    for (at::ScalarType dtype : {at::kBFloat16, at::kHalf}) {
+      const char *op = fp8 ? "fused_moe_fp8" : "fused_moe";
+      const std::vector<std::array<int64_t, 5>> shapes =
+          fp8 ? std::vector<std::array<int64_t, 5>>{{1, 128, 8, 128, 1},
+                                                    {70, 256, 8, 384, 2},
+                                                    {40, 512, 64, 256, 8},
+                                                    {600, 128, 8, 128, 2}}
+              : std::vector<std::array<int64_t, 5>>{
+                    {1, 64, 8, 64, 1}, {70, 256, 8, 136, 2}, {40, 512, 64, 256, 8}, {600, 128, 8, 72, 2}};
+      for (auto [t, h, e, i, k] : shapes) {
+        const OpArgs host = moe_args(dtype, fp8, t, h, e, i, k, seed++);
+        const at::Tensor got = cuda_impl("invariant", op).run(on_gpu(host)).cpu();
+        EXPECT_TRUE(test::accurate(op, host, got))
+            << op << " " << dtype << " T=" << t << " H=" << h << " E=" << e << " I=" << i << " k=" << k;
+      }
+      const ImplInfo &impl = cuda_impl("invariant", op);
+      const OpArgs all = on_gpu(moe_args(dtype, fp8, 600, 2048, 8, fp8 ? 128 : 72, 2, seed++));
+      const at::Tensor whole = impl.run(all).cpu();
+      for (int64_t i : {0, 1, 127, 128, 599})
+        EXPECT_TRUE(bitwise_equal(whole.narrow(0, i, 1), impl.run(tokens(all, i, 1)).cpu()))
+            << op << " " << dtype << " token " << i << " alone";
+      EXPECT_TRUE(bitwise_equal(whole.narrow(0, 100, 300), impl.run(tokens(all, 100, 300)).cpu()))
+          << op << " " << dtype << " tokens 100..399";
+      OpArgs crowd = all;
+      crowd.tensors[1] = all.tensors[1].narrow(0, 5, 1).expand({600, 8}).contiguous();
+      crowd.tensors[0] = all.tensors[0].roll(1, 0);  // token 5 at row 6, beside 599 routed to its experts
+      EXPECT_TRUE(bitwise_equal(whole.narrow(0, 5, 1), impl.run(crowd).cpu().narrow(0, 6, 1)))
+          << op << " " << dtype << " token 5 among 599 tokens routed to its experts";
     }
-    const ImplInfo &impl = cuda_impl("invariant", "fused_moe");
-    const OpArgs all = on_gpu(moe_args(dtype, false, 600, 2048, 8, 72, 2, seed++));
-    const at::Tensor whole = impl.run(all).cpu();
-    for (int64_t i : {0, 1, 127, 128, 599})
-      EXPECT_TRUE(bitwise_equal(whole.narrow(0, i, 1), impl.run(tokens(all, i, 1)).cpu()))
-          << dtype << " token " << i << " alone";
-    EXPECT_TRUE(bitwise_equal(whole.narrow(0, 100, 300), impl.run(tokens(all, 100, 300)).cpu()))
-        << dtype << " tokens 100..399";
-    OpArgs crowd = all;
-    crowd.tensors[1] = all.tensors[1].narrow(0, 5, 1).expand({600, 8}).contiguous();
-    crowd.tensors[0] = all.tensors[0].roll(1, 0);  // token 5 at row 6, beside 599 routed to its experts
-    EXPECT_TRUE(bitwise_equal(whole.narrow(0, 5, 1), impl.run(crowd).cpu().narrow(0, 6, 1)))
-        << dtype << " token 5 among 599 tokens routed to its experts";
-  }
 }
 
 TEST(CudaFusedMoe, RoutingIsTheCpuRouting) {
