@@ -30,6 +30,7 @@ const std::vector<ImplInfo> &all_impls() {
     add(graph_impls(Backend::cpu));
 #ifdef DETFUZZ_WITH_CUDA
     add(cuda_invariant_impls());
+    add(cuda_mutant_impls());
     add(torch_default_impls(Backend::cuda));
     add(cublas_impls());
     add(attention_impls(Backend::cuda));

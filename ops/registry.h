@@ -62,6 +62,7 @@ std::vector<ImplInfo> engine_impls(Backend backend);     // ops/engine (laps_eng
 std::vector<ImplInfo> graph_impls(Backend backend);      // ops/graph (prefill_graph; run is empty)
 #ifdef DETFUZZ_WITH_CUDA
 std::vector<ImplInfo> cuda_invariant_impls();  // ops/cuda
+std::vector<ImplInfo> cuda_mutant_impls();     // ops/cuda: the fp8 and MoE mutants
 std::vector<ImplInfo> cublas_impls();          // ops/baseline/cublas
 #endif
 

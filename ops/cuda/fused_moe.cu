@@ -14,8 +14,10 @@
 // combine adds a token's k outputs in slot order, from zero, with no atomics, and rounds once.
 // So a token's bits are the CPU kernel's (but for expf and exp in the last place), whatever the
 // batch, the experts' loads or the tiles. On an sm_90 GPU, 16-bit layers whose widths TMA can read
-// run the tensor-core grouped GEMMs of fused_moe_sm90.cu instead (bits of their own); the routing
-// and the combine stay these.
+// run the tensor-core grouped GEMMs of fused_moe_sm90.cu (fp8 weights: fused_moe_fp8_sm90.cu)
+// instead, with bits of their own; the routing and the combine stay these. The planted mutants
+// run these kernels with a schedule taken from the experts' loads (MoeGemmParams' mutation
+// fields, the combine's slot_order), which the invariant layer never sets.
 #include "ops/cuda/activation.cuh"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/fused_moe.cuh"
@@ -111,6 +113,11 @@ __global__ void __launch_bounds__(kThreads) moe_gemm_kernel(const MoeGemmParams 
   const int64_t K = p.cols, kblocks_w = (p.cols + kBlockK - 1) / kBlockK;
   const int64_t srows = (p.rows + kBlockK - 1) / kBlockK;
   const int64_t w_base = expert * p.rows * p.cols;
+  // The planted mutants' schedules (ops/cuda/fused_moe.cuh); the invariant kernel has neither.
+  const int64_t load = p.expert_tokens ? p.expert_tokens[expert] : 0;
+  const int64_t k_block = p.small_k_block_from > 0 && load >= p.small_k_block_from ? kChunk : kBlockK;
+  const bool split = p.split_k_up_to > 0 && load <= p.split_k_up_to;
+  const int64_t k_split = split ? K / 2 / kChunk * kChunk : -1;
 
   // The weight row of shared-memory row c, or -1 past the matrix.
   auto weight_row = [&](int c) -> int64_t {
@@ -119,11 +126,11 @@ __global__ void __launch_bounds__(kThreads) moe_gemm_kernel(const MoeGemmParams 
     return kGateUp && c >= kCols ? n_out + col : col;
   };
 
-  float total[kPer][kDots], partial[kPer][kDots];
+  float total[kPer][kDots], partial[kPer][kDots], second[kPer][kDots];  // second: a split's part after k_split
 #pragma unroll
   for (int q = 0; q < kPer; ++q)
 #pragma unroll
-    for (int d = 0; d < kDots; ++d) total[q][d] = partial[q][d] = 0.f;
+    for (int d = 0; d < kDots; ++d) total[q][d] = partial[q][d] = second[q][d] = 0.f;
 
   for (int64_t kc = 0; kc < K; kc += kChunk) {
     const int len = static_cast<int>(K - kc < kChunk ? K - kc : kChunk);
@@ -155,8 +162,9 @@ __global__ void __launch_bounds__(kThreads) moe_gemm_kernel(const MoeGemmParams 
       }
     }
     // The end of a 128-wide K block (or of K): promote the block's partials.
-    if ((kc + kChunk) % kBlockK == 0 || kc + kChunk >= K) {
+    if ((kc + kChunk) % k_block == 0 || kc + kChunk >= K || kc + kChunk == k_split) {
       const int64_t kb = kc / kBlockK;
+      float(&into)[kPer][kDots] = split && kc >= k_split ? second : total;
 #pragma unroll
       for (int q = 0; q < kPer; ++q) {
         const int c = (tid + q * kThreads) % kCols;
@@ -165,9 +173,9 @@ __global__ void __launch_bounds__(kThreads) moe_gemm_kernel(const MoeGemmParams 
           const int64_t wr = weight_row(c + d * kCols);
           if (p.w_scale && wr >= 0) {
             const float scale = p.w_scale[(expert * srows + wr / kBlockK) * kblocks_w + kb];
-            total[q][d] = __fadd_rn(total[q][d], __fmul_rn(partial[q][d], scale));
+            into[q][d] = __fadd_rn(into[q][d], __fmul_rn(partial[q][d], scale));
           } else {
-            total[q][d] = __fadd_rn(total[q][d], partial[q][d]);
+            into[q][d] = __fadd_rn(into[q][d], partial[q][d]);
           }
           partial[q][d] = 0.f;
         }
@@ -175,6 +183,11 @@ __global__ void __launch_bounds__(kThreads) moe_gemm_kernel(const MoeGemmParams 
     }
   }
 
+  if (split)
+#pragma unroll
+    for (int q = 0; q < kPer; ++q)
+#pragma unroll
+      for (int d = 0; d < kDots; ++d) total[q][d] = __fadd_rn(total[q][d], second[q][d]);
 #pragma unroll
   for (int q = 0; q < kPer; ++q) {
     const int e = tid + q * kThreads, r = e / kCols, c = e % kCols;
@@ -186,14 +199,17 @@ __global__ void __launch_bounds__(kThreads) moe_gemm_kernel(const MoeGemmParams 
 }
 
 template <typename Out>
-__global__ void moe_combine_kernel(const float *y, const float *weights, int64_t t_len, int64_t k, int64_t h,
-                                   void *out) {
+__global__ void moe_combine_kernel(const float *y, const float *weights, int64_t t_len, int64_t k, int64_t h, void *out,
+                                   const int32_t *slot_order) {
   const int64_t n = t_len * h;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = i / h, j = i % h;
     float acc = 0.f;
-    for (int64_t s = 0; s < k; ++s) acc = __fadd_rn(acc, __fmul_rn(weights[t * k + s], y[(t * k + s) * h + j]));
+    for (int64_t o = 0; o < k; ++o) {
+      const int64_t s = slot_order ? slot_order[t * k + o] : o;
+      acc = __fadd_rn(acc, __fmul_rn(weights[t * k + s], y[(t * k + s) * h + j]));
+    }
     store_out<Out>(out, i, acc);
   }
 }
@@ -227,13 +243,17 @@ void launch_moe_gemm(const MoeGemmParams &p, const MoeTiles &tiles, cudaStream_t
 }
 
 void launch_moe_combine(const float *y, const float *weights, int64_t t, int64_t k, int64_t h, void *out,
-                        DType out_dtype, cudaStream_t stream) {
+                        DType out_dtype, cudaStream_t stream, const int32_t *slot_order) {
   if (t * h == 0) return;
   const unsigned blocks = blocks_for(t * h, 256);
   switch (out_dtype) {
-    case DType::f32: moe_combine_kernel<float><<<blocks, 256, 0, stream>>>(y, weights, t, k, h, out); break;
-    case DType::f16: moe_combine_kernel<__half><<<blocks, 256, 0, stream>>>(y, weights, t, k, h, out); break;
-    case DType::bf16: moe_combine_kernel<__nv_bfloat16><<<blocks, 256, 0, stream>>>(y, weights, t, k, h, out); break;
+    case DType::f32: moe_combine_kernel<float><<<blocks, 256, 0, stream>>>(y, weights, t, k, h, out, slot_order); break;
+    case DType::f16:
+      moe_combine_kernel<__half><<<blocks, 256, 0, stream>>>(y, weights, t, k, h, out, slot_order);
+      break;
+    case DType::bf16:
+      moe_combine_kernel<__nv_bfloat16><<<blocks, 256, 0, stream>>>(y, weights, t, k, h, out, slot_order);
+      break;
     default: throw std::invalid_argument(std::string("moe combine: output dtype ") + dtype_name(out_dtype));
   }
   DETFUZZ_LAUNCH_CHECK();

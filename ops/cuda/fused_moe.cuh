@@ -44,6 +44,12 @@ struct MoeGemmParams {
   const float *w_scale = nullptr;
   int64_t rows = 0, cols = 0;
   float *out = nullptr;
+  // The planted mutants' schedules (0: the invariant one), from expert_tokens[e], the pairs
+  // routed to expert e: experts with >= small_k_block_from pairs sum K blocks of 32 (each inside
+  // one 128-wide scale block); experts with <= split_k_up_to pairs split K in two at the multiple
+  // of 32 at or below the middle, the two parts' totals added (ops/cpu/moe.h's MoePlan).
+  const int32_t *expert_tokens = nullptr;
+  int64_t small_k_block_from = 0, split_k_up_to = 0;
 };
 void launch_moe_gemm(const MoeGemmParams &p, const MoeTiles &tiles, cudaStream_t stream);
 
@@ -82,8 +88,9 @@ void launch_moe_gemm_sm90(const MoeSm90Gemm &p, cudaStream_t stream);
 void launch_moe_gemm_fp8_sm90(const MoeSm90Gemm &p, cudaStream_t stream);
 
 // out[t, j] = sum over slots s in order of weights[t, s] * y[t * k + s, j], float32 from zero,
-// rounded once to out_dtype.
+// rounded once to out_dtype. slot_order [t, k] (the planted mutant's: busiest expert first), when
+// given, replaces slot order.
 void launch_moe_combine(const float *y, const float *weights, int64_t t, int64_t k, int64_t h, void *out,
-                        DType out_dtype, cudaStream_t stream);
+                        DType out_dtype, cudaStream_t stream, const int32_t *slot_order = nullptr);
 
 }  // namespace detfuzz::cuda_kernels

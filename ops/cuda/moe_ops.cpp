@@ -162,7 +162,8 @@ void hopper_experts(const at::Tensor &x, const at::Tensor &w13, const at::Tensor
 }  // namespace
 
 at::Tensor scaled_mm(const at::Tensor &a, const at::Tensor &b, const at::Tensor &scale_a, const at::Tensor &scale_b,
-                     const at::Tensor &bias, cpu_ops::ScaleMode mode, at::ScalarType out_dtype, ck::ScaledMmPath path) {
+                     const at::Tensor &bias, cpu_ops::ScaleMode mode, at::ScalarType out_dtype, ck::ScaledMmPath path,
+                     int promote_blocks) {
   cpu_ops::check_scaled_mm_inputs(a, b, scale_a, scale_b, bias, mode, out_dtype);
   const ck::DType out_kernel = out_kernel_dtype(out_dtype);
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
@@ -190,6 +191,7 @@ at::Tensor scaled_mm(const at::Tensor &a, const at::Tensor &b, const at::Tensor 
   p.ldb = hopper ? bc.stride(0) : n;
   p.b_col_major = hopper;
   p.path = path;
+  p.promote_blocks = promote_blocks;
   p.scale_a = sac.const_data_ptr<float>();
   p.scale_b = sbc.const_data_ptr<float>();
   p.mode = kernel_mode(mode);
@@ -212,7 +214,8 @@ cpu_ops::Routing moe_route(const at::Tensor &logits, int64_t top_k) {
 }
 
 at::Tensor fused_moe(const at::Tensor &x, const at::Tensor &logits, const at::Tensor &w13, const at::Tensor &w2,
-                     const at::Tensor &w13_scale, const at::Tensor &w2_scale, int64_t top_k) {
+                     const at::Tensor &w13_scale, const at::Tensor &w2_scale, int64_t top_k,
+                     const MoeMutation &mutation) {
   const bool fp8 = cpu_ops::check_fused_moe_inputs(x, logits, w13, w2, w13_scale, w2_scale, top_k);
   check_on_cuda(logits);
   const int64_t t_len = x.size(0), h = x.size(1), e_len = w13.size(0), inter = w2.size(2);
@@ -225,12 +228,25 @@ at::Tensor fused_moe(const at::Tensor &x, const at::Tensor &logits, const at::Te
   if (t_len == 0) return out;
   const auto [ids, weights] = route(logits, top_k);
   const ck::DType dt = out_kernel_dtype(x.scalar_type());
-  if (ck::moe_sm90_fits(dt, h, inter, fp8)) {
+  if (!mutation.any() && ck::moe_sm90_fits(dt, h, inter, fp8)) {
     hopper_experts(x, w13, w2, w13_scale, w2_scale, ids, weights, top_k, out);
     return out;
   }
   const auto [order, tiles] = expert_tiles(ids, e_len, ck::kMoeTileRows);
   const ck::MoeTiles grouped{order.const_data_ptr<int32_t>(), tiles.const_data_ptr<int32_t>(), tiles.numel() / 3};
+  // The mutants' inputs: tokens per expert, and each token's slots busiest expert first.
+  at::Tensor load, slot_order;
+  if (mutation.any()) {
+    const at::Tensor ids_host = ids.cpu().to(at::kLong);
+    load = at::bincount(ids_host.reshape({-1}), {}, e_len);
+    if (mutation.combine_by_expert_load) {
+      // Rank of each expert, busiest first (ties: lower index first), then the slots by rank.
+      const at::Tensor by_load = std::get<1>(at::sort(load, /*stable=*/true, 0, /*descending=*/true));
+      const at::Tensor rank = at::empty_like(by_load).scatter_(0, by_load, at::arange(e_len, by_load.options()));
+      slot_order = std::get<1>(at::sort(rank.index({ids_host}), /*stable=*/true, 1, false)).to(at::kInt).to(x.device());
+    }
+    load = load.to(at::kInt).to(x.device());
+  }
   const at::Tensor xc = x.contiguous(), w13c = w13.contiguous(), w2c = w2.contiguous();
   const at::Tensor s13 = fp8 ? w13_scale.contiguous() : at::Tensor(), s2 = fp8 ? w2_scale.contiguous() : at::Tensor();
   const auto f32 = x.options().dtype(at::kFloat);
@@ -248,6 +264,11 @@ at::Tensor fused_moe(const at::Tensor &x, const at::Tensor &logits, const at::Te
   up.rows = 2 * inter;
   up.cols = h;
   up.out = act.data_ptr<float>();
+  if (mutation.any()) {
+    up.expert_tokens = load.const_data_ptr<int32_t>();
+    up.small_k_block_from = mutation.small_k_block_from;
+    up.split_k_up_to = mutation.split_k_up_to;
+  }
   ck::launch_moe_gemm(up, grouped, stream);
 
   ck::MoeGemmParams down = up;
@@ -262,7 +283,7 @@ at::Tensor fused_moe(const at::Tensor &x, const at::Tensor &logits, const at::Te
   ck::launch_moe_gemm(down, grouped, stream);
 
   ck::launch_moe_combine(y.const_data_ptr<float>(), weights.const_data_ptr<float>(), t_len, top_k, h, out.data_ptr(),
-                         dt, stream);
+                         dt, stream, slot_order.defined() ? slot_order.const_data_ptr<int32_t>() : nullptr);
   return out;
 }
 

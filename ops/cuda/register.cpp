@@ -30,19 +30,23 @@ void declare_matmul_paths(ImplInfo &impl) {
 }
 
 // scaled_mm's case parameters: `scale` (tensor, channel, block), the bias as a fifth tensor.
-at::Tensor run_scaled_mm(const OpArgs &x) {
+// The planted mutant (`late_promotion`): the mma.sync kernel, promoting every 2 K blocks from
+// M >= 16 on.
+at::Tensor run_scaled_mm(const OpArgs &x, bool late_promotion = false) {
   const size_t n = x.tensors.size();
   TORCH_CHECK(n == 4 || n == 5, "scaled_mm: expected 4 or 5 tensors (a, b, scale_a, scale_b[, bias]), got ", n);
   const auto it = x.params.find("scale");
-  return cuda_ops::scaled_mm(x.tensors[0], x.tensors[1], x.tensors[2], x.tensors[3],
-                             n == 5 ? x.tensors[4] : at::Tensor(),
-                             cpu_ops::scale_mode_from_string(it == x.params.end() ? "tensor" : it->second),
-                             x.out_dtype.value_or(at::kBFloat16));
+  return cuda_ops::scaled_mm(
+      x.tensors[0], x.tensors[1], x.tensors[2], x.tensors[3], n == 5 ? x.tensors[4] : at::Tensor(),
+      cpu_ops::scale_mode_from_string(it == x.params.end() ? "tensor" : it->second),
+      x.out_dtype.value_or(at::kBFloat16),
+      late_promotion ? cuda_kernels::ScaledMmPath::mma_sync : cuda_kernels::ScaledMmPath::automatic,
+      late_promotion && x.tensors[0].size(0) >= 16 ? 2 : 1);
 }
 
 // fused_moe's case parameters: `topk`, and `routing=1` for the routing instead of the layer's
 // output ([T, 2k] float32: the k weights, then the k expert ids).
-at::Tensor run_fused_moe(const OpArgs &x) {
+at::Tensor run_fused_moe(const OpArgs &x, const cuda_ops::MoeMutation &mutation = {}) {
   const size_t n = x.tensors.size();
   TORCH_CHECK(n == 4 || n == 6, "fused_moe: expected 4 tensors (x, logits, w13, w2) or 6 (and s13, s2), got ", n);
   auto param = [&x](const char *key, const char *fallback) {
@@ -55,7 +59,8 @@ at::Tensor run_fused_moe(const OpArgs &x) {
     return at::cat({r.weights, r.ids.to(at::kFloat)}, 1);
   }
   return cuda_ops::fused_moe(x.tensors[0], x.tensors[1], x.tensors[2], x.tensors[3],
-                             n == 6 ? x.tensors[4] : at::Tensor(), n == 6 ? x.tensors[5] : at::Tensor(), top_k);
+                             n == 6 ? x.tensors[4] : at::Tensor(), n == 6 ? x.tensors[5] : at::Tensor(), top_k,
+                             mutation);
 }
 
 }  // namespace
@@ -106,18 +111,47 @@ std::vector<ImplInfo> cuda_invariant_impls() {
       {"invariant", "embedding", b, float_dtypes(), e, "row gather (index_select of whole rows)",
        [](const OpArgs &x) { return cuda_ops::embedding(x.tensors.at(0), x.tensors.at(1)); }},
       {"invariant", "scaled_mm", b, float_dtypes(), e,
-       "fp8 via exact float16 mma.sync, 64x64 tiles, float32 partial per 128-wide K block times its scales, in K order",
-       run_scaled_mm},
+       "fp8 on Hopper wgmma e4m3 (tiles 128x128 to 64x8, the same bits), elsewhere float16 mma.sync; float32 "
+       "partial per 128-wide K block times its scales, in K order",
+       [](const OpArgs &x) { return run_scaled_mm(x); }},
       {"invariant", "fused_moe", b, float_dtypes(), e,
-       "per-thread dot products in the CPU's order (128-wide K blocks) in two grouped GEMM launches, slot-order "
-       "combine, no atomics",
-       run_fused_moe},
+       "Hopper: grouped wgmma over every expert (16-bit, widths multiples of 8); elsewhere per-thread dot products "
+       "in the CPU's order; two grouped GEMM launches, slot-order combine, no atomics",
+       [](const OpArgs &x) { return run_fused_moe(x); }},
       {"invariant", "fused_moe_fp8", b, float_dtypes(), e,
-       "the same with fp8 weights, each K block's partial times its 128x128 scale", run_fused_moe},
+       "the same with fp8 weights (Hopper: widened per 128x128 block, widths multiples of 128), each K block's "
+       "partial times its scale, in K order",
+       [](const OpArgs &x) { return run_fused_moe(x); }},
   };
   for (ImplInfo &i : impls)
     if (i.impl == "invariant" && (i.op == "mm" || i.op == "addmm" || i.op == "bmm")) declare_matmul_paths(i);
   return impls;
+}
+
+// The fp8 and MoE mutants on CUDA, the CPU's (ops/cpu/moe_register.cpp) on the CUDA kernels: a
+// schedule chosen from the batch, so a row's bits depend on the other rows. They claim
+// invariance (must-hold); the harness has to catch and shrink them.
+std::vector<ImplInfo> cuda_mutant_impls() {
+  const auto b = Backend::cuda;
+  const auto e = Expectation::must_hold;
+  cuda_ops::MoeMutation atomic, tile, splitk;
+  atomic.combine_by_expert_load = true;
+  tile.small_k_block_from = 4;
+  splitk.split_k_up_to = 2;
+  std::vector<ImplInfo> all;
+  for (const char *op : {"fused_moe", "fused_moe_fp8"}) {
+    all.push_back({"mutant-moe-atomic", op, b, float_dtypes(), e,
+                   "combine in the order experts finish (busiest first), as float atomics land",
+                   [atomic](const OpArgs &x) { return run_fused_moe(x, atomic); }});
+    all.push_back({"mutant-moe-tile", op, b, float_dtypes(), e, "K blocks of 32 for experts with >= 4 tokens",
+                   [tile](const OpArgs &x) { return run_fused_moe(x, tile); }});
+    all.push_back({"mutant-moe-splitk", op, b, float_dtypes(), e, "split-K in two for experts with <= 2 tokens",
+                   [splitk](const OpArgs &x) { return run_fused_moe(x, splitk); }});
+  }
+  all.push_back({"mutant-fp8-promote", "scaled_mm", b, float_dtypes(), e,
+                 "promotion every 2 K blocks when M >= 16 (the mma.sync kernel)",
+                 [](const OpArgs &x) { return run_scaled_mm(x, true); }});
+  return all;
 }
 
 }  // namespace detfuzz

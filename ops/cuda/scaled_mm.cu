@@ -52,7 +52,9 @@ __device__ __forceinline__ float block_scale(const ScaledMmParams &p, int64_t m,
   }
 }
 
-template <typename Out>
+// GROUPED: the planted mutant's promotion (p.promote_blocks > 1): the scaled partials of
+// promote_blocks blocks summed from zero before they join the total (ops/cpu/scaled_mm.cpp's rule).
+template <typename Out, bool GROUPED>
 __global__ void __launch_bounds__(kThreads) scaled_mm_kernel(const ScaledMmParams p) {
   __shared__ __align__(16) uint16_t a_tile[kTileM * kRow];  // [m][k]
   __shared__ __align__(16) uint16_t b_tile[kTileN * kRow];  // [n][k]: b transposed
@@ -60,13 +62,16 @@ __global__ void __launch_bounds__(kThreads) scaled_mm_kernel(const ScaledMmParam
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kTileM, n0 = static_cast<int64_t>(blockIdx.x) * kTileN;
   const int wm = (warp / 2) * 32, wn = (warp % 2) * 32;
   // Element (mi, ni, r) of a warp's fragments: row wm + mi*16 + g + 8*(r/2), column wn + ni*8 + 2t + r%2.
-  float acc[2][4][4];
+  float acc[2][4][4], grouped[GROUPED ? 2 : 1][4][4];
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
     for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) acc[mi][ni][r] = 0.f;
+      for (int r = 0; r < 4; ++r) {
+        acc[mi][ni][r] = 0.f;
+        if constexpr (GROUPED) grouped[mi][ni][r] = 0.f;
+      }
 
   const int64_t kblocks = (p.K + kBlockK - 1) / kBlockK;
   for (int64_t kb = 0; kb < kblocks; ++kb) {
@@ -127,7 +132,16 @@ __global__ void __launch_bounds__(kThreads) scaled_mm_kernel(const ScaledMmParam
         for (int r = 0; r < 4; ++r) {
           const int64_t m = m0 + wm + mi * 16 + g + 8 * (r / 2), n = n0 + wn + ni * 8 + 2 * t + r % 2;
           if (m >= p.M || n >= p.N) continue;
-          acc[mi][ni][r] = __fadd_rn(acc[mi][ni][r], __fmul_rn(part[mi][ni][r], block_scale(p, m, n, kb)));
+          const float scaled = __fmul_rn(part[mi][ni][r], block_scale(p, m, n, kb));
+          if constexpr (GROUPED) {
+            grouped[mi][ni][r] = __fadd_rn(grouped[mi][ni][r], scaled);
+            if ((kb + 1) % p.promote_blocks == 0 || kb + 1 == kblocks) {
+              acc[mi][ni][r] = __fadd_rn(acc[mi][ni][r], grouped[mi][ni][r]);
+              grouped[mi][ni][r] = 0.f;
+            }
+          } else {
+            acc[mi][ni][r] = __fadd_rn(acc[mi][ni][r], scaled);
+          }
         }
   }
 
@@ -148,7 +162,10 @@ template <typename Out>
 void launch(const ScaledMmParams &p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.N + kTileN - 1) / kTileN),
                   static_cast<unsigned>((p.M + kTileM - 1) / kTileM));
-  scaled_mm_kernel<Out><<<grid, kThreads, 0, stream>>>(p);
+  if (p.promote_blocks > 1)
+    scaled_mm_kernel<Out, true><<<grid, kThreads, 0, stream>>>(p);
+  else
+    scaled_mm_kernel<Out, false><<<grid, kThreads, 0, stream>>>(p);
   DETFUZZ_LAUNCH_CHECK();
 }
 
@@ -159,6 +176,8 @@ void launch_scaled_mm(const ScaledMmParams &p, cudaStream_t stream) {
   if ((p.M + kTileM - 1) / kTileM > 65535)
     throw std::invalid_argument("scaled_mm: M = " + std::to_string(p.M) + " exceeds the grid's 65535 row tiles");
   if (p.M == 0 || p.N == 0) return;
+  if (p.promote_blocks > 1 && p.path != ScaledMmPath::mma_sync)
+    throw std::invalid_argument("scaled_mm: promote_blocks > 1 runs on the mma_sync path only");
   if (p.path != ScaledMmPath::mma_sync) {
     const std::string unfit = scaled_mm_sm90_unfit(p);
     if (unfit.empty()) return launch_scaled_mm_sm90(p, stream);

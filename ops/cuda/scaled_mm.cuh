@@ -57,6 +57,8 @@ struct ScaledMmParams {
   DType out_dtype = DType::bf16;  // f32, f16 or bf16 (the bias has it too)
   int64_t M = 0, N = 0, K = 0;
   ScaledMmPath path = ScaledMmPath::automatic;
+  // Blocks per promotion: 1. The planted mutant mutant-fp8-promote sets 2 from M (path mma_sync).
+  int promote_blocks = 1;
 };
 
 // The promotion interval along K (and the fp8 scale block).

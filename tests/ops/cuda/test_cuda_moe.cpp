@@ -3,8 +3,8 @@
 // and the CUDA baselines of both: exact against the float64 reference (or the CPU kernel) where
 // every value is exact (so any order gives the same bits), accurate within the definition's bound
 // on normal data, a row's or a token's bits alone and in any batch (bitwise), every scale mode
-// and dtype, the one-line errors; and the libtorch pipelines (torch-scaled-mm, torch-grouped,
-// torch) on exactly computable data.
+// and dtype, the one-line errors; the planted CUDA mutants' triggers; and the libtorch pipelines
+// (torch-scaled-mm, torch-grouped, torch) on exactly computable data.
 #include "ops/cpu/moe.h"
 #include "ops/cuda/gemm.cuh"
 #include "ops/cuda/moe_ops.h"
@@ -399,6 +399,51 @@ TEST(CudaFusedMoe, HopperGroupedGemmsAccurateAndInvariant) {
       EXPECT_TRUE(bitwise_equal(whole.narrow(0, 5, 1), impl.run(crowd).cpu().narrow(0, 6, 1)))
           << op << " " << dtype << " token 5 among 599 tokens routed to its experts";
     }
+}
+
+// The CUDA mutants (ops/cuda/register.cpp): the unmutated kernel's bits where the trigger is
+// off, other bits where it is on, within the accuracy bound; float32 x, so that the CUDA-core
+// kernels run for both (a 16-bit output would round most one-ulp float32 differences away).
+TEST(CudaMutants, KeepTheKernelsBitsUntilTheirTrigger) {
+  REQUIRE_GPU();
+  for (bool fp8 : {false, true}) {
+    const char *op = fp8 ? "fused_moe_fp8" : "fused_moe";
+    const ImplInfo &inv = cuda_impl("invariant", op);
+    auto shared = [&](int64_t tokens, int64_t k) {  // every token on the same experts
+      OpArgs a = moe_args(at::kFloat, fp8, tokens, 200, 8, 136, k, 7);
+      a.tensors[1] = a.tensors[1].narrow(0, 0, 1).expand({tokens, 8}).contiguous();
+      return on_gpu(a);
+    };
+    auto run = [&](const ImplInfo &impl, const OpArgs &a) { return impl.run(a).cpu(); };
+    const ImplInfo &splitk = cuda_impl("mutant-moe-splitk", op);  // experts with <= 2 tokens
+    EXPECT_TRUE(bitwise_equal(run(inv, shared(3, 2)), run(splitk, shared(3, 2)))) << op;
+    EXPECT_FALSE(bitwise_equal(run(inv, shared(1, 2)), run(splitk, shared(1, 2)))) << op;
+    EXPECT_TRUE(test::accurate(op, moe_args(at::kFloat, fp8, 1, 200, 8, 136, 2, 7), run(splitk, shared(1, 2)))) << op;
+    const ImplInfo &tile = cuda_impl("mutant-moe-tile", op);  // experts with >= 4 tokens
+    EXPECT_TRUE(bitwise_equal(run(inv, shared(3, 2)), run(tile, shared(3, 2)))) << op;
+    EXPECT_FALSE(bitwise_equal(run(inv, shared(4, 2)), run(tile, shared(4, 2)))) << op;
+    const ImplInfo &atomic = cuda_impl("mutant-moe-atomic", op);  // top-1: one term, nothing to reorder
+    const OpArgs top1 = moe_args(at::kFloat, fp8, 12, 64, 8, 40, 1, 9),
+                 top8 = moe_args(at::kFloat, fp8, 12, 64, 64, 40, 8, 9);
+    EXPECT_TRUE(bitwise_equal(run(inv, on_gpu(top1)), run(atomic, on_gpu(top1)))) << op;
+    const at::Tensor reordered = run(atomic, on_gpu(top8));
+    EXPECT_FALSE(bitwise_equal(run(inv, on_gpu(top8)), reordered)) << op;
+    EXPECT_TRUE(test::accurate(op, top8, reordered)) << op;
+  }
+  // The promotion mutant on the mma.sync kernel: its bits below 16 rows, others from 16 on.
+  using cuda_kernels::ScaledMmPath;
+  const ImplInfo &promote = cuda_impl("mutant-fp8-promote", "scaled_mm");
+  for (ScaleMode mode : kModes) {
+    const OpArgs small = on_gpu(scaled_mm_args(mode, 15, 24, 600, false, at::kFloat, 5));
+    EXPECT_TRUE(
+        bitwise_equal(run_path(small, small.tensors[1], ScaledMmPath::mma_sync).cpu(), promote.run(small).cpu()))
+        << cpu_ops::to_string(mode);
+    const OpArgs host = scaled_mm_args(mode, 16, 24, 600, false, at::kFloat, 5), tall = on_gpu(host);
+    const at::Tensor got = promote.run(tall).cpu();
+    EXPECT_FALSE(bitwise_equal(run_path(tall, tall.tensors[1], ScaledMmPath::mma_sync).cpu(), got))
+        << cpu_ops::to_string(mode);
+    EXPECT_TRUE(test::accurate("scaled_mm", host, got)) << cpu_ops::to_string(mode);
+  }
 }
 
 TEST(CudaFusedMoe, RoutingIsTheCpuRouting) {
