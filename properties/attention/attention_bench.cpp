@@ -1,5 +1,6 @@
 // Paged attention's bench: decode (one query row per sequence, GB/s against a device-to-device
-// copy of the same bytes) and prefill (one sequence, TFLOP/s against torch's SDPA on contiguous
+// copy of the same bytes and time against FlashAttention-2's decode; the launch floor beside
+// contexts <= 4k) and prefill (one sequence, TFLOP/s against torch's SDPA on contiguous
 // inputs, causal, GQA), 32 query heads, 8 KV heads, head dim 128, pages of 16 by default. Each row
 // also checks invariance on its own inputs. Registered as the attention family's bench.
 #include "properties/attention/attention_bench.h"
@@ -7,13 +8,16 @@
 #include "properties/bench_timing.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <ostream>
 #include <stdexcept>
 #include <utility>
+#include <vector>
 
 #ifdef DETFUZZ_WITH_CUDA
 #include "ops/attention/paged_attention.h"
+#include "ops/cuda/empty_kernel.cuh"
 
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGeneratorImpl.h>
@@ -153,6 +157,7 @@ void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostre
     for (int64_t len : {1024, 2048, 4096, 8192}) shapes.push_back({kPrefill, 1, len, 128});
   }
   constexpr int64_t hq = 32, hkv = 8;
+  constexpr int64_t kShortContext = 4096;  // decode rows that also report the launch floor
   const int reps = std::max(5, cfg.repetitions * 4);
   for (at::ScalarType dtype : cfg.dtypes) {
     if (dtype == at::kFloat) continue;
@@ -169,6 +174,21 @@ void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostre
       // large copy as a memcpy node, slower than the eager copy; eager adds launch time to small ones).
       const double copy_us = std::min(median_us([&] { dst.copy_(src); }, reps, clock),
                                       median_graph_us([&] { dst.copy_(src); }, reps, clock));
+      // FlashAttention-2's decode as libtorch ships it (at::_flash_attention_forward: one query
+      // row per sequence, K/V packed [batch, ctx, Hkv, D], GQA), on values of its own, timed the
+      // same way: the speed to beat at every size.
+      const auto opts = at::TensorOptions().device(at::kCUDA).dtype(dtype);
+      const at::Tensor fq = at::randn({batch, 1, hq, d}, gen, opts), fk = at::randn({batch, ctx, hkv, d}, gen, opts),
+                       fv = at::randn({batch, ctx, hkv, d}, gen, opts);
+      const double fa2_us = median_graph_us(
+          [&] { at::_flash_attention_forward(fq, fk, fv, std::nullopt, std::nullopt, 1, ctx, 0.0, false, false); },
+          reps, clock);
+      // The launch floor (short contexts): an empty kernel, replayed from a graph like the rows.
+      const double floor_us =
+          ctx <= kShortContext
+              ? median_graph_us([] { cuda_kernels::launch_empty_kernel(at::cuda::getCurrentCUDAStream().stream()); },
+                                reps, clock)
+              : NAN;
       // Invariance on these inputs: sequence 0 of the batch alone gives the same bits.
       OpArgs one = paged_batch({ctx}, 1, hq, hkv, d, page, dtype, gen);
       one.tensors[0] = args.tensors[0].narrow(0, 0, 1);
@@ -179,14 +199,23 @@ void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostre
         if (impl.prefill_only) continue;
         const double us = time_planned_attention(args, impl.options, reps, clock);
         const bool verified = same_bits(run_paged(one, impl.options), run_paged(args, impl.options).narrow(0, 0, 1));
-        csv << "paged_attention_decode," << impl.impl << ',' << dtype_name(dtype) << ',' << batch << ',' << ctx << ','
-            << d << ',' << fmt(us) << ",," << fmt(bytes / us * 1e-3, "%.1f") << ",d2d-copy," << fmt(copy_us) << ','
-            << fmt(copy_us / us, "%.4f") << ',' << (verified ? "yes" : "no") << ','
-            << fmt(bytes / copy_us * 1e-3, "%.1f") << ',' << fmt(copy_us / us, "%.4f") << ',' << page << '\n';
+        // One row per baseline: the device copy of the same bytes, FlashAttention-2's decode and,
+        // at short contexts, the launch floor.
+        std::vector<std::pair<const char *, double>> baselines = {{"d2d-copy", copy_us},
+                                                                  {"torch-flash-decode", fa2_us}};
+        if (ctx <= kShortContext) baselines.push_back({"empty-kernel", floor_us});
+        for (const auto &[baseline, base_us] : baselines)
+          csv << "paged_attention_decode," << impl.impl << ',' << dtype_name(dtype) << ',' << batch << ',' << ctx << ','
+              << d << ',' << fmt(us) << ",," << fmt(bytes / us * 1e-3, "%.1f") << ',' << baseline << ',' << fmt(base_us)
+              << ',' << fmt(base_us / us, "%.4f") << ',' << (verified ? "yes" : "no") << ','
+              << fmt(bytes / copy_us * 1e-3, "%.1f") << ',' << fmt(copy_us / us, "%.4f") << ',' << page << '\n';
         log << "paged_attention decode " << impl.impl << ' ' << dtype_name(dtype) << " batch=" << batch
             << " ctx=" << ctx << (page == 16 ? "" : " page=" + std::to_string(page)) << ": " << fmt(us, "%.1f")
             << " us, " << fmt(bytes / us * 1e-3, "%.0f") << " GB/s = " << fmt(100.0 * copy_us / us, "%.0f")
-            << "% of a device copy" << (verified ? "" : "  (invariance FAILED)") << std::endl;
+            << "% of a device copy, " << fmt(fa2_us / us, "%.2f") << "x FlashAttention-2 decode ("
+            << fmt(fa2_us, "%.1f") << " us)"
+            << (ctx <= kShortContext ? ", launch floor " + fmt(floor_us, "%.1f") + " us" : std::string())
+            << (verified ? "" : "  (invariance FAILED)") << std::endl;
       }
     }
     for (const BenchShape &shape : shapes) {
