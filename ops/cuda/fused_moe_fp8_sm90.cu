@@ -24,11 +24,10 @@
 // activations and its expert's weight row, the same scale and promotion, block after block,
 // whatever the tile's height, its other rows, the number of tiles or the grid. A tile's 64 (or
 // 128) columns lie in one 128-row scale block: H and I are multiples of 128 here.
-#include "ops/cuda/activation.cuh"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/fused_moe.cuh"
 #include "ops/cuda/gemm_common.cuh"  // configure_once_per_device
-#include "ops/cuda/mma_sm80.cuh"     // from_f
+#include "ops/cuda/moe_sm90_common.cuh"
 #include "ops/cuda/ptx_sm90.cuh"
 #include "ops/cuda/tensor_map.h"
 
@@ -48,9 +47,6 @@ namespace {
 
 constexpr int BK = 128;  // K per stage: one scale block, 128 bytes of an fp8 weight row
 constexpr int W_ROWS = 128;
-
-template <int CONSUMERS>
-constexpr int kThreads = 128 * (CONSUMERS + 1);
 
 template <int CONSUMERS>
 struct Geometry {
@@ -99,7 +95,7 @@ __device__ __forceinline__ void widen16(const uint4 in, uint4 &lo, uint4 &hi) {
 
 // COLS: output columns per tile (gate_up: 64, each with its gate and up rows; down: 128 or 64).
 template <typename T, int CONSUMERS, bool GATE_UP, int COLS>
-__global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
+__global__ void __launch_bounds__(moe_sm90::kThreads<CONSUMERS>, 1)
     moe_gemm_fp8_sm90_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_w,
                              const Args args) {
 #if DETFUZZ_SM90A
@@ -122,15 +118,7 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
 
   const int tid = threadIdx.x;
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
-  if (tid == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(full_bar + 8 * s, 1);
-      mbar_init(empty_bar + 8 * s, CONSUMERS * 4);
-    }
-    fence_mbar_init();
-    prefetch_tensor_map(&tmap_a);
-    prefetch_tensor_map(&tmap_w);
-  }
+  if (tid == 0) moe_sm90::init_pipeline(full_bar, empty_bar, STAGES, CONSUMERS, &tmap_a, &tmap_w);
   __syncthreads();
 
   const int64_t inter = p.rows / 2;
@@ -139,11 +127,8 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
     if (tid == 0) {
       int it = 0;
       for (int64_t tile = blockIdx.x; tile < args.tiles; tile += gridDim.x) {
-        const int64_t rt = tile % p.row_tiles, ct = tile / p.row_tiles;
-        const int e = p.tiles[3 * rt], first = p.tiles[3 * rt + 1];
-        const int c0 = static_cast<int>(ct * COLS);
-        // gate_up: the gate rows c0.. and the up rows I + c0..; down: rows c0.. (and c0 + 64..).
-        const int w0 = c0, w1 = GATE_UP ? static_cast<int>(inter) + c0 : c0 + 64;
+        const moe_sm90::Tile tl = moe_sm90::tile_at<GATE_UP, COLS>(p, tile);
+        const int e = tl.expert, first = tl.first, w0 = tl.w0, w1 = tl.w1;
         for (int kb = 0; kb < args.kblocks; ++kb, ++it) {
           const int s = it % STAGES;
           mbar_wait(empty_bar + 8 * s, ((it / STAGES) & 1) ^ 1);
@@ -185,11 +170,9 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
   };
   int it = 0;
   for (int64_t tile = blockIdx.x; tile < args.tiles; tile += gridDim.x) {
-    const int64_t rt = tile % p.row_tiles, ct = tile / p.row_tiles;
-    const int e = p.tiles[3 * rt];
-    const int64_t first = p.tiles[3 * rt + 1];
-    const int count = p.tiles[3 * rt + 2];
-    const int64_t c0 = ct * COLS;
+    const moe_sm90::Tile tl = moe_sm90::tile_at<GATE_UP, COLS>(p, tile);
+    const int e = tl.expert, count = tl.count;
+    const int64_t first = tl.first, c0 = tl.c0;
     // The scale rows of the tile's weights: [E, rows / 128, cols / 128].
     const float *scale0 = p.w_scale + (e * args.row_blocks + c0 / 128) * args.kblocks;
     const float *scale1 = p.w_scale + (e * args.row_blocks + (GATE_UP ? inter + c0 : c0) / 128) * args.kblocks;
@@ -240,32 +223,17 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
     }
 
     // 3. The epilogue.
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = cw * 64 + warp * 16 + lane / 4 + 8 * h;
-      if (r >= count) continue;
-      const int64_t row = first + r;
-#pragma unroll
-      for (int j = 0; j < COLS / 8; ++j) {
-        const int64_t col = c0 + 8 * j + 2 * (lane % 4);
-        const int i = 4 * j + 2 * h;
-        if constexpr (GATE_UP) {
-          const uint32_t lo = from_f<T>(silu_mul(total[i], total_up[i])),
-                         hi = from_f<T>(silu_mul(total[i + 1], total_up[i + 1]));
-          *reinterpret_cast<uint32_t *>(static_cast<uint16_t *>(p.out) + row * inter + col) = lo | (hi << 16);
-        } else {
-          const int64_t pair = p.order[row];
-          *reinterpret_cast<float2 *>(static_cast<float *>(p.out) + pair * p.rows + col) =
-              make_float2(total[i], total[i + 1]);
-        }
-      }
-    }
+    moe_sm90::store_tile<T, GATE_UP, COLS>(p, total, total_up, cw, warp, lane, first, count, c0);
   }
 #endif
 }
 
 template <typename T, int CONSUMERS, bool GATE_UP, int COLS>
-void launch_shape(const MoeSm90Gemm &p, int dev, int sms, cudaStream_t stream) {
+struct LaunchShape {
+  static void run(const MoeSm90Gemm &p, int dev, int sms, cudaStream_t stream);
+};
+template <typename T, int CONSUMERS, bool GATE_UP, int COLS>
+void LaunchShape<T, CONSUMERS, GATE_UP, COLS>::run(const MoeSm90Gemm &p, int dev, int sms, cudaStream_t stream) {
   using G = Geometry<CONSUMERS>;
   auto kernel = moe_gemm_fp8_sm90_kernel<T, CONSUMERS, GATE_UP, COLS>;
   static std::atomic<uint64_t> opted_in{0};
@@ -285,15 +253,8 @@ void launch_shape(const MoeSm90Gemm &p, int dev, int sms, cudaStream_t stream) {
                                   p.experts, p.rows * p.cols, BK, 64, CU_TENSOR_MAP_SWIZZLE_128B);
   args.w_rank3 = mw.rank3;
   const int grid = static_cast<int>(std::min<int64_t>(args.tiles, sms));
-  kernel<<<grid, kThreads<CONSUMERS>, G::smem_bytes, stream>>>(ma.map, mw.map, args);
+  kernel<<<grid, moe_sm90::kThreads<CONSUMERS>, G::smem_bytes, stream>>>(ma.map, mw.map, args);
   DETFUZZ_LAUNCH_CHECK();
-}
-
-template <typename T, int CONSUMERS>
-void launch_typed(const MoeSm90Gemm &p, int dev, int sms, cudaStream_t stream) {
-  if (p.gate_up) return launch_shape<T, CONSUMERS, true, 64>(p, dev, sms, stream);
-  if (p.down_cols == 64) return launch_shape<T, CONSUMERS, false, 64>(p, dev, sms, stream);
-  return launch_shape<T, CONSUMERS, false, 128>(p, dev, sms, stream);
 }
 
 }  // namespace
@@ -309,11 +270,7 @@ void launch_moe_gemm_fp8_sm90(const MoeSm90Gemm &p, cudaStream_t stream) {
   int dev = 0, sms = 0;
   DETFUZZ_CUDA_CHECK(cudaGetDevice(&dev));
   DETFUZZ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const bool bf16 = p.dtype == DType::bf16;
-  if (p.tile_m == 128)
-    bf16 ? launch_typed<__nv_bfloat16, 2>(p, dev, sms, stream) : launch_typed<__half, 2>(p, dev, sms, stream);
-  else
-    bf16 ? launch_typed<__nv_bfloat16, 1>(p, dev, sms, stream) : launch_typed<__half, 1>(p, dev, sms, stream);
+  moe_sm90::dispatch<LaunchShape>(p, dev, sms, stream);
 }
 
 }  // namespace detfuzz::cuda_kernels

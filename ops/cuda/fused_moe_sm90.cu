@@ -20,11 +20,10 @@
 // tokens of its expert, or another expert's), the number of tiles or the grid: the experts' loads
 // decide which rows share a tile, never what a row computes. (A row of the MMA reads no other
 // row; m64n64 and m64n128 compute an element the same way.)
-#include "ops/cuda/activation.cuh"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/fused_moe.cuh"
 #include "ops/cuda/gemm_common.cuh"  // configure_once_per_device
-#include "ops/cuda/mma_sm80.cuh"     // from_f
+#include "ops/cuda/moe_sm90_common.cuh"
 #include "ops/cuda/ptx_sm90.cuh"
 #include "ops/cuda/tensor_map.h"
 
@@ -45,9 +44,6 @@ constexpr int BK = 64;   // K per stage: 128 bytes of a 16-bit row
 constexpr int BW = 128;  // weight rows per stage: two boxes of 64
 
 template <int CONSUMERS>
-constexpr int kThreads = 128 * (CONSUMERS + 1);
-
-template <int CONSUMERS>
 struct Geometry {
   static constexpr int tile_m = 64 * CONSUMERS;
   static constexpr int a_bytes = tile_m * BK * 2, b_bytes = BW * BK * 2;
@@ -66,7 +62,7 @@ struct Args {
 
 // COLS: output columns per tile (gate_up: 64, each with its gate and up rows; down: 128 or 64).
 template <typename T, int CONSUMERS, bool GATE_UP, int COLS>
-__global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
+__global__ void __launch_bounds__(moe_sm90::kThreads<CONSUMERS>, 1)
     moe_gemm_sm90_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_w,
                          const Args args) {
 #if DETFUZZ_SM90A
@@ -86,28 +82,16 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
 
   const int tid = threadIdx.x;
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
-  if (tid == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(full_bar + 8 * s, 1);
-      mbar_init(empty_bar + 8 * s, CONSUMERS * 4);
-    }
-    fence_mbar_init();
-    prefetch_tensor_map(&tmap_a);
-    prefetch_tensor_map(&tmap_w);
-  }
+  if (tid == 0) moe_sm90::init_pipeline(full_bar, empty_bar, STAGES, CONSUMERS, &tmap_a, &tmap_w);
   __syncthreads();
 
-  const int64_t inter = p.rows / 2;
   if (wg == 0) {
     if constexpr (CONSUMERS == 2) release_registers<40>();
     if (tid == 0) {
       int it = 0;
       for (int64_t tile = blockIdx.x; tile < args.tiles; tile += gridDim.x) {
-        const int64_t rt = tile % p.row_tiles, ct = tile / p.row_tiles;
-        const int e = p.tiles[3 * rt], first = p.tiles[3 * rt + 1];
-        const int c0 = static_cast<int>(ct * COLS);
-        // gate_up: the gate rows c0.. and the up rows I + c0..; down: rows c0.. and c0 + 64...
-        const int w0 = c0, w1 = GATE_UP ? static_cast<int>(inter) + c0 : c0 + 64;
+        const moe_sm90::Tile tl = moe_sm90::tile_at<GATE_UP, COLS>(p, tile);
+        const int e = tl.expert, first = tl.first, w0 = tl.w0, w1 = tl.w1;
         for (int kb = 0; kb < args.kblocks; ++kb, ++it) {
           const int s = it % STAGES;
           mbar_wait(empty_bar + 8 * s, ((it / STAGES) & 1) ^ 1);
@@ -128,10 +112,9 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
   float acc[COLS / 2], up[GATE_UP ? 32 : 1];
   int it = 0;
   for (int64_t tile = blockIdx.x; tile < args.tiles; tile += gridDim.x) {
-    const int64_t rt = tile % p.row_tiles, ct = tile / p.row_tiles;
-    const int64_t first = p.tiles[3 * rt + 1];
-    const int count = p.tiles[3 * rt + 2];
-    const int64_t c0 = ct * COLS;
+    const moe_sm90::Tile tl = moe_sm90::tile_at<GATE_UP, COLS>(p, tile);
+    const int count = tl.count;
+    const int64_t first = tl.first, c0 = tl.c0;
     int prev = -1;
     for (int kb = 0; kb < args.kblocks; ++kb, ++it) {
       const int s = it % STAGES;
@@ -161,33 +144,17 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
     if constexpr (GATE_UP) fence_registers(up);
     if (prev >= 0 && lane == 0) mbar_arrive(empty_bar + 8 * prev);
 
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = cw * 64 + warp * 16 + lane / 4 + 8 * h;
-      if (r >= count) continue;
-      const int64_t row = first + r;
-#pragma unroll
-      for (int j = 0; j < COLS / 8; ++j) {
-        const int64_t col = c0 + 8 * j + 2 * (lane % 4);  // even; the widths are multiples of 8
-        const int i = 4 * j + 2 * h;
-        if constexpr (GATE_UP) {
-          if (col >= inter) continue;
-          const uint32_t lo = from_f<T>(silu_mul(acc[i], up[i])), hi = from_f<T>(silu_mul(acc[i + 1], up[i + 1]));
-          *reinterpret_cast<uint32_t *>(static_cast<uint16_t *>(p.out) + row * inter + col) = lo | (hi << 16);
-        } else {
-          if (col >= p.rows) continue;
-          const int64_t pair = p.order[row];
-          *reinterpret_cast<float2 *>(static_cast<float *>(p.out) + pair * p.rows + col) =
-              make_float2(acc[i], acc[i + 1]);
-        }
-      }
-    }
+    moe_sm90::store_tile<T, GATE_UP, COLS>(p, acc, up, cw, warp, lane, first, count, c0);
   }
 #endif
 }
 
 template <typename T, int CONSUMERS, bool GATE_UP, int COLS>
-void launch_shape(const MoeSm90Gemm &p, int dev, int sms, cudaStream_t stream) {
+struct LaunchShape {
+  static void run(const MoeSm90Gemm &p, int dev, int sms, cudaStream_t stream);
+};
+template <typename T, int CONSUMERS, bool GATE_UP, int COLS>
+void LaunchShape<T, CONSUMERS, GATE_UP, COLS>::run(const MoeSm90Gemm &p, int dev, int sms, cudaStream_t stream) {
   using G = Geometry<CONSUMERS>;
   auto kernel = moe_gemm_sm90_kernel<T, CONSUMERS, GATE_UP, COLS>;
   static std::atomic<uint64_t> opted_in{0};
@@ -206,15 +173,8 @@ void launch_shape(const MoeSm90Gemm &p, int dev, int sms, cudaStream_t stream) {
                                   p.experts, p.rows * p.cols, BK, 64, CU_TENSOR_MAP_SWIZZLE_128B);
   args.w_rank3 = mw.rank3;
   const int grid = static_cast<int>(std::min<int64_t>(args.tiles, sms));
-  kernel<<<grid, kThreads<CONSUMERS>, G::smem_bytes, stream>>>(ma.map, mw.map, args);
+  kernel<<<grid, moe_sm90::kThreads<CONSUMERS>, G::smem_bytes, stream>>>(ma.map, mw.map, args);
   DETFUZZ_LAUNCH_CHECK();
-}
-
-template <typename T, int CONSUMERS>
-void launch_typed(const MoeSm90Gemm &p, int dev, int sms, cudaStream_t stream) {
-  if (p.gate_up) return launch_shape<T, CONSUMERS, true, 64>(p, dev, sms, stream);
-  if (p.down_cols == 64) return launch_shape<T, CONSUMERS, false, 64>(p, dev, sms, stream);
-  return launch_shape<T, CONSUMERS, false, 128>(p, dev, sms, stream);
 }
 
 bool aligned16(const void *ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
@@ -240,11 +200,7 @@ void launch_moe_gemm_sm90(const MoeSm90Gemm &p, cudaStream_t stream) {
   int dev = 0, sms = 0;
   DETFUZZ_CUDA_CHECK(cudaGetDevice(&dev));
   DETFUZZ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const bool bf16 = p.dtype == DType::bf16;
-  if (p.tile_m == 128)
-    bf16 ? launch_typed<__nv_bfloat16, 2>(p, dev, sms, stream) : launch_typed<__half, 2>(p, dev, sms, stream);
-  else
-    bf16 ? launch_typed<__nv_bfloat16, 1>(p, dev, sms, stream) : launch_typed<__half, 1>(p, dev, sms, stream);
+  moe_sm90::dispatch<LaunchShape>(p, dev, sms, stream);
 }
 
 }  // namespace detfuzz::cuda_kernels
