@@ -72,6 +72,9 @@ std::map<std::string, BenchRow> read_bench(const fs::path &file) {
                                   f[col["speedup_vs_cublas"]] + "' is not a number");
     }
     r.verified = f[col["invariant_verified"]] != "no";
+    // A row timed against several baselines (attention: a copy, FlashAttention-2, the launch
+    // floor) is one bench row per baseline: the first keeps the plain key, the others name theirs.
+    if (rows.count(r.key)) r.key += " vs " + r.baseline_impl;
     rows[r.key] = r;
   }
   return rows;
@@ -136,7 +139,7 @@ int run_gate(const GateConfig &cfg, std::ostream &log) {
     if (folder && fs::exists(run / "summary.json")) verdict |= gate_summary(run, log);
     const fs::path bench = bench_csv_of(run);
     if (!fs::exists(bench)) continue;
-    int64_t compared = 0, slower = 0, only_run = 0;
+    int64_t compared = 0, slower = 0, only_run = 0, no_speedup = 0;
     for (const auto &[key, row] : read_bench(bench)) {
       if (row.impl == row.baseline_impl) continue;  // the baseline's own row: its speedup is 1
       if (!row.verified) {
@@ -147,6 +150,11 @@ int run_gate(const GateConfig &cfg, std::ostream &log) {
       const auto it = baseline.find(key);
       if (it == baseline.end()) {
         ++only_run;
+        continue;
+      }
+      // No speedup on one side (its baseline refused the shape): nothing to compare.
+      if (std::isnan(row.speedup) || std::isnan(it->second.speedup)) {
+        ++no_speedup;
         continue;
       }
       ++compared;
@@ -164,7 +172,8 @@ int run_gate(const GateConfig &cfg, std::ostream &log) {
       compared_speed = true;
       log << "gate: " << bench.string() << ": " << compared << " rows compared with the baseline, " << slower
           << " slower by more than " << 100.0 * cfg.max_slowdown << "%"
-          << (only_run ? ", " + std::to_string(only_run) + " rows the baseline lacks (not compared)" : "") << "\n";
+          << (only_run ? ", " + std::to_string(only_run) + " rows the baseline lacks (not compared)" : "")
+          << (no_speedup ? ", " + std::to_string(no_speedup) + " rows without a speedup (not compared)" : "") << "\n";
     }
   }
   if (!baseline.empty() && !compared_speed)

@@ -60,6 +60,17 @@ printf '%s\n%s,1.2000,yes,,,16\n%s,0.9000,yes,,,64\n' "$hdr_pages" "$row" "$row"
 check "gate attention pages" 1 "$bin" gate --baseline "$work/attn-base.csv" --run "$work/attn-new.csv"
 grep -q "FAIL slower paged_attention_prefill/invariant/bfloat16 M=1 N=8192 K=128 page=64" "$work/out" &&
   ! grep -q "K=128:" "$work/out" && pass=$((pass + 1)) || { fail=$((fail + 1)); cat "$work/out"; }
+# A decode row timed against a copy and FlashAttention-2 is two rows: each gated against its own;
+# a row without a speedup (its baseline refused the shape) is not compared.
+drow='paged_attention_decode,invariant,bfloat16,16,4096,128,100.0,,2500.0'
+printf '%s\n%s,d2d-copy,90.0,0.9000,yes,,,16\n%s,torch-flash-decode,95.0,0.9500,yes,,,16\n%s,d2d-copy,nan,nan,yes,,,64\n' \
+  "$hdr_pages" "$drow" "$drow" "$drow" >"$work/dec-base.csv"
+printf '%s\n%s,d2d-copy,90.0,0.9000,yes,,,16\n%s,torch-flash-decode,70.0,0.7000,yes,,,16\n%s,d2d-copy,nan,nan,yes,,,64\n' \
+  "$hdr_pages" "$drow" "$drow" "$drow" >"$work/dec-new.csv"
+check "gate second baseline" 1 "$bin" gate --baseline "$work/dec-base.csv" --run "$work/dec-new.csv"
+grep -q "FAIL slower paged_attention_decode/invariant/bfloat16 M=16 N=4096 K=128 vs torch-flash-decode" "$work/out" &&
+  [ "$(grep -c "FAIL slower" "$work/out")" = 1 ] && grep -q "1 rows without a speedup" "$work/out" &&
+  pass=$((pass + 1)) || { fail=$((fail + 1)); cat "$work/out"; }
 check "gate no run" 2 "$bin" gate --baseline "$work/base"
 check "gate missing run" 2 "$bin" gate --run "$work/nothing-here"
 one_line_error "does not exist"
