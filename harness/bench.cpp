@@ -312,29 +312,28 @@ std::string run_bench(const BenchConfig &cfg, std::ostream &log, std::string *st
         std::vector<OpArgs> args, baseline_args;
         for (int i = 0; i < sets; ++i) args.push_back(def.args(s, dtype, gen));
         // A baseline of another op ("op:impl") runs on inputs of its own, made from ours.
-        const bool other_op = baseline.find(':') != std::string::npos;
+        const size_t colon = baseline.find(':');
+        const bool other_op = colon != std::string::npos;
         if (other_op)
           for (const OpArgs &a : args) baseline_args.push_back(def.baseline_args(a));
         auto impl_of = [&](const std::string &name) -> const ImplInfo & {
           if (name == kDispatchImpl) return dispatch_impl(s.op);
-          if (other_op && name == baseline)
-            return cuda_impl(baseline.substr(0, baseline.find(':')), baseline.substr(baseline.find(':') + 1));
+          if (other_op && name == baseline) return cuda_impl(baseline.substr(0, colon), baseline.substr(colon + 1));
           return cuda_impl(s.op, name);
         };
 
-        const std::vector<OpArgs> &args_of_ours = args;
         MedianReporter reporter;
         std::map<std::string, bool> verified;
         std::set<std::string> unchecked;
         for (const auto &name : impls) {
           const ImplInfo &impl = impl_of(name);
-          const std::vector<OpArgs> &args = other_op && name == baseline ? baseline_args : args_of_ours;
+          const std::vector<OpArgs> &inputs = other_op && name == baseline ? baseline_args : args;
           if (!impl.supports(dtype)) continue;
           // A baseline that refuses the shape (cuBLASLt without a kernel for it) leaves the row to
           // ours alone, its TFLOP/s without a speedup.
           if (name == baseline) {
             try {
-              impl.run(args[0]);
+              impl.run(inputs[0]);
             } catch (const std::exception &e) {
               const std::string what = e.what();
               log << s.label() << " " << name << " " << dtype_name(dtype) << " M=" << s.m << " N=" << s.n
@@ -343,19 +342,19 @@ std::string run_bench(const BenchConfig &cfg, std::ostream &log, std::string *st
             }
           }
           try {
-            verified[name] = batch_slice_holds(impl, args[0], s.m, def.batch_inputs(s));
+            verified[name] = batch_slice_holds(impl, inputs[0], s.m, def.batch_inputs(s));
           } catch (const std::exception &e) {
             if (name != baseline) throw;
             unchecked.insert(name);  // it refused a slice of the shape: its rows stay unchecked
           }
-          for (int w = 0; w < 3; ++w) impl.run(args[w % sets]);  // warm-up: module load, handles, autotune caches
+          for (int w = 0; w < 3; ++w) impl.run(inputs[w % sets]);  // warm-up: module load, handles, autotune caches
           mode_off();
-          const double once_us = time_one_call_us([&] { impl.run(args[0]); }, clock);
+          const double once_us = time_one_call_us([&] { impl.run(inputs[0]); }, clock);
           const int64_t iters =
               static_cast<int64_t>(std::clamp(cfg.seconds_per_repetition * 1e6 / std::max(once_us, 1.0), 3.0, 2000.0));
           benchmark::RegisterBenchmark(
               name.c_str(),
-              [&, impl_ptr = &impl, args_ptr = &args, dispatch = name == kDispatchImpl](benchmark::State &st) {
+              [&, impl_ptr = &impl, args_ptr = &inputs, dispatch = name == kDispatchImpl](benchmark::State &st) {
                 // Interleaved with the dispatcher row, whose calls turn the batch-invariant mode on:
                 // every other impl runs with it off.
                 if (!dispatch) mode_off();

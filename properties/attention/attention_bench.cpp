@@ -8,7 +8,6 @@
 #include "properties/bench_timing.h"
 
 #include <algorithm>
-#include <cmath>
 #include <optional>
 #include <ostream>
 #include <stdexcept>
@@ -159,6 +158,10 @@ void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostre
   constexpr int64_t hq = 32, hkv = 8;
   constexpr int64_t kShortContext = 4096;  // decode rows that also report the launch floor
   const int reps = std::max(5, cfg.repetitions * 4);
+  // The launch floor beside the short-context decode rows: an empty kernel, replayed from a graph
+  // like the rows, timed once.
+  const double floor_us = median_graph_us(
+      [] { cuda_kernels::launch_empty_kernel(at::cuda::getCurrentCUDAStream().stream()); }, reps, clock);
   for (at::ScalarType dtype : cfg.dtypes) {
     if (dtype == at::kFloat) continue;
     const double elem = static_cast<double>(c10::elementSize(dtype));
@@ -183,27 +186,20 @@ void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostre
       const double fa2_us = median_graph_us(
           [&] { at::_flash_attention_forward(fq, fk, fv, std::nullopt, std::nullopt, 1, ctx, 0.0, false, false); },
           reps, clock);
-      // The launch floor (short contexts): an empty kernel, replayed from a graph like the rows.
-      const double floor_us =
-          ctx <= kShortContext
-              ? median_graph_us([] { cuda_kernels::launch_empty_kernel(at::cuda::getCurrentCUDAStream().stream()); },
-                                reps, clock)
-              : NAN;
       // Invariance on these inputs: sequence 0 of the batch alone gives the same bits.
       OpArgs one = paged_batch({ctx}, 1, hq, hkv, d, page, dtype, gen);
       one.tensors[0] = args.tensors[0].narrow(0, 0, 1);
       one.tensors[1] = args.tensors[1];
       one.tensors[2] = args.tensors[2];
       one.tensors[5] = args.tensors[5].narrow(0, 0, 1);
+      // One row per baseline: the device copy of the same bytes, FlashAttention-2's decode and, at
+      // short contexts, the launch floor.
+      std::vector<std::pair<const char *, double>> baselines = {{"d2d-copy", copy_us}, {"torch-flash-decode", fa2_us}};
+      if (ctx <= kShortContext) baselines.push_back({"empty-kernel", floor_us});
       for (const Timed &impl : impls) {
         if (impl.prefill_only) continue;
         const double us = time_planned_attention(args, impl.options, reps, clock);
         const bool verified = same_bits(run_paged(one, impl.options), run_paged(args, impl.options).narrow(0, 0, 1));
-        // One row per baseline: the device copy of the same bytes, FlashAttention-2's decode and,
-        // at short contexts, the launch floor.
-        std::vector<std::pair<const char *, double>> baselines = {{"d2d-copy", copy_us},
-                                                                  {"torch-flash-decode", fa2_us}};
-        if (ctx <= kShortContext) baselines.push_back({"empty-kernel", floor_us});
         for (const auto &[baseline, base_us] : baselines)
           csv << "paged_attention_decode," << impl.impl << ',' << dtype_name(dtype) << ',' << batch << ',' << ctx << ','
               << d << ',' << fmt(us) << ",," << fmt(bytes / us * 1e-3, "%.1f") << ',' << baseline << ',' << fmt(base_us)
