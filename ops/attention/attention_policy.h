@@ -88,6 +88,15 @@ inline bool whole_rows_pays(int64_t head_dim, int64_t full_tiles, int64_t h_kv, 
 // bug exist in split_per_cta only).
 inline bool split_groups_pays(bool wgmma, int64_t softmax_keys) { return wgmma && softmax_keys == 64; }
 
+// split_groups takes TMA boxes for pages smaller than a 64-key tile (KvLoads::tma's boxes: one per
+// page run) where its grid is one wave (ctas <= sms) and each consumer walks 2 splits or more: an
+// SM then streams a long run of tiles on its own, and the boxes keep it fed better than the
+// producer's cp.async (+2-5% at batch 1 and 16k-32k, batch 16 and 4k); with more waves or a split
+// per consumer they do not pay (docs/perf/attention.md).
+inline bool small_box_tma_pays(bool split_groups, int64_t splits_per_cta, int64_t ctas, int64_t sms) {
+  return split_groups && splits_per_cta >= 2 && ctas <= sms;
+}
+
 // CTA slots of a split schedule: split_groups runs one CTA of two consumers per SM, a consumer
 // being a slot; split_per_cta runs ctas_per_sm() CTAs per SM (its shared memory and registers
 // decide; asked of the device only here).

@@ -101,9 +101,11 @@ struct CudaAttentionOptions {
   // 64 or 128), else mma_sync. The two differ in bits; each is invariant on its own, so the
   // choice depends on the device and the head dim only, never on the batch.
   enum class Kernel { automatic, mma_sync, wgmma } kernel = Kernel::automatic;
-  // How the Hopper prefill kernel (wgmma, whole_rows) loads K/V tiles: automatic is TMA for pages
-  // of 64 tokens or a multiple (a box per 64-key tile), cp.async otherwise; tma takes TMA wherever
-  // a box fits a page run (pages of 8-64 dividing 64, or multiples of 64); cp_async never does.
+  // How the Hopper kernels (wgmma, whole_rows and split_groups) load K/V tiles: automatic is TMA
+  // for pages of 64 tokens or a multiple (a box per 64-key tile), and as tma for split_groups in
+  // one wave of CTAs whose consumers walk 2 splits or more (attention_policy::small_box_tma_pays),
+  // cp.async otherwise; tma takes TMA wherever a box fits a page run (pages of 8-64 dividing 64,
+  // or multiples of 64); cp_async never does.
   // The bytes in shared memory, and so every bit, are the same.
   enum class KvLoads { automatic, tma, cp_async } kv_loads = KvLoads::automatic;
   // Whether the Hopper prefill kernel's two consumer warpgroups take turns issuing their MMAs
@@ -136,6 +138,7 @@ class PagedAttentionCudaPlan {
   bool whole_rows_ = false;
   bool split_groups_ = false;
   bool wgmma_ = false;
+  bool small_box_tma_ = false;  // automatic K/V loads run as KvLoads::tma (small_box_tma_pays)
 };
 
 // Plan and run in one call.

@@ -109,8 +109,8 @@ at::Tensor run_paged(const OpArgs &a, const attention::CudaAttentionOptions &opt
 // Decode (one query row per sequence, GB/s against a device-to-device copy of the same bytes)
 // and prefill (one sequence, TFLOP/s against torch's SDPA on contiguous inputs, causal, GQA), for
 // each kernel of ours: `invariant` (wgmma on an sm_90 GPU) and `invariant-mma-sync`, and the
-// Hopper kernel's K/V loads forced (`invariant@tma`, `invariant@cp-async`; prefill rows), its
-// consumer turns (`invariant@pingpong`, `invariant@no-pingpong`; all rows) and the decode
+// Hopper kernel's K/V loads forced (`invariant@tma`, `invariant@cp-async`) and its consumer turns
+// (`invariant@pingpong`, `invariant@no-pingpong`), on all rows, and the decode
 // schedule (`invariant@split-per-cta`, `invariant@split-groups`; decode rows) where --impl names
 // them, on the same inputs; one row each.
 void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostream &log, at::Generator &gen,
@@ -119,8 +119,7 @@ void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostre
   struct Timed {
     std::string impl;
     Options options;
-    bool prefill_only = false;  // forced K/V loads of the Hopper prefill kernel
-    bool decode_only = false;   // a forced decode schedule
+    bool decode_only = false;  // a forced decode schedule
   };
   std::vector<Timed> impls = {{"invariant", {}}};
   impls.push_back({"invariant-mma-sync", {}});
@@ -137,11 +136,10 @@ void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostre
       case AttnVariant::split_per_cta: o.schedule = Options::Schedule::split_per_cta; break;
       case AttnVariant::split_groups: o.schedule = Options::Schedule::split_groups; break;
     }
-    // The loads matter to prefill rows (decode pages of 16 go by cp.async), the schedules to
-    // decode rows, the turns to both (decode runs split_groups on the same kernel).
-    const bool loads = *variant == AttnVariant::tma || *variant == AttnVariant::cp_async;
+    // The schedules matter to decode rows only; the loads and the turns to both
+    // (decode runs split_groups on the same kernel).
     const bool schedule = *variant == AttnVariant::split_per_cta || *variant == AttnVariant::split_groups;
-    impls.push_back({name, o, loads, schedule});
+    impls.push_back({name, o, schedule});
   }
   // The shapes: a --shapes file's paged_attention_decode (M = batch, N = context, K = head dim)
   // and paged_attention_prefill (N = tokens) rows, or by default batches 1-256 at contexts
@@ -197,7 +195,6 @@ void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostre
       std::vector<std::pair<const char *, double>> baselines = {{"d2d-copy", copy_us}, {"torch-flash-decode", fa2_us}};
       if (ctx <= kShortContext) baselines.push_back({"empty-kernel", floor_us});
       for (const Timed &impl : impls) {
-        if (impl.prefill_only) continue;
         const double us = time_planned_attention(args, impl.options, reps, clock);
         const bool verified = same_bits(run_paged(one, impl.options), run_paged(args, impl.options).narrow(0, 0, 1));
         for (const auto &[baseline, base_us] : baselines)

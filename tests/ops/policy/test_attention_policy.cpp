@@ -82,6 +82,12 @@ TEST(Schedule, WholeRowsForPrefillSplitsForDecode) {
   EXPECT_TRUE(split_groups_pays(true, 64));
   EXPECT_FALSE(split_groups_pays(true, 32));
   EXPECT_FALSE(split_groups_pays(false, 64));
+  // Small TMA boxes for split_groups in one wave of CTAs whose consumers walk 2 splits or more.
+  EXPECT_TRUE(small_box_tma_pays(true, 2, 128, kH100Sms));   // batch 1 at 16k
+  EXPECT_TRUE(small_box_tma_pays(true, 8, 128, kH100Sms));   // batch 16 at 4k
+  EXPECT_FALSE(small_box_tma_pays(true, 8, 512, kH100Sms));  // batch 64 at 4k: four waves
+  EXPECT_FALSE(small_box_tma_pays(true, 1, 8, kH100Sms));    // batch 1 at 512: a split per consumer
+  EXPECT_FALSE(small_box_tma_pays(false, 8, 128, kH100Sms));
 }
 
 TEST(SplitSlots, TwoConsumersPerSmOrTheKernelsOccupancy) {
