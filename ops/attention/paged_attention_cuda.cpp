@@ -91,8 +91,9 @@ PagedAttentionCudaPlan::PagedAttentionCudaPlan(const at::Tensor &q, const at::Te
     splits_per_cta_ = policy::splits_per_cta(grid.tile_splits, h_kv_, slots);
   }
   if (splits_per_cta_ == 0) splits_per_cta_ = 1;
-  const int64_t split_group_ctas = h_kv_ * split_group_pairs(static_cast<int>(max_splits_),
-                                                             static_cast<int>(splits_per_cta_)) * q_tiles_ * num_seqs_;
+  const int64_t split_group_ctas = h_kv_ *
+                                   split_group_pairs(static_cast<int>(max_splits_), static_cast<int>(splits_per_cta_)) *
+                                   q_tiles_ * num_seqs_;
   small_box_tma_ = policy::small_box_tma_pays(split_groups_, splits_per_cta_, split_group_ctas, sms);
 }
 
