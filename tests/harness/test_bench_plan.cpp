@@ -83,8 +83,8 @@ TEST(BenchPlan, ForcedMatmulPathImpls) {
 #endif
 }
 
-// `invariant@tma`, `invariant@cp-async`, `invariant@pingpong` and `invariant@no-pingpong` time the Hopper prefill kernel
-// with its K/V loads or consumer turns forced: paged attention only.
+// `invariant@tma`, `invariant@cp-async`, `invariant@pingpong` and `invariant@no-pingpong` time the Hopper attention
+// kernels with their K/V loads or consumer turns forced: paged attention only.
 TEST(BenchPlan, ForcedAttentionLoadImpls) {
 #ifndef DETFUZZ_WITH_CUDA
   GTEST_SKIP() << "built without CUDA: there are no CUDA impls to plan";
