@@ -13,10 +13,11 @@
 // computes in turn: docs/perf/attention.md). The producer streams 64-key K and V tiles through the
 // stages (4 for whole_rows, 6 for split_groups), into the 128-byte-swizzled layout the wgmma
 // descriptors read. A tile whose keys all lie below kv_len is loaded by TMA for pages of 64 slots
-// or a multiple (KvLoads::tma also for pages of 8-32 dividing 64, 16-32 for D = 64, slower:
-// attention_policy::tma_box_rows): one thread issues a 3-D box per page run and 64-column
-// block, through the block table, and the stage's `full` mbarrier counts the bytes. Other tiles (the
-// last one of a sequence, or every tile for other page sizes) are copied by all 128 threads with
+// or a multiple, and under KvLoads::tma also for pages of 8-32 dividing 64 (16-32 for D = 64;
+// attention_policy::tma_box_rows), which the plan asks for in one-wave decode grids only
+// (small_box_tma_pays): one thread issues a 3-D box per page run and 64-column block, through the
+// block table, and the stage's `full` mbarrier counts the bytes. Other tiles (the last one of a
+// sequence, or every tile for other page sizes) are copied by all 128 threads with
 // cp.async, 16 bytes at a time, whole 256-byte rows per warp instruction, keys past kv_len
 // zero-filled; each thread's completion arrives on `full`. A consumer waits on
 // `full`, computes the tile with the tile_math functions (wgmma S = Q K^T, the online-softmax step,
