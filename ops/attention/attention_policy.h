@@ -97,6 +97,14 @@ inline bool small_box_tma_pays(bool split_groups, int64_t splits_per_cta, int64_
   return split_groups && splits_per_cta >= 2 && ctas <= sms;
 }
 
+// split_groups: consumers per CTA, each on its own split group. Two, unless the CTAs of two would
+// fill under half the SMs: then one, and twice the CTAs, so that twice the SMs pull K/V. A CTA
+// takes K/V in at about 32 KiB a microsecond with pages of 16, however it loads them, so a short
+// decode on a few SMs waits on its loads (the measurement: docs/perf/attention.md).
+inline int64_t split_group_consumers(bool split_groups, int64_t two_consumer_ctas, int64_t sms) {
+  return split_groups && 2 * two_consumer_ctas <= sms ? 1 : 2;
+}
+
 // CTA slots of a split schedule: split_groups runs one CTA of two consumers per SM, a consumer
 // being a slot; split_per_cta runs ctas_per_sm() CTAs per SM (its shared memory and registers
 // decide; asked of the device only here).

@@ -97,6 +97,9 @@ struct CudaAttentionOptions {
   enum class Schedule { automatic, split_per_cta, whole_rows, split_groups } schedule = Schedule::automatic;
   int64_t splits_per_cta =
       0;  // split_per_cta, split_groups: consecutive splits per CTA (per consumer), 0 = from the batch's size
+  // split_groups: consumer warpgroups with a split group each, 1 or 2; 0 = from the grid's size
+  // (attention_policy::split_group_consumers). The same bits either way.
+  int64_t group_consumers = 0;
   // Which kernel computes the tiles: automatic is wgmma wherever it runs (an sm_90 GPU, head dim
   // 64 or 128), else mma_sync. The two differ in bits; each is invariant on its own, so the
   // choice depends on the device and the head dim only, never on the batch.
@@ -133,7 +136,7 @@ class PagedAttentionCudaPlan {
  private:
   at::Tensor cu_seqlens_q_, seq_lens_kv_, block_table_;
   int64_t num_q_ = 0, num_seqs_ = 0, max_blocks_ = 0, block_size_ = 0, h_q_ = 0, h_kv_ = 0, head_dim_ = 0;
-  int64_t num_blocks_ = 0, q_tiles_ = 0, max_splits_ = 0, splits_per_cta_ = 1;
+  int64_t num_blocks_ = 0, q_tiles_ = 0, max_splits_ = 0, splits_per_cta_ = 1, group_consumers_ = 2;
   CudaAttentionOptions options_;
   bool whole_rows_ = false;
   bool split_groups_ = false;

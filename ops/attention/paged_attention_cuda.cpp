@@ -91,10 +91,17 @@ PagedAttentionCudaPlan::PagedAttentionCudaPlan(const at::Tensor &q, const at::Te
     splits_per_cta_ = policy::splits_per_cta(grid.tile_splits, h_kv_, slots);
   }
   if (splits_per_cta_ == 0) splits_per_cta_ = 1;
-  const int64_t split_group_ctas = h_kv_ *
-                                   split_group_pairs(static_cast<int>(max_splits_), static_cast<int>(splits_per_cta_)) *
-                                   q_tiles_ * num_seqs_;
-  small_box_tma_ = policy::small_box_tma_pays(split_groups_, splits_per_cta_, split_group_ctas, sms);
+  auto grid_ctas = [&](int64_t consumers) {  // split_groups' CTAs (launch_ws's grid)
+    return h_kv_ *
+           split_group_ctas(static_cast<int>(max_splits_), static_cast<int>(splits_per_cta_),
+                            static_cast<int>(consumers)) *
+           q_tiles_ * num_seqs_;
+  };
+  TORCH_CHECK(options.group_consumers >= 0 && options.group_consumers <= 2, "paged_attention (CUDA): group_consumers ",
+              options.group_consumers, " is not 0, 1 or 2");
+  group_consumers_ = options.group_consumers > 0 ? options.group_consumers
+                                                 : policy::split_group_consumers(split_groups_, grid_ctas(2), sms);
+  small_box_tma_ = policy::small_box_tma_pays(split_groups_, splits_per_cta_, grid_ctas(group_consumers_), sms);
 }
 
 at::Tensor PagedAttentionCudaPlan::run(const at::Tensor &q, const at::Tensor &k_pool, const at::Tensor &v_pool,
@@ -140,6 +147,7 @@ at::Tensor PagedAttentionCudaPlan::run(const at::Tensor &q, const at::Tensor &k_
   p.q_tiles = static_cast<int>(q_tiles_);
   p.max_splits = static_cast<int>(max_splits_);
   p.splits_per_cta = static_cast<int>(splits_per_cta_);
+  p.group_consumers = static_cast<int>(group_consumers_);
   p.schedule = whole_rows_     ? KvSchedule::whole_rows
                : split_groups_ ? KvSchedule::split_groups
                                : KvSchedule::split_per_cta;

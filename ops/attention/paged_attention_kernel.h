@@ -30,6 +30,7 @@ struct PagedAttnLaunch {
   int max_splits = 0;      // ceil(longest kv_len / split_tokens): workspace stride
   int splits_per_cta =
       1;  // split_per_cta: consecutive splits one CTA walks (fewer CTA prologues); split_groups: one consumer
+  int group_consumers = 2;  // split_groups: consumers with a split group each (2, or 1 for grids under half the SMs)
   KvSchedule schedule = KvSchedule::split_per_cta;
   AttnKernel kernel = AttnKernel::mma_sync;
   KvLoads kv_loads = KvLoads::automatic;
@@ -42,9 +43,10 @@ __host__ __device__ inline int split_group_count(int max_splits, int splits_per_
   return (max_splits + splits_per_cta - 1) / splits_per_cta;
 }
 
-// split_groups: the grid's pairs of split groups (a CTA per pair, a consumer per group), rounded up.
-__host__ __device__ inline int split_group_pairs(int max_splits, int splits_per_cta) {
-  return (split_group_count(max_splits, splits_per_cta) + 1) / 2;
+// split_groups: the CTAs per (query tile, KV head), each with `consumers` split groups (one per
+// consumer warpgroup), rounded up.
+__host__ __device__ inline int split_group_ctas(int max_splits, int splits_per_cta, int consumers) {
+  return (split_group_count(max_splits, splits_per_cta) + consumers - 1) / consumers;
 }
 
 // One or two launches on `stream`: the attention kernel over the whole mixed batch, then (split

@@ -6,7 +6,9 @@
 // head) pairs of one sequence and one KV head), the two tiles adjacent, so they read the same keys
 // (the first one's keys are a prefix of the second's under the causal mask), and the producer
 // streams the union of their keys. split_groups: both consumers own the same query tile, each a
-// group of splits_per_cta consecutive splits (consumer 1 the group after consumer 0's), and the
+// group of splits_per_cta consecutive splits (consumer 1 the group after consumer 0's; where such
+// CTAs would fill under half the SMs, consumer 0 alone, in twice the CTAs: a CTA takes K/V in at
+// a bounded rate, attention_policy::split_group_consumers), and the
 // producer streams the two groups' tiles alternately, each consumer waiting only on its own; a
 // finished split is written for the merge kernel exactly as split_per_cta writes it (decode
 // streams KV faster this way than with split_per_cta's one warpgroup per CTA, which loads and
@@ -109,8 +111,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 
   // whole_rows: blockIdx.x = kvh + h_kv * (reversed tile pair), consumer c on query tile
   // first_tile + c, one stream of keys for both. split_groups: blockIdx.x = kvh + h_kv * (group
-  // pair + pairs * reversed tile), consumer c on split group 2 * pair + c of one query tile, a
-  // stream of keys each. The longest query tiles start first.
+  // pair + pairs * reversed tile), consumer c < group_consumers on split group group_consumers *
+  // pair + c of one query tile, a stream of keys each (one consumer: consumer 1 has no work). The
+  // longest query tiles start first.
   const int kvh = blockIdx.x % p.h_kv, seq = blockIdx.y;
   const int group = p.h_q / p.h_kv, rows_per_tile = attention_rows_per_tile(group);
   const int q_start = p.cu_seqlens_q[seq], q_len = p.cu_seqlens_q[seq + 1] - q_start;
@@ -118,7 +121,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const int group_tokens = p.splits_per_cta * p.split_tokens;  // split_groups: keys per consumer
   int first_tile, pair = 0;
   if constexpr (kSplitGroups) {
-    const int pairs = split_group_pairs(p.max_splits, p.splits_per_cta);
+    const int pairs = split_group_ctas(p.max_splits, p.splits_per_cta, p.group_consumers);
     pair = (blockIdx.x / p.h_kv) % pairs;
     first_tile = p.q_tiles - 1 - static_cast<int>(blockIdx.x / (p.h_kv * pairs));
   } else {
@@ -133,8 +136,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     return q0 < q_len ? min(rows_per_tile, q_len - q0) * group : 0;
   };
   auto first_visible_of = [&](int c) { return kv_len - q_len + tile_of(c) * rows_per_tile + 1; };
-  auto key_begin_of = [&](int c) { return kSplitGroups ? (2 * pair + c) * group_tokens : 0; };
+  auto key_begin_of = [&](int c) { return kSplitGroups ? (p.group_consumers * pair + c) * group_tokens : 0; };
   auto tiles_of = [&](int c) {
+    if (kSplitGroups && c >= p.group_consumers) return 0;
     const int live = live_rows_of(c);
     const int key_end = first_visible_of(c) + live / group - 1;  // past the last visible key
     const int end = kSplitGroups ? min(key_end, key_begin_of(c) + group_tokens) : key_end;
@@ -471,9 +475,9 @@ void launch_ws(const PagedAttnLaunch &p, cudaStream_t stream) {
     maps.k = kv_pool_map(p.k_pool, p, maps.box_rows);
     maps.v = kv_pool_map(p.v_pool, p, maps.box_rows);
   }
-  const int64_t pairs = kSplitGroups ? split_group_pairs(p.max_splits, p.splits_per_cta) : 1;
   const int64_t x =
-      kSplitGroups ? p.h_kv * pairs * p.q_tiles : int64_t{p.h_kv} * ((p.q_tiles + kConsumers - 1) / kConsumers);
+      kSplitGroups ? int64_t{p.h_kv} * split_group_ctas(p.max_splits, p.splits_per_cta, p.group_consumers) * p.q_tiles
+                   : int64_t{p.h_kv} * ((p.q_tiles + kConsumers - 1) / kConsumers);
   if (x > 0x7fffffffLL) throw std::runtime_error("paged_attention: grid x " + std::to_string(x) + " >= 2^31");
   kernel<<<dim3(static_cast<unsigned>(x), p.num_seqs), kWsThreads, S::kBytes, stream>>>(p, maps);
   DETFUZZ_LAUNCH_CHECK();

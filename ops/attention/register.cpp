@@ -191,6 +191,8 @@ std::vector<ImplInfo> attention_impls(Backend backend) {
         if (schedule == Schedule::split_groups &&
             !(q.dim() == 3 && q.size(2) <= 128 && attention::paged_attention_wgmma_available(q.device().index())))
           o.schedule = Schedule::split_per_cta;
+        // Two consumers per CTA: the automatic choice takes one on small grids, which most cases are.
+        if (o.schedule == Schedule::split_groups) o.group_consumers = 2;
         return o;
       };
     };
@@ -224,7 +226,7 @@ std::vector<ImplInfo> attention_impls(Backend backend) {
                    fused(pinned(Schedule::whole_rows))});
     out.push_back({"invariant-split-groups", op, backend, dt, must,
                    "the fused kernel with the split_groups schedule (Hopper: two consumer warpgroups per CTA, each "
-                   "on its own splits; other GPUs and D = 256: split_per_cta)",
+                   "on its own splits, whatever the grid; other GPUs and D = 256: split_per_cta)",
                    fused(pinned(Schedule::split_groups))});
     // The CUDA mutants: the fused kernel with a size from the batch (the same bugs as the CPU ones).
     auto split_from = [](Mutant mu) {

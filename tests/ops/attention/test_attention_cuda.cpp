@@ -135,8 +135,8 @@ TEST(PagedAttentionCuda, SchedulesGiveTheSameBits) {
           RC_ASSERT(x.view(at::kShort).equal(y.view(at::kShort)));
         }
         // split_groups (the wgmma kernel only): consumers on 1, 3 or 4 splits each (3 and 4: small
-        // pages by TMA where TMA can box them and the grid is one wave), ping-pong or not, and K/V
-        // forced through TMA boxes.
+        // pages by TMA where TMA can box them and the grid is one wave), ping-pong or not, one or
+        // two consumers per CTA, and K/V forced through TMA boxes.
         if (kernel == Kernel::automatic &&
             attention::PagedAttentionCudaPlan(t[0], t[1], t[2], t[3], t[4], t[5]).wgmma()) {
           using Turns = attention::CudaAttentionOptions::ConsumerTurns;
@@ -147,6 +147,7 @@ TEST(PagedAttentionCuda, SchedulesGiveTheSameBits) {
               groups.schedule = Schedule::split_groups;
               groups.splits_per_cta = spc;
               groups.turns = turns;
+              groups.group_consumers = turns == Turns::free ? 1 : 2;
               groups.kv_loads = spc == 1 && turns == Turns::free ? KvLoads::tma : KvLoads::automatic;
               const auto y = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha, groups);
               RC_ASSERT(x.view(at::kShort).equal(y.view(at::kShort)));

@@ -88,6 +88,13 @@ TEST(Schedule, WholeRowsForPrefillSplitsForDecode) {
   EXPECT_FALSE(small_box_tma_pays(true, 8, 512, kH100Sms));  // batch 64 at 4k: four waves
   EXPECT_FALSE(small_box_tma_pays(true, 1, 8, kH100Sms));    // batch 1 at 512: a split per consumer
   EXPECT_FALSE(small_box_tma_pays(false, 8, 128, kH100Sms));
+  // One consumer per split_groups CTA where two-consumer CTAs would fill under half the SMs.
+  EXPECT_EQ(split_group_consumers(true, 8, kH100Sms), 1);   // batch 1 at 512: 16 CTAs, not 8
+  EXPECT_EQ(split_group_consumers(true, 64, kH100Sms), 1);  // batch 1 at 4k: 128 CTAs, not 64
+  EXPECT_EQ(split_group_consumers(true, 66, kH100Sms), 1);  // the threshold: 132 CTAs
+  EXPECT_EQ(split_group_consumers(true, 67, kH100Sms), 2);
+  EXPECT_EQ(split_group_consumers(true, 128, kH100Sms), 2);  // batch 16 at 512 and 4k, batch 1 at 16k
+  EXPECT_EQ(split_group_consumers(false, 8, kH100Sms), 2);
 }
 
 TEST(SplitSlots, TwoConsumersPerSmOrTheKernelsOccupancy) {
