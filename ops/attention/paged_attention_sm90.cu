@@ -110,20 +110,20 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const uint32_t full = base + S::kBars, empty = full + kStages * 8;
 
   // whole_rows: blockIdx.x = kvh + h_kv * (reversed tile pair), consumer c on query tile
-  // first_tile + c, one stream of keys for both. split_groups: blockIdx.x = kvh + h_kv * (group
-  // pair + pairs * reversed tile), consumer c < group_consumers on split group group_consumers *
-  // pair + c of one query tile, a stream of keys each (one consumer: consumer 1 has no work). The
-  // longest query tiles start first.
+  // first_tile + c, one stream of keys for both. split_groups: blockIdx.x = kvh + h_kv * (group_cta
+  // + group_ctas * reversed tile), consumer c < group_consumers on split group group_consumers *
+  // group_cta + c of one query tile, a stream of keys each (one consumer: consumer 1 has no work).
+  // The longest query tiles start first.
   const int kvh = blockIdx.x % p.h_kv, seq = blockIdx.y;
   const int group = p.h_q / p.h_kv, rows_per_tile = attention_rows_per_tile(group);
   const int q_start = p.cu_seqlens_q[seq], q_len = p.cu_seqlens_q[seq + 1] - q_start;
   const int kv_len = p.seq_lens_kv[seq];
   const int group_tokens = p.splits_per_cta * p.split_tokens;  // split_groups: keys per consumer
-  int first_tile, pair = 0;
+  int first_tile, group_cta = 0;
   if constexpr (kSplitGroups) {
-    const int pairs = split_group_ctas(p.max_splits, p.splits_per_cta, p.group_consumers);
-    pair = (blockIdx.x / p.h_kv) % pairs;
-    first_tile = p.q_tiles - 1 - static_cast<int>(blockIdx.x / (p.h_kv * pairs));
+    const int group_ctas = split_group_ctas(p.max_splits, p.splits_per_cta, p.group_consumers);
+    group_cta = (blockIdx.x / p.h_kv) % group_ctas;
+    first_tile = p.q_tiles - 1 - static_cast<int>(blockIdx.x / (p.h_kv * group_ctas));
   } else {
     first_tile = ((p.q_tiles + kConsumers - 1) / kConsumers - 1 - static_cast<int>(blockIdx.x / p.h_kv)) * kConsumers;
   }
@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     return q0 < q_len ? min(rows_per_tile, q_len - q0) * group : 0;
   };
   auto first_visible_of = [&](int c) { return kv_len - q_len + tile_of(c) * rows_per_tile + 1; };
-  auto key_begin_of = [&](int c) { return kSplitGroups ? (p.group_consumers * pair + c) * group_tokens : 0; };
+  auto key_begin_of = [&](int c) { return kSplitGroups ? (p.group_consumers * group_cta + c) * group_tokens : 0; };
   auto tiles_of = [&](int c) {
     if (kSplitGroups && c >= p.group_consumers) return 0;
     const int live = live_rows_of(c);
