@@ -35,6 +35,8 @@ namespace detfuzz::cuda_kernels {
 // as much MMA work again per byte loaded into shared memory, taken where it gives fewer waves.
 // sm90_persistent_64x256 runs 64 x 256 tiles, two m64n128k16 warpgroups side by side on the same
 // rows: decode over a very wide N (a vocabulary), A loaded once per 256 columns.
+// sm90_paired_128x192 runs the 128 x 192 tiles in clusters of two CTAs on vertically adjacent
+// tiles that share their B tile by TMA multicast: the same arithmetic, fewer bytes through L2.
 enum class GemmPath {
   automatic,
   mma_sync,
@@ -44,7 +46,8 @@ enum class GemmPath {
   sm90_split_64,
   sm90_persistent_64x64,
   sm90_persistent_128x192,
-  sm90_persistent_64x256
+  sm90_persistent_64x256,
+  sm90_paired_128x192
 };
 
 // The float32 kernel's schedules and tile shapes (gemm_f32.cu). `automatic` picks one by shape;
@@ -127,6 +130,7 @@ enum class Sm90Kernel {
   persistent_128x128,         // C not storable by TMA: the register-store epilogue
   persistent_128x128_staged,  // the staged (TMA-stored) epilogue
   persistent_128x192_staged,
+  paired_128x192_staged,  // clusters of two on adjacent tiles, B multicast
   persistent_64x128,
   persistent_64x64,
   persistent_64x256,  // the two consumer warpgroups side by side, 128 columns each
@@ -188,7 +192,8 @@ Sm90Kernel sm90_kernel(const GemmShape &s, GemmPath path, bool c_storable_by_tma
   if (path == GemmPath::sm90_persistent_64x64) return Sm90Kernel::persistent_64x64;
   const bool forced_cluster = path == GemmPath::sm90_split || path == GemmPath::sm90_split_64;
   const bool forced_persistent = path == GemmPath::sm90_persistent || path == GemmPath::sm90_persistent_64 ||
-                                 path == GemmPath::sm90_persistent_128x192 || path == GemmPath::sm90_persistent_64x256;
+                                 path == GemmPath::sm90_persistent_128x192 ||
+                                 path == GemmPath::sm90_persistent_64x256 || path == GemmPath::sm90_paired_128x192;
   bool cluster = forced_cluster;
   if (!forced_cluster && !forced_persistent && chunks > 1)
     cluster = split_pays(s, consumers, half_width, clusters(consumers, chunks));
@@ -200,6 +205,7 @@ Sm90Kernel sm90_kernel(const GemmShape &s, GemmPath path, bool c_storable_by_tma
     return Sm90Kernel::persistent_64x128;
   }
   if (!c_storable_by_tma) return Sm90Kernel::persistent_128x128;
+  if (path == GemmPath::sm90_paired_128x192) return Sm90Kernel::paired_128x192_staged;
   if (path == GemmPath::sm90_persistent_128x192 || (automatic && wide_tiles_pay(s)))
     return Sm90Kernel::persistent_128x192_staged;
   return Sm90Kernel::persistent_128x128_staged;

@@ -63,6 +63,23 @@ __device__ __forceinline__ void tma_load_matrix(uint32_t dst, const void *map, i
   else
     tma_load_2d(dst, map, bar, c0, c1);
 }
+// A box loaded once and written into the shared memory of every CTA of `cta_mask` (bit r: cluster
+// rank r), at the same offset `dst` in each, completing on each one's mbarrier at offset `bar`.
+__device__ __forceinline__ void tma_load_matrix_multicast(uint32_t dst, const void *map, int rank3, uint32_t bar,
+                                                          int c0, int c1, int batch, uint16_t cta_mask) {
+  if (rank3)
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+        " [%0], [%1, {%3, %4, %5}], [%2], %6;" ::"r"(dst),
+        "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(batch), "h"(cta_mask)
+        : "memory");
+  else
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+        " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst),
+        "l"(map), "r"(bar), "r"(c0), "r"(c1), "h"(cta_mask)
+        : "memory");
+}
 // TMA tile stores from this CTA's shared memory (a bulk group: commit, then wait for it).
 __device__ __forceinline__ void tma_store_matrix(const void *map, int rank3, uint32_t src, int c0, int c1, int batch) {
   if (rank3)
@@ -354,11 +371,22 @@ __device__ __forceinline__ void claim_registers() {
 __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
 // This CTA's shared address `addr` mapped into CTA `rank` of the cluster; read with ld_dsmem4.
 __device__ __forceinline__ uint32_t map_dsmem(uint32_t addr, uint32_t rank) {
   uint32_t r;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
   return r;
+}
+// Arrives on the mbarrier at `cluster_addr` (map_dsmem's address, this CTA's or another's), with
+// the default release at CTA scope: what it orders is this thread's finished wgmma reads of a
+// stage, which another CTA's TMA then overwrites (as CUTLASS's ClusterBarrier::arrive does).
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t cluster_addr) {
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(cluster_addr) : "memory");
 }
 __device__ __forceinline__ float4 ld_dsmem4(uint32_t addr) {
   float4 v;
