@@ -131,12 +131,23 @@ TEST(Sm90Kernel, MidMTakes64RowTilesWhere128RowOnesLeaveHalfTheSmsIdle) {
 TEST(Sm90Kernel, LargeMTakesWideTilesWhereTheyNeedFewerWaves) {
   // M = 2048, N = 128256: 10688 wide tiles in 81 waves (x 1.44 = 116.6) against 16032 in 122.
   EXPECT_TRUE(wide_tiles_pay(shape(2048, 128256, 4096)));
-  EXPECT_EQ(automatic(shape(2048, 128256, 4096)), Sm90Kernel::persistent_128x192_staged);
+  EXPECT_EQ(automatic(shape(2048, 128256, 4096)), Sm90Kernel::paired_128x192_staged);
   // M = N = 4096: 704 wide tiles in 6 waves (8.64) against 1024 in 8.
   EXPECT_FALSE(wide_tiles_pay(shape(4096, 4096, 4096)));
   EXPECT_EQ(automatic(shape(4096, 4096, 4096)), Sm90Kernel::persistent_128x128_staged);
   // Where TMA cannot store C: the register-store 128 x 128 tiles, whatever else would pay.
   EXPECT_EQ(automatic(shape(2048, 128256, 4096), false), Sm90Kernel::persistent_128x128);
+}
+
+// The wide tiles run in clusters of two sharing B where a tile has many K steps or B is far wider
+// than L2, at M >= 2048 (at M = 512 the pairs were slower).
+TEST(Sm90Kernel, WideTilesPairUpForLongKOrWideNAtLargeM) {
+  EXPECT_TRUE(paired_tiles_pay(shape(8192, 4096, 14336)));
+  EXPECT_EQ(automatic(shape(8192, 4096, 14336)), Sm90Kernel::paired_128x192_staged);
+  EXPECT_TRUE(paired_tiles_pay(shape(8192, 128256, 4096)));
+  EXPECT_FALSE(paired_tiles_pay(shape(8192, 14336, 4096)));
+  EXPECT_EQ(automatic(shape(8192, 14336, 4096)), Sm90Kernel::persistent_128x192_staged);
+  EXPECT_FALSE(paired_tiles_pay(shape(512, 128256, 4096)));
   EXPECT_EQ(automatic(shape(4096, 4096, 4096), false), Sm90Kernel::persistent_128x128);
 }
 
@@ -163,6 +174,8 @@ TEST(Sm90Kernel, ForcedPathsMapToTheirKernels) {
   EXPECT_EQ(forced(GemmPath::sm90_persistent_64x256), Sm90Kernel::persistent_64x256);
   EXPECT_EQ(forced(GemmPath::sm90_paired_128x192), Sm90Kernel::paired_128x192_staged);
   EXPECT_EQ(forced(GemmPath::sm90_paired_128x192, false), Sm90Kernel::persistent_128x128);
+  EXPECT_EQ(forced(GemmPath::sm90_quad_128x192), Sm90Kernel::quad_128x192_staged);
+  EXPECT_EQ(forced(GemmPath::sm90_quad_128x192, false), Sm90Kernel::persistent_128x128);
   // Forced on a shape the automatic choice sends elsewhere (M = 4096): the same kernels.
   EXPECT_EQ(sm90_kernel(shape(4096, 4096, 4096), GemmPath::sm90_split_64, true, never_asked), Sm90Kernel::split_64x128);
   EXPECT_EQ(sm90_kernel(shape(4096, 4096, 4096), GemmPath::sm90_persistent_64x256, true, never_asked),
