@@ -36,8 +36,7 @@ namespace detfuzz::cuda_kernels {
 // sm90_persistent_64x256 runs 64 x 256 tiles, two m64n128k16 warpgroups side by side on the same
 // rows: decode over a very wide N (a vocabulary), A loaded once per 256 columns.
 // sm90_paired_128x192 runs the 128 x 192 tiles in clusters of two CTAs on vertically adjacent
-// tiles that share their B tile by TMA multicast, sm90_quad_128x192 in clusters of 2 x 2 that also
-// share A side by side: the same arithmetic, fewer bytes through L2.
+// tiles that share their B tile by TMA multicast: the same arithmetic, fewer bytes through L2.
 enum class GemmPath {
   automatic,
   mma_sync,
@@ -48,8 +47,7 @@ enum class GemmPath {
   sm90_persistent_64x64,
   sm90_persistent_128x192,
   sm90_persistent_64x256,
-  sm90_paired_128x192,
-  sm90_quad_128x192
+  sm90_paired_128x192
 };
 
 // The float32 kernel's schedules and tile shapes (gemm_f32.cu). `automatic` picks one by shape;
@@ -133,7 +131,6 @@ enum class Sm90Kernel {
   persistent_128x128_staged,  // the staged (TMA-stored) epilogue
   persistent_128x192_staged,
   paired_128x192_staged,  // clusters of two on adjacent tiles, B multicast
-  quad_128x192_staged,    // clusters of 2 x 2, A and B multicast
   persistent_64x128,
   persistent_64x64,
   persistent_64x256,  // the two consumer warpgroups side by side, 128 columns each
@@ -161,7 +158,7 @@ inline bool wide_tiles_pay(const GemmShape &s) {
 // at M >= 2048. Measured (four interleaved rounds, bf16, H100): 2-4% faster there (M = 8192:
 // N = 4096, K = 14336 and N = 128256, K = 4096; M = 2048, N = 128256), within 2% either way at
 // K = 4096 and N <= 14336, and up to 5% slower at M = 512. Clusters of 2 x 2, sharing A too, were
-// 5-15% slower everywhere.
+// 5-15% slower on every shape measured (docs/perf/matmul.md).
 inline bool paired_tiles_pay(const GemmShape &s) { return s.M >= 2048 && (s.K >= 8192 || s.N >= 32768); }
 
 // Whether 64 x 256 tiles (two consumers side by side) beat 64 x 128 ones: only where they alone
@@ -204,8 +201,7 @@ Sm90Kernel sm90_kernel(const GemmShape &s, GemmPath path, bool c_storable_by_tma
   const bool forced_cluster = path == GemmPath::sm90_split || path == GemmPath::sm90_split_64;
   const bool forced_persistent = path == GemmPath::sm90_persistent || path == GemmPath::sm90_persistent_64 ||
                                  path == GemmPath::sm90_persistent_128x192 ||
-                                 path == GemmPath::sm90_persistent_64x256 || path == GemmPath::sm90_paired_128x192 ||
-                                 path == GemmPath::sm90_quad_128x192;
+                                 path == GemmPath::sm90_persistent_64x256 || path == GemmPath::sm90_paired_128x192;
   bool cluster = forced_cluster;
   if (!forced_cluster && !forced_persistent && chunks > 1)
     cluster = split_pays(s, consumers, half_width, clusters(consumers, chunks));
@@ -218,7 +214,6 @@ Sm90Kernel sm90_kernel(const GemmShape &s, GemmPath path, bool c_storable_by_tma
   }
   if (!c_storable_by_tma) return Sm90Kernel::persistent_128x128;
   if (path == GemmPath::sm90_paired_128x192) return Sm90Kernel::paired_128x192_staged;
-  if (path == GemmPath::sm90_quad_128x192) return Sm90Kernel::quad_128x192_staged;
   if (path == GemmPath::sm90_persistent_128x192) return Sm90Kernel::persistent_128x192_staged;
   if (automatic && wide_tiles_pay(s))
     return paired_tiles_pay(s) ? Sm90Kernel::paired_128x192_staged : Sm90Kernel::persistent_128x192_staged;

@@ -262,42 +262,37 @@ __device__ __forceinline__ void store_staged(const float (&v)[BN / 2], const Sm9
 #endif
 }
 
-// The tile a CTA computes at step `tile` of its walk. CLUSTER 2 and 4: `tile` counts blocks of
-// 2 x 1 or 2 x 2 tiles (p.tiles_m, p.tiles_n in blocks), and the cluster rank picks one: rows by
-// rank % 2, columns by rank / 2.
-template <int CLUSTER>
-__device__ __forceinline__ TileCoord cluster_tile(int64_t tile, const Sm90Args &p, uint32_t rank) {
-  constexpr int kGroup = CLUSTER == 1 ? GROUP_M : GROUP_M / 2;  // groups of GROUP_M tile rows either way
+// The tile a CTA computes at step `tile` of its walk: PAIR, `tile` counts pairs of vertically
+// adjacent tiles and `rank` picks one of the pair.
+template <bool PAIR>
+__device__ __forceinline__ TileCoord pair_tile(int64_t tile, const Sm90Args &p, uint32_t rank) {
+  constexpr int kGroup = PAIR ? GROUP_M / 2 : GROUP_M;  // groups of GROUP_M tile rows either way
   TileCoord tc = persistent_tile<kGroup>(tile, p.tiles_m, p.tiles_n);
-  if (CLUSTER > 1) tc.pid_m = 2 * tc.pid_m + rank % 2;
-  if (CLUSTER > 2) tc.pid_n = 2 * tc.pid_n + rank / 2;
+  if (PAIR) tc.pid_m = 2 * tc.pid_m + rank;
   return tc;
 }
 
-// A consumer warp is done with stage s. In a cluster the CTAs that write into this CTA's stages
-// (the one sharing its B, and for 2 x 2 the one sharing its A) must hear of it too: peer_empty_bar
-// holds their empty barriers' cluster addresses.
-template <int CLUSTER>
-__device__ __forceinline__ void release_stage(uint32_t empty_bar, const uint32_t (&peer_empty_bar)[2], int s) {
+// A consumer warp is done with stage s: PAIR, the other CTA's producer writes it too (its half of
+// B), so both CTAs' empty barriers hear of it.
+template <bool PAIR>
+__device__ __forceinline__ void release_stage(uint32_t empty_bar, uint32_t peer_empty_bar, int s) {
 #if DETFUZZ_SM90A
   sm90::mbar_arrive(empty_bar + 8 * s);
-  if (CLUSTER > 1) sm90::mbar_arrive_cluster(peer_empty_bar[0] + 8 * s);
-  if (CLUSTER > 2) sm90::mbar_arrive_cluster(peer_empty_bar[1] + 8 * s);
+  if (PAIR) sm90::mbar_arrive_cluster(peer_empty_bar + 8 * s);
 #endif
 }
 
 // BIAS (staged epilogue): whether C gets a bias term. Without one the staged values are rounded
 // without checks (TMA clips the stores to C's rows and columns).
-// CLUSTER (128 x 192 staged tiles; 1: none): CTAs in clusters of 2 take vertically adjacent
-// tiles and share their B tile; in clusters of 2 x 2 the CTAs side by side also share their A tile.
-// Each CTA loads its half of a shared operand for both by TMA multicast (B: 96 N rows of a
-// K-major B, or 32 K rows of each N-major box; A: 64 of the 128 rows), so a K step pulls 28 KiB
-// (2) or 20 KiB (2 x 2) through L2 per CTA instead of 40. A stage is free once the consumers of
-// every CTA writing into it have released it (each consumer warp arrives on its own CTA's empty
-// barrier and on those of the CTAs it shares with). Only where each byte lands changes: the
-// arithmetic, and so the bits, are the unclustered kernel's.
+// PAIR (128 x 192 staged tiles): the two CTAs of a cluster take vertically adjacent tiles, pair by
+// pair (p.tiles counts pairs, p.tiles_m pairs of tile rows), and share their B tile: each loads
+// its half (96 N rows of a K-major B, or 32 K rows of each N-major box) for both by TMA multicast,
+// so a K step pulls 28 KiB through L2 per CTA instead of 40. A stage is free once the consumers of
+// both CTAs have released it (each consumer warp arrives on its own CTA's empty barrier and the
+// other's). Only where each byte lands changes: the arithmetic, and so the bits, are the unpaired
+// kernel's.
 template <typename T, bool B_KN, int SCHED, int CONSUMERS, int BN, bool STAGED = false, bool BIAS = true,
-          int CLUSTER = 1>
+          bool PAIR = false>
 __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                      const __grid_constant__ CUtensorMap tmap_c, const Sm90Args p) {
@@ -308,9 +303,8 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
                 "the staged epilogue is the 128-row persistent one's");
   using G = Geometry<CONSUMERS, BN, STAGED>;
   static_assert(!G::n_split || (!SPLIT && !STAGED && CONSUMERS == 2), "64 x 256 tiles: persistent, register stores");
-  static_assert(CLUSTER == 1 || ((CLUSTER == 2 || CLUSTER == 4) && STAGED && BN == 192),
-                "clusters: 2 or 2 x 2 of the 128 x 192 staged tiles");
-  constexpr int WRITERS = CLUSTER == 4 ? 3 : CLUSTER;  // the CTAs whose TMA writes a CTA's stages
+  static_assert(!PAIR || (STAGED && BN == 192), "paired CTAs: the 128 x 192 staged tiles");
+  constexpr int PEERS = PAIR ? 2 : 1;
   constexpr int CN = G::consumer_n;
   constexpr int PART_LD = G::part_ld;
   constexpr int TILE_M = G::tile_m, STAGES = G::stages, STAGE_BYTES = G::stage_bytes, A_BYTES = G::a_bytes;
@@ -328,27 +322,25 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
   if (tid == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full_bar + 8 * s, 1);
-      mbar_init(empty_bar + 8 * s, WRITERS * CONSUMERS * 4);  // one arrival per consumer warp of each
+      mbar_init(empty_bar + 8 * s, PEERS * CONSUMERS * 4);  // one arrival per consumer warp (of both CTAs)
     }
     fence_mbar_init();
     prefetch_tensor_map(&tmap_a);
     prefetch_tensor_map(&tmap_b);
   }
-  // In a cluster, every CTA's barriers are initialised before any TMA or arrival reaches them.
-  if constexpr (CLUSTER > 1)
+  // PAIR: the other CTA's barriers are initialised before this one's TMA or arrivals reach them.
+  if constexpr (PAIR)
     cluster_sync();
   else
     __syncthreads();
-  const uint32_t rank = CLUSTER > 1 ? cluster_ctarank() : 0;
-  // The empty barriers of the CTA sharing this one's B (rank ^ 1) and of the one sharing its A
-  // (rank ^ 2).
-  const uint32_t peer_empty_bar[2] = {CLUSTER > 1 ? map_dsmem(empty_bar, rank ^ 1) : 0,
-                                      CLUSTER > 2 ? map_dsmem(empty_bar, rank ^ 2) : 0};
+  const uint32_t rank = PAIR ? cluster_ctarank() : 0;  // PAIR: this CTA's tile of the pair
+  // The other CTA's empty barriers (PAIR), where this CTA's consumers also release a stage.
+  const uint32_t peer_empty_bar = PAIR ? map_dsmem(empty_bar, rank ^ 1) : 0;
 
   // The work of this CTA: tiles [first, ...) stepping by `step`, and K blocks [kb_begin, kb_end).
   const int my_chunk = SPLIT ? static_cast<int>(blockIdx.x % p.chunks) : 0;
-  const int64_t first = SPLIT ? blockIdx.x / p.chunks : blockIdx.x / CLUSTER;
-  const int64_t step = SPLIT ? p.tiles : gridDim.x / CLUSTER;  // split: one tile per CTA; clusters: blocks
+  const int64_t first = SPLIT ? blockIdx.x / p.chunks : blockIdx.x / PEERS;
+  const int64_t step = SPLIT ? p.tiles : gridDim.x / PEERS;  // split: one tile per CTA; PAIR: pairs
   const int kb_begin = SPLIT ? my_chunk * p.chunk_kblocks : 0;
   const int kb_end = SPLIT ? min(p.kblocks, kb_begin + p.chunk_kblocks) : p.kblocks;
 
@@ -358,7 +350,7 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
     if (tid == 0) {
       int it = 0;
       for (int64_t tile = first; tile < p.tiles; tile += step) {
-        const TileCoord tc = cluster_tile<CLUSTER>(tile, p, rank);
+        const TileCoord tc = pair_tile<PAIR>(tile, p, rank);
         const int m0 = static_cast<int>(tc.pid_m * TILE_M), n0 = static_cast<int>(tc.pid_n * BN);
         const int b = static_cast<int>(tc.batch);
         for (int kb = kb_begin; kb < kb_end; ++kb, ++it) {
@@ -367,25 +359,17 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
           const uint32_t fb = full_bar + 8 * s;
           mbar_expect_tx(fb, p.stage_tx_bytes);
           const int k0 = kb * BK;
-          // Shared halves go into every sharing CTA's stage s at the same offset (swizzle phases
-          // agree: the halves start at multiples of 1024 bytes).
-          if constexpr (CLUSTER > 2) {  // rows [64 rn, +64) of A, for the CTAs of rows rm
-            const uint32_t rm = rank % 2, rn = rank / 2;
-            tma_load_matrix_multicast(stage_a(s) + rn * (64 * BK * 2), &tmap_a, p.a_rank3, fb, k0,
-                                      m0 + 64 * static_cast<int>(rn), b, static_cast<uint16_t>(0x5u << rm));
-          } else {
-            tma_load_matrix(stage_a(s), &tmap_a, p.a_rank3, fb, k0, m0, b);
-          }
-          if constexpr (CLUSTER > 1) {
-            const int rm = static_cast<int>(rank % 2);
-            const auto b_mask = static_cast<uint16_t>(0x3u << (rank & 2u));  // the CTAs of columns rn
+          tma_load_matrix(stage_a(s), &tmap_a, p.a_rank3, fb, k0, m0, b);
+          if constexpr (PAIR) {
+            // This CTA's half of B, into both CTAs' stage s (swizzle phases agree: the halves
+            // start at multiples of 1024 bytes).
             if (B_KN) {
-              for (int box = 0; box < BN / 64; ++box)  // K rows [32 rm, +32) of each 64-column box
-                tma_load_matrix_multicast(stage_b(s) + box * (64 * BK * 2) + rm * (64 * BK), &tmap_b, p.b_rank3, fb,
-                                          n0 + 64 * box, k0 + rm * (BK / 2), b, b_mask);
-            } else {  // N rows [96 rm, +96)
-              tma_load_matrix_multicast(stage_b(s) + rm * (BN / 2 * BK * 2), &tmap_b, p.b_rank3, fb, k0,
-                                        n0 + rm * (BN / 2), b, b_mask);
+              for (int box = 0; box < BN / 64; ++box)  // K rows [32 rank, +32) of each 64-column box
+                tma_load_matrix_multicast(stage_b(s) + box * (64 * BK * 2) + rank * (64 * BK), &tmap_b, p.b_rank3, fb,
+                                          n0 + 64 * box, k0 + static_cast<int>(rank) * (BK / 2), b, 0x3);
+            } else {  // N rows [96 rank, +96)
+              tma_load_matrix_multicast(stage_b(s) + rank * (BN / 2 * BK * 2), &tmap_b, p.b_rank3, fb, k0,
+                                        n0 + static_cast<int>(rank) * (BN / 2), b, 0x3);
             }
           } else if (B_KN) {
             for (int half = 0; half < BN / 64; ++half)  // boxes of 64 N columns
@@ -411,10 +395,10 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
     float *shared_total = reinterpret_cast<float *>(smem_raw + (my_staging - raw)) + t;
     int it = 0;
     for (int64_t tile = first; tile < p.tiles; tile += step) {
-      const TileCoord tc = cluster_tile<CLUSTER>(tile, p, rank);
+      const TileCoord tc = pair_tile<PAIR>(tile, p, rank);
       const int64_t m0 = tc.pid_m * TILE_M, n0 = tc.pid_n * BN;
-      // Clusters: a tile of a block may lie wholly past M or N: its MMAs run on TMA's zeros and
-      // nothing is stored (valid_m <= 0, or TMA clips the store).
+      // PAIR: the second tile of a pair may lie wholly past M (valid_m <= 0): its MMAs run on TMA's
+      // zero rows and nothing is stored.
       const int valid_m = static_cast<int>(min(static_cast<int64_t>(TILE_M), p.g.M - m0));
       const bool active = G::n_split || cw * 64 < valid_m;  // whether any of this warpgroup's rows is stored
 
@@ -447,12 +431,12 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
           }
           wgmma_commit();
           wgmma_wait<1>();  // the previous stage's MMAs are done: release it
-          if (prev >= 0 && lane == 0) release_stage<CLUSTER>(empty_bar, peer_empty_bar, prev);
+          if (prev >= 0 && lane == 0) release_stage<PAIR>(empty_bar, peer_empty_bar, prev);
           prev = s;
         }
         wgmma_wait<0>();
         fence_registers(acc);
-        if (prev >= 0 && lane == 0) release_stage<CLUSTER>(empty_bar, peer_empty_bar, prev);
+        if (prev >= 0 && lane == 0) release_stage<PAIR>(empty_bar, peer_empty_bar, prev);
         if constexpr (!SPLIT) {
           // acc = total + p_c (after the first chunk), kept as the total unless this was the last.
           const bool first_chunk = cb == kb_begin, last_chunk = ce == kb_end;
@@ -504,8 +488,8 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
     if constexpr (STAGED)
       if (t == 0) bulk_wait_all();  // the last tile's stores are in global memory before the CTA ends
   }
-  if constexpr (CLUSTER > 1) {
-    // No CTA leaves while another may still arrive on its barriers.
+  if constexpr (PAIR) {
+    // Neither CTA leaves while the other may still arrive on its barriers.
     __syncwarp();
     cluster_sync();
   }
@@ -562,9 +546,9 @@ CUtensorMap make_map(const void *base, int64_t cols, int64_t rows, int64_t ld, i
 
 // The kernel for a schedule, opted into its shared memory once per device.
 template <typename T, bool B_KN, int SCHED, int CONSUMERS, int BN, bool STAGED = false, bool BIAS = true,
-          int CLUSTER = 1>
+          bool PAIR = false>
 auto prepared_kernel(int dev) {
-  auto kernel = gemm_sm90_kernel<T, B_KN, SCHED, CONSUMERS, BN, STAGED, BIAS, CLUSTER>;
+  auto kernel = gemm_sm90_kernel<T, B_KN, SCHED, CONSUMERS, BN, STAGED, BIAS, PAIR>;
   static std::atomic<uint64_t> opted_in{0};
   configure_once_per_device(opted_in, dev, [&] {
     DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -607,21 +591,19 @@ bool c_storable_by_tma(const GemmParams &p) {
   return p.ldc % 8 == 0 && (p.batch <= 1 || p.batch_stride_c % 8 == 0) && p.ldc >= p.N;
 }
 
-// The kernel's arguments and TMA maps for tiles of tile_m x bn (C's only when staged). cluster 2 or
-// 4: tiles counted in blocks of 2 x 1 or 2 x 2, and the boxes of a shared operand are the halves
-// each CTA loads (A's always 64 rows: a half must start at a multiple of 8 rows).
+// The kernel's arguments and TMA maps for tiles of tile_m x bn (C's only when staged). pair: tiles
+// counted in pairs of tile rows, and B's boxes are the halves each CTA of a pair loads.
 struct Launch {
   Sm90Args args{};
   CUtensorMap ma, mb, mc{};
 };
-Launch prepare(const GemmParams &p, int tile_m, int bn, bool staged, int cluster) {
+Launch prepare(const GemmParams &p, int tile_m, int bn, bool staged, bool pair) {
   Launch l;
   Sm90Args &args = l.args;
   args.g = gemm_args<uint16_t>(p);
   args.tiles_m = (p.M + tile_m - 1) / tile_m;
+  if (pair) args.tiles_m = (args.tiles_m + 1) / 2;
   args.tiles_n = (p.N + bn - 1) / bn;
-  if (cluster > 1) args.tiles_m = (args.tiles_m + 1) / 2;
-  if (cluster > 2) args.tiles_n = (args.tiles_n + 1) / 2;
   args.tiles = args.tiles_m * args.tiles_n * p.batch;
   const KChunks kc = k_chunks(p.K);
   args.kblocks = static_cast<int>((p.K + BK - 1) / BK);
@@ -629,42 +611,39 @@ Launch prepare(const GemmParams &p, int tile_m, int bn, bool staged, int cluster
   args.chunks = kc.count;
   if (args.tiles * args.chunks > INT32_MAX)
     throw std::invalid_argument("launch_gemm_sm90: too many tiles (" + std::to_string(args.tiles) + ")");
-  const int a_rows = p.M >= tile_m || cluster > 2 ? tile_m : static_cast<int>((p.M + 7) / 8 * 8);
-  args.stage_tx_bytes = a_rows * BK * 2 + bn * BK * 2;
-  l.ma =
-      make_map(p.a, p.K, p.M, p.lda, p.batch, p.batch_stride_a, BK, cluster > 2 ? a_rows / 2 : a_rows, &args.a_rank3);
-  const int halves = cluster > 1 ? 2 : 1;
+  const int a_box_rows = p.M >= tile_m ? tile_m : static_cast<int>((p.M + 7) / 8 * 8);
+  args.stage_tx_bytes = a_box_rows * BK * 2 + bn * BK * 2;
+  l.ma = make_map(p.a, p.K, p.M, p.lda, p.batch, p.batch_stride_a, BK, a_box_rows, &args.a_rank3);
+  const int halves = pair ? 2 : 1;
   l.mb = p.b_kn ? make_map(p.b, p.N, p.K, p.ldb, p.batch, p.batch_stride_b, 64, BK / halves, &args.b_rank3)
                 : make_map(p.b, p.K, p.N, p.ldb, p.batch, p.batch_stride_b, BK, bn / halves, &args.b_rank3);
   if (staged) l.mc = make_map(p.c, p.N, p.M, p.ldc, p.batch, p.batch_stride_c, 64, 64, &args.c_rank3);
   return l;
 }
 
-// How many clusters of `CLUSTER` 128 x 192 CTAs the device runs at once (a cluster lies in one GPC).
-template <typename T, bool B_KN, int CLUSTER>
-int max_active_tile_clusters(int dev) {
+// How many pairs of paired 128 x 192 CTAs the device runs at once (a cluster lies in one GPC).
+template <typename T, bool B_KN>
+int max_active_pairs(int dev) {
   static ClusterCapacity capacity;
-  const int clusters =
-      capacity.get(dev, CLUSTER, prepared_kernel<T, B_KN, kPersistent, 2, 192, true, true, CLUSTER>(dev), kThreads<2>,
-                   Geometry<2, 192, true>::smem_bytes);
+  const int clusters = capacity.get(dev, 2, prepared_kernel<T, B_KN, kPersistent, 2, 192, true, true, true>(dev),
+                                    kThreads<2>, Geometry<2, 192, true>::smem_bytes);
   return std::max(clusters, 1);
 }
 
-// CLUSTER > 1: clusters of CTAs on blocks of tiles, at most max_active_tile_clusters of them.
-template <typename T, bool B_KN, int SCHED, int CONSUMERS, int BN, bool STAGED = false, int CLUSTER = 1>
+// PAIR: clusters of two CTAs on pairs of tiles, at most max_active_pairs of them.
+template <typename T, bool B_KN, int SCHED, int CONSUMERS, int BN, bool STAGED = false, bool PAIR = false>
 void launch_one(const GemmParams &p, int grid_limit, int dev, cudaStream_t stream) {
-  const Launch l = prepare(p, Geometry<CONSUMERS, BN, STAGED>::tile_m, BN, STAGED, CLUSTER);
+  const Launch l = prepare(p, Geometry<CONSUMERS, BN, STAGED>::tile_m, BN, STAGED, PAIR);
   int grid =
       static_cast<int>(SCHED == kCluster ? l.args.tiles * l.args.chunks : std::min<int64_t>(l.args.tiles, grid_limit));
-  if constexpr (CLUSTER > 1)
-    grid = CLUSTER * static_cast<int>(std::min<int64_t>(l.args.tiles, max_active_tile_clusters<T, B_KN, CLUSTER>(dev)));
+  if constexpr (PAIR) grid = 2 * static_cast<int>(std::min<int64_t>(l.args.tiles, max_active_pairs<T, B_KN>(dev)));
   // The staged epilogue has a kernel without the bias's checks (BIAS false).
   const auto kernel = [&] {
     if constexpr (STAGED)
-      if (!p.bias) return prepared_kernel<T, B_KN, SCHED, CONSUMERS, BN, STAGED, false, CLUSTER>(dev);
-    return prepared_kernel<T, B_KN, SCHED, CONSUMERS, BN, STAGED, true, CLUSTER>(dev);
+      if (!p.bias) return prepared_kernel<T, B_KN, SCHED, CONSUMERS, BN, STAGED, false, PAIR>(dev);
+    return prepared_kernel<T, B_KN, SCHED, CONSUMERS, BN, STAGED, true, PAIR>(dev);
   }();
-  const int cluster_size = SCHED == kCluster ? l.args.chunks : CLUSTER;
+  const int cluster_size = SCHED == kCluster ? l.args.chunks : PAIR ? 2 : 1;
   cudaLaunchAttribute attr[1];
   const cudaLaunchConfig_t cfg = launch_config<CONSUMERS, BN, STAGED>(grid, cluster_size, stream, attr);
   DETFUZZ_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, l.ma, l.mb, l.mc, l.args));
@@ -693,8 +672,7 @@ void dispatch(const GemmParams &p, GemmPath path, int dev, cudaStream_t stream) 
     case Sm90Kernel::persistent_128x192_staged:
       return launch_one<T, B_KN, kPersistent, 2, 192, true>(p, sms, dev, stream);
     case Sm90Kernel::paired_128x192_staged:
-      return launch_one<T, B_KN, kPersistent, 2, 192, true, 2>(p, sms, dev, stream);
-    case Sm90Kernel::quad_128x192_staged: return launch_one<T, B_KN, kPersistent, 2, 192, true, 4>(p, sms, dev, stream);
+      return launch_one<T, B_KN, kPersistent, 2, 192, true, true>(p, sms, dev, stream);
   }
 }
 

@@ -174,8 +174,6 @@ TEST(Sm90Kernel, ForcedPathsMapToTheirKernels) {
   EXPECT_EQ(forced(GemmPath::sm90_persistent_64x256), Sm90Kernel::persistent_64x256);
   EXPECT_EQ(forced(GemmPath::sm90_paired_128x192), Sm90Kernel::paired_128x192_staged);
   EXPECT_EQ(forced(GemmPath::sm90_paired_128x192, false), Sm90Kernel::persistent_128x128);
-  EXPECT_EQ(forced(GemmPath::sm90_quad_128x192), Sm90Kernel::quad_128x192_staged);
-  EXPECT_EQ(forced(GemmPath::sm90_quad_128x192, false), Sm90Kernel::persistent_128x128);
   // Forced on a shape the automatic choice sends elsewhere (M = 4096): the same kernels.
   EXPECT_EQ(sm90_kernel(shape(4096, 4096, 4096), GemmPath::sm90_split_64, true, never_asked), Sm90Kernel::split_64x128);
   EXPECT_EQ(sm90_kernel(shape(4096, 4096, 4096), GemmPath::sm90_persistent_64x256, true, never_asked),
