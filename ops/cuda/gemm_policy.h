@@ -146,10 +146,14 @@ inline bool sm90_narrow_pays(const GemmShape &s) { return s.M <= 64 || 2 * tile_
 // 8k: twice the CTAs stream B, and each SM's stream, not the HBM, bounds decode there).
 inline bool sm90_half_width_pays(const GemmShape &s) { return 2 * tile_count(s, 64, 128) <= s.sms; }
 
-// Whether 128 x 192 persistent tiles beat 128 x 128 ones: a 192-wide tile costs 1.44 128-wide
-// ones (measured: 1.5 / r times, r mostly 1.02-1.07; r = 1.04 chosen).
+// Whether 128 x 192 persistent tiles beat 128 x 128 ones: where they need fewer waves, a 192-wide
+// tile costing its 1.5 times the work, or 1.44 where B is far wider than L2 (N >= 32768: the wide
+// tiles load each B tile fewer times). Measured against the 128 x 128 tiles with their consumers
+// taking turns (docs/perf/matmul.md): at M = 8192 those match or beat the wide tiles by up to 4%
+// at N <= 14336, and lose by 12% at N = 128256.
 inline bool wide_tiles_pay(const GemmShape &s) {
-  return 1.44 * static_cast<double>(waves(tile_count(s, 128, 192), s.sms)) <
+  const double cost = s.N >= 32768 ? 1.44 : 1.5;
+  return cost * static_cast<double>(waves(tile_count(s, 128, 192), s.sms)) <
          static_cast<double>(waves(tile_count(s, 128, 128), s.sms));
 }
 

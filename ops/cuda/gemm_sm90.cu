@@ -307,6 +307,15 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
   constexpr int PEERS = PAIR ? 2 : 1;
   constexpr int CN = G::consumer_n;
   constexpr int PART_LD = G::part_ld;
+  // TURNS: the two consumers of a persistent 128 x 128 tile issue each K step's MMAs in turn
+  // (first 0, then 1; named barriers kTurnOf0 and kTurnOf1), so the tensor pipe runs them in that
+  // order. At the end of a K chunk each consumer waits for its last MMAs and adds the chunk to its
+  // total; with turns, the other consumer's MMAs queued behind its own keep the tensor pipe busy
+  // meanwhile (without them both drained at once). The MMAs and their operands are unchanged: the
+  // same bits. Measured: 128 x 128 tiles 3-18% faster at M >= 2048; the 192-column tiles (4 stages)
+  // within noise, so they issue freely.
+  constexpr bool TURNS = CONSUMERS == 2 && !SPLIT && BN == 128;
+  constexpr int kTurnOf0 = 4, kTurnOf1 = 5;  // 1: this CTA's split barrier; 2, 3: the staged epilogue
   constexpr int TILE_M = G::tile_m, STAGES = G::stages, STAGE_BYTES = G::stage_bytes, A_BYTES = G::a_bytes;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -393,6 +402,8 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
     float total[SPLIT ? 1 : REG_TOTAL];
     const uint32_t my_staging = staging + cw * (64 * BN * 2);
     float *shared_total = reinterpret_cast<float *>(smem_raw + (my_staging - raw)) + t;
+    const int my_turn = cw == 0 ? kTurnOf0 : kTurnOf1, next_turn = cw == 0 ? kTurnOf1 : kTurnOf0;
+    if (TURNS && cw == 1) named_barrier_arrive(kTurnOf0, 256);  // consumer 0 goes first
     int it = 0;
     for (int64_t tile = first; tile < p.tiles; tile += step) {
       const TileCoord tc = pair_tile<PAIR>(tile, p, rank);
@@ -408,6 +419,7 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
         for (int kb = cb; kb < ce; ++kb, ++it) {
           const int s = it % STAGES;
           mbar_wait(full_bar + 8 * s, (it / STAGES) & 1);
+          if constexpr (TURNS) named_barrier_sync(my_turn, 256);
           // A warpgroup whose rows all lie past M still runs its MMAs (on TMA's zero rows, never
           // stored): a branch around wgmma would make ptxas serialize every wgmma of the kernel.
           wgmma_fence();
@@ -430,6 +442,7 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
               wgmma_m64n64k16_ss<T, B_KN ? 1 : 0>(acc, da, db, accumulate);
           }
           wgmma_commit();
+          if constexpr (TURNS) named_barrier_arrive(next_turn, 256);
           wgmma_wait<1>();  // the previous stage's MMAs are done: release it
           if (prev >= 0 && lane == 0) release_stage<PAIR>(empty_bar, peer_empty_bar, prev);
           prev = s;
@@ -485,6 +498,7 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
           }
       }
     }
+    if (TURNS && cw == 0) named_barrier_sync(kTurnOf0, 256);  // consumer 1's pass after its last step
     if constexpr (STAGED)
       if (t == 0) bulk_wait_all();  // the last tile's stores are in global memory before the CTA ends
   }

@@ -127,28 +127,39 @@ TEST(Sm90Kernel, MidMTakes64RowTilesWhere128RowOnesLeaveHalfTheSmsIdle) {
   EXPECT_EQ(automatic(shape(128, 14336, 4096)), Sm90Kernel::persistent_128x128_staged);
 }
 
-// Large M: 128 x 192 tiles where they take fewer waves (a 192-wide tile costs 1.44 128-wide ones).
+// Large M: 128 x 192 tiles where they take fewer waves: a 192-wide tile costs 1.5 128-wide ones,
+// 1.44 where N >= 32768.
 TEST(Sm90Kernel, LargeMTakesWideTilesWhereTheyNeedFewerWaves) {
   // M = 2048, N = 128256: 10688 wide tiles in 81 waves (x 1.44 = 116.6) against 16032 in 122.
   EXPECT_TRUE(wide_tiles_pay(shape(2048, 128256, 4096)));
   EXPECT_EQ(automatic(shape(2048, 128256, 4096)), Sm90Kernel::paired_128x192_staged);
-  // M = N = 4096: 704 wide tiles in 6 waves (8.64) against 1024 in 8.
+  // M = 8192, N = 128256: 42752 in 324 waves (466.6) against 64128 in 486.
+  EXPECT_TRUE(wide_tiles_pay(shape(8192, 128256, 4096)));
+  // M = 512, N = 6144: 128 wide tiles in one wave (1.5) against 192 in 2.
+  EXPECT_TRUE(wide_tiles_pay(shape(512, 6144, 4096)));
+  EXPECT_EQ(automatic(shape(512, 6144, 4096)), Sm90Kernel::persistent_128x192_staged);
+  // M = 8192, N = 4096: 1408 wide tiles in 11 waves (16.5) against 2048 in 16.
+  EXPECT_FALSE(wide_tiles_pay(shape(8192, 4096, 14336)));
+  EXPECT_EQ(automatic(shape(8192, 4096, 14336)), Sm90Kernel::persistent_128x128_staged);
+  // M = 8192, N = 14336: 4800 in 37 waves (55.5) against 7168 in 55.
+  EXPECT_FALSE(wide_tiles_pay(shape(8192, 14336, 4096)));
+  // M = N = 4096: 704 wide tiles in 6 waves (9) against 1024 in 8.
   EXPECT_FALSE(wide_tiles_pay(shape(4096, 4096, 4096)));
   EXPECT_EQ(automatic(shape(4096, 4096, 4096)), Sm90Kernel::persistent_128x128_staged);
   // Where TMA cannot store C: the register-store 128 x 128 tiles, whatever else would pay.
   EXPECT_EQ(automatic(shape(2048, 128256, 4096), false), Sm90Kernel::persistent_128x128);
+  EXPECT_EQ(automatic(shape(4096, 4096, 4096), false), Sm90Kernel::persistent_128x128);
 }
 
 // The wide tiles run in clusters of two sharing B where a tile has many K steps or B is far wider
 // than L2, at M >= 2048 (at M = 512 the pairs were slower).
 TEST(Sm90Kernel, WideTilesPairUpForLongKOrWideNAtLargeM) {
   EXPECT_TRUE(paired_tiles_pay(shape(8192, 4096, 14336)));
-  EXPECT_EQ(automatic(shape(8192, 4096, 14336)), Sm90Kernel::paired_128x192_staged);
   EXPECT_TRUE(paired_tiles_pay(shape(8192, 128256, 4096)));
+  EXPECT_EQ(automatic(shape(8192, 128256, 4096)), Sm90Kernel::paired_128x192_staged);
   EXPECT_FALSE(paired_tiles_pay(shape(8192, 14336, 4096)));
-  EXPECT_EQ(automatic(shape(8192, 14336, 4096)), Sm90Kernel::persistent_128x192_staged);
   EXPECT_FALSE(paired_tiles_pay(shape(512, 128256, 4096)));
-  EXPECT_EQ(automatic(shape(4096, 4096, 4096), false), Sm90Kernel::persistent_128x128);
+  EXPECT_EQ(automatic(shape(512, 128256, 4096)), Sm90Kernel::persistent_128x192_staged);
 }
 
 TEST(Sm90Kernel, TileHeightFollowsMAt64Rows) {
