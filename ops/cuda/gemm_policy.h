@@ -210,6 +210,11 @@ Sm90Kernel sm90_kernel(const GemmShape &s, GemmPath path, bool c_storable_by_tma
   if (!forced_cluster && !forced_persistent && chunks > 1)
     cluster = split_pays(s, consumers, half_width, clusters(consumers, chunks));
   if (cluster) return consumers == 1 ? Sm90Kernel::split_64x128 : Sm90Kernel::split_128x128;
+  // Where 64 x 64 tiles would run above M = 64 (so no warpgroup multiplies only rows past M), the
+  // 128-row split is weighed too: half the clusters of the 64-row one, often one wave where that
+  // takes two (M = 128, N = 1024, K = 8192 and 14336: 10% and 24% faster than the 64 x 64 tiles).
+  if (half_width && s.M > 64 && chunks > 1 && split_pays(s, 2, true, clusters(2, chunks)))
+    return Sm90Kernel::split_128x128;
   if (consumers == 1) {
     if (half_width) return Sm90Kernel::persistent_64x64;
     if (path == GemmPath::sm90_persistent_64x256 || (automatic && side_by_side_pays(s)))

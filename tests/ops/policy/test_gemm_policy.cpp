@@ -98,15 +98,21 @@ TEST(Sm90Kernel, DecodeOverTheVocabularyTakesSideBySideTiles) {
 }
 
 // M = 128, N = 1024, K = 8192: 8 chunks. 64 x 64 tiles (32, one wave) cost 8 half-chunks; the
-// split runs 16 clusters of 8 in two waves of 15 (12 half-chunks). The split rule once weighed the
-// 64 x 128 tiles instead (16 half-chunks) and took the slower split.
-TEST(Sm90Kernel, MidMNarrowNTakesHalfWidthTilesNotTheSplit) {
+// 64-row split runs 16 clusters of 8 in two waves of 15 (12 half-chunks). The split rule once
+// weighed the 64 x 128 tiles instead (16 half-chunks) and took that slower split. The 128-row
+// split runs 8 clusters of 8 in one wave (6 half-chunks): it runs.
+TEST(Sm90Kernel, MidMNarrowNTakesThe128RowSplitWhereItIsOneWave) {
   const GemmShape s = shape(128, 1024, 8192);
   EXPECT_TRUE(sm90_narrow_pays(s));
   EXPECT_TRUE(sm90_half_width_pays(s));
   EXPECT_FALSE(split_pays(s, 1, true, 15));
   EXPECT_TRUE(split_pays(s, 1, false, 15));  // against 64 x 128 tiles it would
-  EXPECT_EQ(automatic(s), Sm90Kernel::persistent_64x64);
+  EXPECT_TRUE(split_pays(s, 2, true, 15));
+  EXPECT_EQ(automatic(s), Sm90Kernel::split_128x128);
+  EXPECT_EQ(automatic(shape(128, 1024, 14336)), Sm90Kernel::split_128x128);
+  // N = 2048 or M = 256: 16 clusters of 8, two waves (12 half-chunks): the 64 x 64 tiles.
+  EXPECT_EQ(automatic(shape(128, 2048, 8192)), Sm90Kernel::persistent_64x64);
+  EXPECT_EQ(automatic(shape(256, 1024, 8192)), Sm90Kernel::persistent_64x64);
 }
 
 // Decode with N = 1024 and K = 8192 keeps the split: 8 clusters of 8 fit in one wave.
