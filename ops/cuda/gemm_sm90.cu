@@ -8,7 +8,9 @@
 // when B is [K, N]) into 128-byte-swizzled shared memory, 6 stages deep (9 for 64-row tiles); out-of-range rows,
 // columns and K are zero-filled by TMA. Each consumer warpgroup owns 64 rows of the tile and issues
 // four wgmma.m64n128k16 per stage (A and B from shared memory; B K-major or N-major), keeping one
-// stage's MMAs in flight while it releases the previous stage.
+// stage's MMAs in flight while it releases the previous stage. The two consumers of a 128 x 128
+// tile issue each stage's MMAs in turn (TURNS, in the kernel), so that one's drain at a chunk end
+// (below) overlaps the other's MMAs.
 //
 // Arithmetic of one output element (the invariance argument). K is cut into the chunks of
 // k_chunks(K), a function of K alone. The partial p_c of chunk c is the chain of wgmma k16 steps
@@ -36,9 +38,11 @@
 // A seventh, persistent 64 x 256 tiles, puts the two consumer warpgroups side by side, each running
 // the 64-row kernel's m64n128k16 chain on its 128 columns of the same rows (decode over a
 // vocabulary-wide N: A loaded once per 256 columns).
-// All seven run that arithmetic on the same shared-memory layouts over the same K ranges, with the
+// An eighth runs the 128 x 192 tiles in clusters of two CTAs on vertically adjacent tiles that
+// share their B tile by TMA multicast (PAIR, in the kernel): only where the bytes land changes.
+// All eight run that arithmetic on the same shared-memory layouts over the same K ranges, with the
 // same adds in the same order, so they give the same bits: the launcher may pick any of them for
-// any M. Nothing depends on M, the batch, the grid or the B layout. variant_agree runs all seven on
+// any M. Nothing depends on M, the batch, the grid or the B layout. variant_agree runs all eight on
 // the same inputs (tests force each one), and `scan` checks it across M.
 //
 // Epilogue. The 128-row persistent tiles write their results (rounded exactly as a register store
