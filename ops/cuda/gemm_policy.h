@@ -147,8 +147,8 @@ inline bool sm90_narrow_pays(const GemmShape &s) { return s.M <= 64 || 2 * tile_
 inline bool sm90_half_width_pays(const GemmShape &s) { return 2 * tile_count(s, 64, 128) <= s.sms; }
 
 // Whether 128 x 192 persistent tiles beat 128 x 128 ones: where they need fewer waves, a 192-wide
-// tile costing its 1.5 times the work, or 1.44 where B is far wider than L2 (N >= 32768: the wide
-// tiles load each B tile fewer times). Measured against the 128 x 128 tiles with their consumers
+// tile costing 1.5 128-wide ones (its work), or 1.44 where B is far wider than L2 (N >= 32768: the
+// wide tiles load each B tile fewer times). Measured against the 128 x 128 tiles with their consumers
 // taking turns (docs/perf/matmul.md): at M = 8192 those match or beat the wide tiles by up to 4%
 // at N <= 14336, and lose by 12% at N = 128256.
 inline bool wide_tiles_pay(const GemmShape &s) {
