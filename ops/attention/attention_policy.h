@@ -78,9 +78,31 @@ inline KvGrid kv_grid(const std::vector<int32_t> &cu_q, const std::vector<int32_
 
 // whole_rows once the full query tiles (prefill work) alone give every SM two CTAs; splits
 // otherwise (decode: the splits supply the parallelism, and a CTA per split streams KV faster than
-// a CTA walking all of them), and always for D = 256 (whole_rows' merged state would not fit).
+// a CTA walking all of them, unless the batch gives every SM a row: decode_whole_rows_pays), and
+// always for D = 256 (whole_rows' merged state would not fit).
 inline bool whole_rows_pays(int64_t head_dim, int64_t full_tiles, int64_t h_kv, int64_t sms) {
   return head_dim <= 128 && full_tiles * h_kv >= 2 * sms;
+}
+
+// whole_rows for a decode batch (no full query tile) on the wgmma kernel with 64-key softmax steps,
+// where its CTAs, one per (sequence, KV head), stream about as many splits each as the split
+// schedules would stream per SM: decode is bound by the bytes each SM streams, and whole_rows then
+// saves the splits' states and the merge kernel. In split-times per SM, whole_rows costs its waves
+// of CTAs times the longest row's splits, the split schedules every split spread over the SMs;
+// whole_rows is taken within a tenth of that. Batch 16 at 512-16k (128 CTAs on 132 SMs): 1.00-1.05x
+// FA2's decode against 0.88-0.99x with split_groups; batch 1 at 4k (8 CTAs): 0.26x against 1.43x
+// (docs/perf/attention.md).
+inline bool decode_whole_rows_pays(bool wgmma_64_key_steps, int64_t head_dim, const KvGrid &g, int64_t h_kv,
+                                   int64_t sms) {
+  if (!wgmma_64_key_steps || head_dim > 128 || g.full_tiles > 0 || g.tile_splits.empty()) return false;
+  int64_t total = 0, longest = 0;
+  for (int64_t n : g.tile_splits) {
+    total += n;
+    longest = n > longest ? n : longest;
+  }
+  const int64_t ctas = static_cast<int64_t>(g.tile_splits.size()) * h_kv;
+  const int64_t waves = (ctas + sms - 1) / sms;
+  return 10 * waves * longest * sms <= 11 * total * h_kv;
 }
 
 // split_groups (the warp-specialised kernel's decode schedule) wherever the wgmma kernel runs and

@@ -62,19 +62,21 @@ PagedAttentionCudaPlan::PagedAttentionCudaPlan(const at::Tensor &q, const at::Te
   max_splits_ = grid.max_splits;
   using Schedule = CudaAttentionOptions::Schedule;
   const int64_t sms = at::cuda::getDeviceProperties(q.device().index())->multiProcessorCount;
-  whole_rows_ =
-      options.schedule == Schedule::whole_rows ||
-      (options.schedule == Schedule::automatic && policy::whole_rows_pays(head_dim_, grid.full_tiles, h_kv_, sms));
-  TORCH_CHECK(!(whole_rows_ && head_dim_ > 128), "paged_attention (CUDA): the whole_rows schedule needs D <= 128, got ",
-              head_dim_);
-  TORCH_CHECK(!(whole_rows_ && options.softmax_keys != kKvTile),
-              "paged_attention (CUDA): the whole_rows schedule has 64-key softmax steps only");
   using Kernel = CudaAttentionOptions::Kernel;
   const bool wgmma_runs = head_dim_ <= 128 && paged_attention_wgmma_available(q.device().index());
   TORCH_CHECK(options.kernel != Kernel::wgmma || wgmma_runs,
               "paged_attention (CUDA): the wgmma kernel needs an sm_90 GPU ", "and head dim 64 or 128 (head dim ",
               head_dim_, ")");
   wgmma_ = options.kernel == Kernel::wgmma || (options.kernel == Kernel::automatic && wgmma_runs);
+  whole_rows_ =
+      options.schedule == Schedule::whole_rows ||
+      (options.schedule == Schedule::automatic &&
+       (policy::whole_rows_pays(head_dim_, grid.full_tiles, h_kv_, sms) ||
+        policy::decode_whole_rows_pays(wgmma_ && options.softmax_keys == kKvTile, head_dim_, grid, h_kv_, sms)));
+  TORCH_CHECK(!(whole_rows_ && head_dim_ > 128), "paged_attention (CUDA): the whole_rows schedule needs D <= 128, got ",
+              head_dim_);
+  TORCH_CHECK(!(whole_rows_ && options.softmax_keys != kKvTile),
+              "paged_attention (CUDA): the whole_rows schedule has 64-key softmax steps only");
   TORCH_CHECK(options.schedule != Schedule::split_groups || (wgmma_ && options.softmax_keys == kKvTile),
               "paged_attention (CUDA): the split_groups schedule needs the wgmma kernel and 64-key softmax steps");
   split_groups_ =

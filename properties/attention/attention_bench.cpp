@@ -38,7 +38,8 @@ bool split_forced_path(const std::string &impl, std::string *base, std::string *
 
 // `invariant@tma`, `invariant@cp-async`, `invariant@pingpong` and `invariant@no-pingpong`: paged
 // attention's warp-specialised Hopper kernel with its K/V loads or its consumers' turns forced;
-// `invariant@split-per-cta` and `invariant@split-groups`: the decode schedule forced;
+// `invariant@split-per-cta`, `invariant@split-groups` and `invariant@whole-rows`: the decode
+// schedule forced;
 // `invariant@one-consumer` and `invariant@two-consumers`: split_groups' consumers per CTA forced;
 // nullopt for any other name.
 enum class AttnVariant {
@@ -48,6 +49,7 @@ enum class AttnVariant {
   no_pingpong,
   split_per_cta,
   split_groups,
+  whole_rows,
   one_consumer,
   two_consumers
 };
@@ -60,6 +62,7 @@ std::optional<AttnVariant> attention_variant_by_name(const std::string &impl) {
   if (path == "no-pingpong") return AttnVariant::no_pingpong;
   if (path == "split-per-cta") return AttnVariant::split_per_cta;
   if (path == "split-groups") return AttnVariant::split_groups;
+  if (path == "whole-rows") return AttnVariant::whole_rows;
   if (path == "one-consumer") return AttnVariant::one_consumer;
   if (path == "two-consumers") return AttnVariant::two_consumers;
   return std::nullopt;
@@ -122,10 +125,10 @@ at::Tensor run_paged(const OpArgs &a, const attention::CudaAttentionOptions &opt
 // and prefill (one sequence, TFLOP/s against torch's SDPA on contiguous inputs, causal, GQA), for
 // each kernel of ours: `invariant` (wgmma on an sm_90 GPU) and `invariant-mma-sync`, and the
 // Hopper kernel's K/V loads forced (`invariant@tma`, `invariant@cp-async`) and its consumer turns
-// (`invariant@pingpong`, `invariant@no-pingpong`), on all rows, and the decode
-// schedule (`invariant@split-per-cta`, `invariant@split-groups`, and split_groups with one or two
-// consumers per CTA: `invariant@one-consumer`, `invariant@two-consumers`; decode rows) where --impl names
-// them, on the same inputs; one row each.
+// (`invariant@pingpong`, `invariant@no-pingpong`), on all rows, and the decode schedule
+// (`invariant@split-per-cta`, `invariant@split-groups`, `invariant@whole-rows`, and split_groups
+// with one or two consumers per CTA: `invariant@one-consumer`, `invariant@two-consumers`; decode
+// rows) where --impl names them, on the same inputs; one row each.
 void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostream &log, at::Generator &gen,
                      const BenchClock &clock) {
   using Options = attention::CudaAttentionOptions;
@@ -148,13 +151,15 @@ void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostre
       case AttnVariant::no_pingpong: o.turns = Options::ConsumerTurns::free; break;
       case AttnVariant::split_per_cta: o.schedule = Options::Schedule::split_per_cta; break;
       case AttnVariant::split_groups: o.schedule = Options::Schedule::split_groups; break;
+      case AttnVariant::whole_rows: o.schedule = Options::Schedule::whole_rows; break;
       case AttnVariant::one_consumer: o.group_consumers = 1; break;
       case AttnVariant::two_consumers: o.group_consumers = 2; break;
     }
     // The schedules matter to decode rows only; the loads and the turns to both
     // (decode runs split_groups on the same kernel).
     const bool schedule = *variant == AttnVariant::split_per_cta || *variant == AttnVariant::split_groups ||
-                          *variant == AttnVariant::one_consumer || *variant == AttnVariant::two_consumers;
+                          *variant == AttnVariant::whole_rows || *variant == AttnVariant::one_consumer ||
+                          *variant == AttnVariant::two_consumers;
     impls.push_back({name, o, schedule});
   }
   // The shapes: a --shapes file's paged_attention_decode (M = batch, N = context, K = head dim)

@@ -97,6 +97,30 @@ TEST(Schedule, WholeRowsForPrefillSplitsForDecode) {
   EXPECT_EQ(split_group_consumers(false, 8, kH100Sms), 2);
 }
 
+// Decode batches take whole_rows on the wgmma kernel where its CTAs, one per (sequence, KV head),
+// give every SM about as many splits as the split schedules would: batch 16 and up on 132 SMs.
+TEST(Schedule, WholeRowsForDecodeThatFillsTheSms) {
+  auto pays = [](const Batch &b) { return decode_whole_rows_pays(true, 128, llama_grid(b), 8, kH100Sms); };
+  EXPECT_TRUE(pays(Batch().add(1, 512, 16)));    // 128 CTAs of 2 splits against 256 x 8 / 132 = 1.9
+  EXPECT_TRUE(pays(Batch().add(1, 4096, 16)));   // 128 CTAs of 16 splits
+  EXPECT_TRUE(pays(Batch().add(1, 16384, 16)));  // 64 splits each
+  EXPECT_TRUE(pays(Batch().add(1, 4096, 64)));   // 512 CTAs: 4 waves of 16 splits against 62
+  EXPECT_TRUE(pays(Batch().add(1, 32768, 64)));
+  EXPECT_TRUE(pays(Batch().add(1, 16384, 256)));
+  EXPECT_FALSE(pays(Batch().add(1, 4096)));  // 8 CTAs: the splits spread over 128
+  EXPECT_FALSE(pays(Batch().add(1, 16384)));
+  EXPECT_FALSE(pays(Batch().add(1, 4096, 8)));   // 64 CTAs
+  EXPECT_TRUE(pays(Batch().add(1, 4096, 15)));   // the threshold: 16 splits against 14.5 and a tenth
+  EXPECT_FALSE(pays(Batch().add(1, 4096, 14)));  // 112 CTAs: 16 against 13.6 and a tenth
+  // One long row among short ones: whole_rows would wait on it alone.
+  EXPECT_FALSE(pays(Batch().add(1, 512, 15).add(1, 32768)));
+  // Not for prefill work, the mma.sync kernel or 32-key steps, or D = 256.
+  EXPECT_FALSE(pays(Batch().add(16, 4096, 16)));  // full tiles: whole_rows_pays decides
+  EXPECT_FALSE(decode_whole_rows_pays(false, 128, llama_grid(Batch().add(1, 4096, 16)), 8, kH100Sms));
+  EXPECT_FALSE(decode_whole_rows_pays(true, 256, llama_grid(Batch().add(1, 4096, 16)), 8, kH100Sms));
+  EXPECT_FALSE(decode_whole_rows_pays(true, 128, llama_grid(Batch().add(0, 0, 16)), 8, kH100Sms));
+}
+
 TEST(SplitSlots, TwoConsumersPerSmOrTheKernelsOccupancy) {
   EXPECT_EQ(split_slots(true, kH100Sms, []() -> int64_t { throw std::logic_error("asked"); }), 264);
   EXPECT_EQ(split_slots(false, kH100Sms, [] { return 3; }), 396);
