@@ -89,9 +89,9 @@ inline bool whole_rows_pays(int64_t head_dim, int64_t full_tiles, int64_t h_kv, 
 // schedules would stream per SM: decode is bound by the bytes each SM streams, and whole_rows then
 // saves the splits' states and the merge kernel. In split-times per SM, whole_rows costs its waves
 // of CTAs times the longest row's splits, the split schedules every split spread over the SMs;
-// whole_rows is taken within a tenth of that. Batch 16 at 512-16k (128 CTAs on 132 SMs): 1.00-1.05x
-// FA2's decode against 0.88-0.99x with split_groups; batch 1 at 4k (8 CTAs): 0.26x against 1.43x
-// (docs/perf/attention.md).
+// whole_rows is taken within two fifths of that. Batch 16 at 512-32k (128 CTAs on 132 SMs):
+// 0.98-1.07x FA2's decode against 0.88-1.02x with split_groups; batch 12 at 4k 0.99x against 0.95x;
+// batch 8 at 4k 0.71x against 0.98x; batch 1 at 4k 0.26x against 1.43x (docs/perf/attention.md).
 inline bool decode_whole_rows_pays(bool wgmma_64_key_steps, int64_t head_dim, const KvGrid &g, int64_t h_kv,
                                    int64_t sms) {
   if (!wgmma_64_key_steps || head_dim > 128 || g.full_tiles > 0 || g.tile_splits.empty()) return false;
@@ -102,7 +102,7 @@ inline bool decode_whole_rows_pays(bool wgmma_64_key_steps, int64_t head_dim, co
   }
   const int64_t ctas = static_cast<int64_t>(g.tile_splits.size()) * h_kv;
   const int64_t waves = (ctas + sms - 1) / sms;
-  return 10 * waves * longest * sms <= 11 * total * h_kv;
+  return 5 * waves * longest * sms <= 7 * total * h_kv;
 }
 
 // split_groups (the warp-specialised kernel's decode schedule) wherever the wgmma kernel runs and

@@ -110,8 +110,9 @@ TEST(Schedule, WholeRowsForDecodeThatFillsTheSms) {
   EXPECT_FALSE(pays(Batch().add(1, 4096)));  // 8 CTAs: the splits spread over 128
   EXPECT_FALSE(pays(Batch().add(1, 16384)));
   EXPECT_FALSE(pays(Batch().add(1, 4096, 8)));   // 64 CTAs
-  EXPECT_TRUE(pays(Batch().add(1, 4096, 15)));   // the threshold: 16 splits against 14.5 and a tenth
-  EXPECT_FALSE(pays(Batch().add(1, 4096, 14)));  // 112 CTAs: 16 against 13.6 and a tenth
+  EXPECT_TRUE(pays(Batch().add(1, 4096, 12)));   // 96 CTAs: 16 splits against 11.6 and two fifths
+  EXPECT_FALSE(pays(Batch().add(1, 4096, 11)));  // 88 CTAs: 16 against 10.7 and two fifths
+  EXPECT_FALSE(pays(Batch().add(1, 4096, 20)));  // 160 CTAs: two waves of 16 against 19.4 and two fifths
   // One long row among short ones: whole_rows would wait on it alone.
   EXPECT_FALSE(pays(Batch().add(1, 512, 15).add(1, 32768)));
   // Not for prefill work, the mma.sync kernel or 32-key steps, or D = 256.
