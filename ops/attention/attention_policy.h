@@ -85,24 +85,32 @@ inline bool whole_rows_pays(int64_t head_dim, int64_t full_tiles, int64_t h_kv, 
 }
 
 // whole_rows for a decode batch (no full query tile) on the wgmma kernel with 64-key softmax steps,
-// where its CTAs, one per (sequence, KV head), stream about as many splits each as the split
-// schedules would stream per SM: decode is bound by the bytes each SM streams, and whole_rows then
-// saves the splits' states and the merge kernel. In split-times per SM, whole_rows costs its waves
-// of CTAs times the longest row's splits, the split schedules every split spread over the SMs;
-// whole_rows is taken within two fifths of that. Batch 16 at 512-32k (128 CTAs on 132 SMs):
-// 0.98-1.07x FA2's decode against 0.88-1.02x with split_groups; batch 12 at 4k 0.99x against 0.95x;
-// batch 8 at 4k 0.71x against 0.98x; batch 1 at 4k 0.26x against 1.43x (docs/perf/attention.md).
+// where its CTAs, one per (sequence, KV head), stream the batch about as fast as the split
+// schedules: decode is bound by the bytes the SMs stream, and whole_rows then saves the splits'
+// states and the merge kernel. Costs in split-times at the device's K/V rate shared over every SM
+// (one split per SM per unit): the split schedules spread every split over the SMs; whole_rows runs
+// its CTAs in waves, each CTA streaming the longest row's splits at its wave's share of the rate,
+// but at most kSmCap times an SM's share (a CTA takes K/V in at about 32 KiB a microsecond, 1.3
+// times an H100 SM's share of 3.35 TB/s). whole_rows is taken within a tenth. Measured, FA2's decode
+// against ours: batch 16 at 512-32k (128 CTAs on 132 SMs) 0.98-1.07x against 0.88-1.02x with
+// split_groups; batch 12 at 4k 0.99x against 0.95x; batch 32 1.08x against 0.99x; batch 24 (a
+// second wave of 60 CTAs) 0.85x against 0.93x, and batch 8 0.71x against 0.98x, where the split
+// schedules stay (docs/perf/attention.md).
 inline bool decode_whole_rows_pays(bool wgmma_64_key_steps, int64_t head_dim, const KvGrid &g, int64_t h_kv,
                                    int64_t sms) {
-  if (!wgmma_64_key_steps || head_dim > 128 || g.full_tiles > 0 || g.tile_splits.empty()) return false;
+  if (!wgmma_64_key_steps || head_dim > 128 || g.full_tiles > 0 || g.tile_splits.empty() || sms <= 0) return false;
+  constexpr double kSmCap = 1.3;
   int64_t total = 0, longest = 0;
   for (int64_t n : g.tile_splits) {
     total += n;
     longest = n > longest ? n : longest;
   }
-  const int64_t ctas = static_cast<int64_t>(g.tile_splits.size()) * h_kv;
-  const int64_t waves = (ctas + sms - 1) / sms;
-  return 5 * waves * longest * sms <= 7 * total * h_kv;
+  double whole_rows = 0;
+  for (int64_t left = static_cast<int64_t>(g.tile_splits.size()) * h_kv; left > 0; left -= sms) {
+    const double share = static_cast<double>(sms) / static_cast<double>(left < sms ? left : sms);
+    whole_rows += static_cast<double>(longest) / (share < kSmCap ? share : kSmCap);
+  }
+  return whole_rows <= 1.1 * static_cast<double>(total * h_kv) / static_cast<double>(sms);
 }
 
 // split_groups (the warp-specialised kernel's decode schedule) wherever the wgmma kernel runs and

@@ -98,21 +98,23 @@ TEST(Schedule, WholeRowsForPrefillSplitsForDecode) {
 }
 
 // Decode batches take whole_rows on the wgmma kernel where its CTAs, one per (sequence, KV head),
-// give every SM about as many splits as the split schedules would: batch 16 and up on 132 SMs.
+// stream the batch within a tenth of the split schedules' time (in split-times: see the rule).
 TEST(Schedule, WholeRowsForDecodeThatFillsTheSms) {
   auto pays = [](const Batch &b) { return decode_whole_rows_pays(true, 128, llama_grid(b), 8, kH100Sms); };
-  EXPECT_TRUE(pays(Batch().add(1, 512, 16)));    // 128 CTAs of 2 splits against 256 x 8 / 132 = 1.9
+  EXPECT_TRUE(pays(Batch().add(1, 512, 16)));    // 128 CTAs of 2 splits against 32 x 8 / 132 = 1.9
   EXPECT_TRUE(pays(Batch().add(1, 4096, 16)));   // 128 CTAs of 16 splits
   EXPECT_TRUE(pays(Batch().add(1, 16384, 16)));  // 64 splits each
-  EXPECT_TRUE(pays(Batch().add(1, 4096, 64)));   // 512 CTAs: 4 waves of 16 splits against 62
+  EXPECT_TRUE(pays(Batch().add(1, 4096, 64)));   // 512 CTAs: 3 waves of 16 and one of 116 CTAs (14) against 62
   EXPECT_TRUE(pays(Batch().add(1, 32768, 64)));
   EXPECT_TRUE(pays(Batch().add(1, 16384, 256)));
   EXPECT_FALSE(pays(Batch().add(1, 4096)));  // 8 CTAs: the splits spread over 128
   EXPECT_FALSE(pays(Batch().add(1, 16384)));
   EXPECT_FALSE(pays(Batch().add(1, 4096, 8)));   // 64 CTAs
-  EXPECT_TRUE(pays(Batch().add(1, 4096, 12)));   // 96 CTAs: 16 splits against 11.6 and two fifths
-  EXPECT_FALSE(pays(Batch().add(1, 4096, 11)));  // 88 CTAs: 16 against 10.7 and two fifths
-  EXPECT_FALSE(pays(Batch().add(1, 4096, 20)));  // 160 CTAs: two waves of 16 against 19.4 and two fifths
+  EXPECT_TRUE(pays(Batch().add(1, 4096, 12)));   // 96 CTAs: 16 / 1.3 = 12.3 split-times against 11.6
+  EXPECT_FALSE(pays(Batch().add(1, 4096, 11)));  // 88 CTAs: 12.3 against 10.7
+  EXPECT_FALSE(pays(Batch().add(1, 4096, 20)));  // 160 CTAs: 16 + 12.3 (a second wave of 28) against 19.4
+  EXPECT_FALSE(pays(Batch().add(1, 4096, 24)));  // 192 CTAs: 16 + 12.3 against 23.3
+  EXPECT_TRUE(pays(Batch().add(1, 4096, 32)));   // 256 CTAs: 16 + 16.5 against 31.0
   // One long row among short ones: whole_rows would wait on it alone.
   EXPECT_FALSE(pays(Batch().add(1, 512, 15).add(1, 32768)));
   // Not for prefill work, the mma.sync kernel or 32-key steps, or D = 256.
