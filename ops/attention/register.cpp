@@ -259,7 +259,7 @@ std::vector<ImplInfo> attention_impls(Backend backend) {
                    "Path A on the host: per-sequence gather, two-pass float32 softmax attention", run_reference});
     out.push_back({"torch-sdpa", op, backend, dt, Expectation::observed,
                    "at::scaled_dot_product_attention per sequence over gathered KV (libtorch CUDA)", run_torch_sdpa});
-    // Each of libtorch's other attention backends on its own (issue 13), and FlashAttention-2 as
+    // Each of libtorch's other attention backends on its own, and FlashAttention-2 as
     // engines call it. Observed: whether they hold is what the fuzzer reports.
     out.push_back({"torch-sdpa-cudnn", op, backend, dt, Expectation::observed,
                    "at::scaled_dot_product_attention per sequence with only the cuDNN backend enabled",
