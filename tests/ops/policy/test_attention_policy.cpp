@@ -88,6 +88,15 @@ TEST(Schedule, WholeRowsForPrefillSplitsForDecode) {
   EXPECT_FALSE(small_box_tma_pays(true, 8, 512, kH100Sms));  // batch 64 at 4k: four waves
   EXPECT_FALSE(small_box_tma_pays(true, 1, 8, kH100Sms));    // batch 1 at 512: a split per consumer
   EXPECT_FALSE(small_box_tma_pays(false, 8, 128, kH100Sms));
+  // And for whole_rows decode in nearly full waves whose rows walk 4 splits or more.
+  EXPECT_TRUE(whole_rows_small_box_tma_pays(true, 16, 128, kH100Sms));    // batch 16 at 4k
+  EXPECT_TRUE(whole_rows_small_box_tma_pays(true, 4, 128, kH100Sms));     // batch 16 at 1k
+  EXPECT_TRUE(whole_rows_small_box_tma_pays(true, 16, 512, kH100Sms));    // batch 64: 4 waves of 128+
+  EXPECT_TRUE(whole_rows_small_box_tma_pays(true, 16, 2048, kH100Sms));   // batch 256: 2048 of 16 x 132
+  EXPECT_FALSE(whole_rows_small_box_tma_pays(true, 2, 128, kH100Sms));    // batch 16 at 512
+  EXPECT_FALSE(whole_rows_small_box_tma_pays(true, 16, 96, kH100Sms));    // batch 12: 96 CTAs
+  EXPECT_FALSE(whole_rows_small_box_tma_pays(true, 16, 192, kH100Sms));   // 192 of 2 x 132
+  EXPECT_FALSE(whole_rows_small_box_tma_pays(false, 16, 128, kH100Sms));  // prefill or split schedules
   // One consumer per split_groups CTA where two-consumer CTAs would fill under half the SMs.
   EXPECT_EQ(split_group_consumers(true, 8, kH100Sms), 1);   // batch 1 at 512: 16 CTAs, not 8
   EXPECT_EQ(split_group_consumers(true, 64, kH100Sms), 1);  // batch 1 at 4k: 128 CTAs, not 64
