@@ -128,14 +128,15 @@ inline bool small_box_tma_pays(bool split_groups, int64_t splits_per_cta, int64_
 }
 
 // whole_rows decode (decode_whole_rows_pays, or whole_rows forced on a decode batch) takes the
-// small TMA boxes too where each wave of its CTAs holds at least nine tenths of the SMs and the
-// longest row walks 4 splits or more. Forced boxes against cp.async, same binary (bf16 and fp16):
-// batch 16 at 1k-16k +2.0 to +4.9%, batch 32 and 64 at 4k +2 / +1%, batch 256 within noise;
-// batch 12 at 4k (96 CTAs on 132 SMs) -8.5% and batch 16 at 512 (2 splits) -8%.
+// small TMA boxes too in 1 to 4 waves of CTAs, each holding at least nine tenths of the SMs, where
+// the longest row walks 4 splits or more. Forced boxes against cp.async, same binary, two runs
+// (bf16 and fp16): batch 16 at 1k-16k +2.0 to +4.9%, batch 32 and 64 at 4k +2 / +1%; batch 256
+// at 4k (16 waves) -1%, batch 12 at 4k (96 CTAs on 132 SMs) -8.5% and batch 16 at 512 (2 splits)
+// -8%.
 inline bool whole_rows_small_box_tma_pays(bool decode_whole_rows, int64_t longest_splits, int64_t ctas, int64_t sms) {
   if (!decode_whole_rows || longest_splits < 4 || ctas <= 0 || sms <= 0) return false;
   const int64_t waves = (ctas + sms - 1) / sms;
-  return 10 * ctas >= 9 * waves * sms;
+  return waves <= 4 && 10 * ctas >= 9 * waves * sms;
 }
 
 // split_groups: consumers per CTA, each on its own split group. Two, unless the CTAs of two would

@@ -107,7 +107,7 @@ struct CudaAttentionOptions {
   // How the Hopper kernels (wgmma, whole_rows and split_groups) load K/V tiles: automatic is TMA
   // for pages of 64 tokens or a multiple (a box per 64-key tile), and as tma for split_groups in
   // one wave of CTAs whose consumers walk 2 splits or more (attention_policy::small_box_tma_pays)
-  // and for whole_rows decode in nearly full waves of rows of 4 splits or more
+  // and for whole_rows decode in 1-4 nearly full waves of rows of 4 splits or more
   // (whole_rows_small_box_tma_pays), cp.async otherwise; tma takes TMA wherever a box fits a page run (pages of 8-64 dividing 64,
   // or multiples of 64); cp_async never does.
   // The bytes in shared memory, and so every bit, are the same.

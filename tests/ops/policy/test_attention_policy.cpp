@@ -92,7 +92,7 @@ TEST(Schedule, WholeRowsForPrefillSplitsForDecode) {
   EXPECT_TRUE(whole_rows_small_box_tma_pays(true, 16, 128, kH100Sms));    // batch 16 at 4k
   EXPECT_TRUE(whole_rows_small_box_tma_pays(true, 4, 128, kH100Sms));     // batch 16 at 1k
   EXPECT_TRUE(whole_rows_small_box_tma_pays(true, 16, 512, kH100Sms));    // batch 64: 4 waves of 128+
-  EXPECT_TRUE(whole_rows_small_box_tma_pays(true, 16, 2048, kH100Sms));   // batch 256: 2048 of 16 x 132
+  EXPECT_FALSE(whole_rows_small_box_tma_pays(true, 16, 2048, kH100Sms));  // batch 256: 16 waves
   EXPECT_FALSE(whole_rows_small_box_tma_pays(true, 2, 128, kH100Sms));    // batch 16 at 512
   EXPECT_FALSE(whole_rows_small_box_tma_pays(true, 16, 96, kH100Sms));    // batch 12: 96 CTAs
   EXPECT_FALSE(whole_rows_small_box_tma_pays(true, 16, 192, kH100Sms));   // 192 of 2 x 132
