@@ -84,22 +84,33 @@ inline bool whole_rows_pays(int64_t head_dim, int64_t full_tiles, int64_t h_kv, 
   return head_dim <= 128 && full_tiles * h_kv >= 2 * sms;
 }
 
+// How many times an SM's share of the device's DRAM bandwidth one CTA of the Hopper kernel pulls:
+// a CTA takes K/V in at about 32 KiB a microsecond with pages of 16 (docs/perf/attention.md), 1.3
+// times an H100 SM's share of 3.35 TB/s over 132 SMs and 0.9 times an H200 SM's share of 4.8 TB/s.
+// dram_gb_per_s: the device's peak (memory clock and bus width); 0 where unknown (1.3 then).
+inline double cta_pull_over_sm_share(double dram_gb_per_s, int64_t sms) {
+  constexpr double kCtaPullGbPerS = 32.8;
+  return dram_gb_per_s > 0 && sms > 0 ? kCtaPullGbPerS * static_cast<double>(sms) / dram_gb_per_s : 1.3;
+}
+
 // whole_rows for a decode batch (no full query tile) on the wgmma kernel with 64-key softmax steps,
 // where its CTAs, one per (sequence, KV head), stream the batch about as fast as the split
 // schedules: decode is bound by the bytes the SMs stream, and whole_rows then saves the splits'
 // states and the merge kernel. Costs in split-times at the device's K/V rate shared over every SM
 // (one split per SM per unit): the split schedules spread every split over the SMs; whole_rows runs
 // its CTAs in waves, each CTA streaming the longest row's splits at its wave's share of the rate,
-// but at most kSmCap times an SM's share (a CTA takes K/V in at about 32 KiB a microsecond, 1.3
-// times an H100 SM's share of 3.35 TB/s). whole_rows is taken within a tenth. Measured, FA2's decode
-// against ours: batch 16 at 512-32k (128 CTAs on 132 SMs) 0.98-1.07x against 0.88-1.02x with
-// split_groups; batch 12 at 4k 0.99x against 0.95x; batch 32 1.08x against 0.99x; batch 24 (a
+// but at most cta_pull times an SM's share (cta_pull_over_sm_share). whole_rows is taken within a
+// tenth, and never where a CTA cannot pull an SM's share (cta_pull < 1: the H200, whose two
+// consumers per CTA of split_groups are needed to reach its bandwidth). Measured on an H100, FA2's
+// decode against ours: batch 16 at 512-32k (128 CTAs on 132 SMs) 0.98-1.07x against 0.88-1.02x
+// with split_groups; batch 12 at 4k 0.99x against 0.95x; batch 32 1.08x against 0.99x; batch 24 (a
 // second wave of 60 CTAs) 0.85x against 0.93x, and batch 8 0.71x against 0.98x, where the split
-// schedules stay (docs/perf/attention.md).
+// schedules stay. On an H200 whole_rows was 8-16% slower than split_groups at batch 16-256 and
+// 4k-32k (docs/perf/attention.md).
 inline bool decode_whole_rows_pays(bool wgmma_64_key_steps, int64_t head_dim, const KvGrid &g, int64_t h_kv,
-                                   int64_t sms) {
+                                   int64_t sms, double cta_pull) {
   if (!wgmma_64_key_steps || head_dim > 128 || g.full_tiles > 0 || g.tile_splits.empty() || sms <= 0) return false;
-  constexpr double kSmCap = 1.3;
+  if (cta_pull < 1.0) return false;
   int64_t total = 0, longest = 0;
   for (int64_t n : g.tile_splits) {
     total += n;
@@ -108,7 +119,7 @@ inline bool decode_whole_rows_pays(bool wgmma_64_key_steps, int64_t head_dim, co
   double whole_rows = 0;
   for (int64_t left = static_cast<int64_t>(g.tile_splits.size()) * h_kv; left > 0; left -= sms) {
     const double share = static_cast<double>(sms) / static_cast<double>(left < sms ? left : sms);
-    whole_rows += static_cast<double>(longest) / (share < kSmCap ? share : kSmCap);
+    whole_rows += static_cast<double>(longest) / (share < cta_pull ? share : cta_pull);
   }
   return whole_rows <= 1.1 * static_cast<double>(total * h_kv) / static_cast<double>(sms);
 }

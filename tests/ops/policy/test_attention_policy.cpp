@@ -109,7 +109,11 @@ TEST(Schedule, WholeRowsForPrefillSplitsForDecode) {
 // Decode batches take whole_rows on the wgmma kernel where its CTAs, one per (sequence, KV head),
 // stream the batch within a tenth of the split schedules' time (in split-times: see the rule).
 TEST(Schedule, WholeRowsForDecodeThatFillsTheSms) {
-  auto pays = [](const Batch &b) { return decode_whole_rows_pays(true, 128, llama_grid(b), 8, kH100Sms); };
+  const double h100_pull = cta_pull_over_sm_share(3352.0, kH100Sms), h200_pull = cta_pull_over_sm_share(4800.0, 132);
+  EXPECT_NEAR(h100_pull, 1.29, 0.01);
+  EXPECT_NEAR(h200_pull, 0.90, 0.01);
+  EXPECT_DOUBLE_EQ(cta_pull_over_sm_share(0, kH100Sms), 1.3);  // bandwidth unknown: the H100's
+  auto pays = [&](const Batch &b) { return decode_whole_rows_pays(true, 128, llama_grid(b), 8, kH100Sms, h100_pull); };
   EXPECT_TRUE(pays(Batch().add(1, 512, 16)));    // 128 CTAs of 2 splits against 32 x 8 / 132 = 1.9
   EXPECT_TRUE(pays(Batch().add(1, 4096, 16)));   // 128 CTAs of 16 splits
   EXPECT_TRUE(pays(Batch().add(1, 16384, 16)));  // 64 splits each
@@ -128,9 +132,12 @@ TEST(Schedule, WholeRowsForDecodeThatFillsTheSms) {
   EXPECT_FALSE(pays(Batch().add(1, 512, 15).add(1, 32768)));
   // Not for prefill work, the mma.sync kernel or 32-key steps, or D = 256.
   EXPECT_FALSE(pays(Batch().add(16, 4096, 16)));  // full tiles: whole_rows_pays decides
-  EXPECT_FALSE(decode_whole_rows_pays(false, 128, llama_grid(Batch().add(1, 4096, 16)), 8, kH100Sms));
-  EXPECT_FALSE(decode_whole_rows_pays(true, 256, llama_grid(Batch().add(1, 4096, 16)), 8, kH100Sms));
-  EXPECT_FALSE(decode_whole_rows_pays(true, 128, llama_grid(Batch().add(0, 0, 16)), 8, kH100Sms));
+  EXPECT_FALSE(decode_whole_rows_pays(false, 128, llama_grid(Batch().add(1, 4096, 16)), 8, kH100Sms, h100_pull));
+  EXPECT_FALSE(decode_whole_rows_pays(true, 256, llama_grid(Batch().add(1, 4096, 16)), 8, kH100Sms, h100_pull));
+  EXPECT_FALSE(decode_whole_rows_pays(true, 128, llama_grid(Batch().add(0, 0, 16)), 8, kH100Sms, h100_pull));
+  // An H200: a CTA pulls under an SM's share of its bandwidth, so split_groups' two streams per SM stay.
+  EXPECT_FALSE(decode_whole_rows_pays(true, 128, llama_grid(Batch().add(1, 4096, 16)), 8, 132, h200_pull));
+  EXPECT_FALSE(decode_whole_rows_pays(true, 128, llama_grid(Batch().add(1, 16384, 64)), 8, 132, h200_pull));
 }
 
 TEST(SplitSlots, TwoConsumersPerSmOrTheKernelsOccupancy) {
