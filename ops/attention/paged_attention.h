@@ -108,8 +108,8 @@ struct CudaAttentionOptions {
   // for pages of 64 tokens or a multiple (a box per 64-key tile), and as tma for split_groups in
   // one wave of CTAs whose consumers walk 2 splits or more (attention_policy::small_box_tma_pays)
   // and for whole_rows decode in 1-4 nearly full waves of rows of 4 splits or more
-  // (whole_rows_small_box_tma_pays), cp.async otherwise; tma takes TMA wherever a box fits a page run (pages of 8-64 dividing 64,
-  // or multiples of 64); cp_async never does.
+  // (whole_rows_small_box_tma_pays), cp.async otherwise; tma takes TMA wherever a box fits a page
+  // run (pages of 8-64 dividing 64, or multiples of 64); cp_async never does.
   // The bytes in shared memory, and so every bit, are the same.
   enum class KvLoads { automatic, tma, cp_async } kv_loads = KvLoads::automatic;
   // Whether the Hopper prefill kernel's two consumer warpgroups take turns issuing their MMAs

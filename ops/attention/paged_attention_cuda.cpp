@@ -108,9 +108,10 @@ PagedAttentionCudaPlan::PagedAttentionCudaPlan(const at::Tensor &q, const at::Te
               options.group_consumers, " is not 0, 1 or 2");
   group_consumers_ = options.group_consumers > 0 ? options.group_consumers
                                                  : policy::split_group_consumers(split_groups_, grid_ctas(2), sms);
-  small_box_tma_ = policy::small_box_tma_pays(split_groups_, splits_per_cta_, grid_ctas(group_consumers_), sms) ||
-                   policy::whole_rows_small_box_tma_pays(whole_rows_ && grid.full_tiles == 0, max_splits_,
-                                                         h_kv_ * ((q_tiles_ + 1) / 2) * num_seqs_, sms);
+  small_box_tma_ =
+      policy::small_box_tma_pays(split_groups_, splits_per_cta_, grid_ctas(group_consumers_), sms) ||
+      policy::whole_rows_small_box_tma_pays(whole_rows_ && grid.full_tiles == 0, max_splits_,
+                                            h_kv_ * whole_rows_ws_ctas(static_cast<int>(q_tiles_)) * num_seqs_, sms);
 }
 
 at::Tensor PagedAttentionCudaPlan::run(const at::Tensor &q, const at::Tensor &k_pool, const at::Tensor &v_pool,

@@ -49,6 +49,10 @@ __host__ __device__ inline int split_group_ctas(int max_splits, int splits_per_c
   return (split_group_count(max_splits, splits_per_cta) + consumers - 1) / consumers;
 }
 
+// whole_rows on the warp-specialised kernel: the CTAs per (sequence, KV head), one per pair of
+// query tiles (its two consumer warpgroups take adjacent tiles).
+__host__ __device__ inline int whole_rows_ws_ctas(int q_tiles) { return (q_tiles + 1) / 2; }
+
 // One or two launches on `stream`: the attention kernel over the whole mixed batch, then (split
 // per CTA, when some row has more than one split) the merge, launched as a programmatic dependent
 // so that its launch overlaps the attention kernel's tail. Throws std::runtime_error naming

@@ -58,6 +58,7 @@ using namespace tile_math;
 
 constexpr int kConsumers = 2;  // consumer warpgroups
 constexpr int kWsThreads = 128 * (1 + kConsumers);
+static_assert(kConsumers == 2, "whole_rows_ws_ctas pairs the query tiles");
 
 // Shared memory: the consumers' Q tiles, the K and V tiles of kStages stages, the consumers'
 // merged output states (whole_rows only; float32, per-thread order), then the full and empty
@@ -125,7 +126,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     group_cta = (blockIdx.x / p.h_kv) % group_ctas;
     first_tile = p.q_tiles - 1 - static_cast<int>(blockIdx.x / (p.h_kv * group_ctas));
   } else {
-    first_tile = ((p.q_tiles + kConsumers - 1) / kConsumers - 1 - static_cast<int>(blockIdx.x / p.h_kv)) * kConsumers;
+    first_tile = (whole_rows_ws_ctas(p.q_tiles) - 1 - static_cast<int>(blockIdx.x / p.h_kv)) * kConsumers;
   }
   if (first_tile * rows_per_tile >= q_len) return;  // uniform over the CTA
   // Query rows of consumer c's tile, the keys its first row sees, the first key it computes and
@@ -477,7 +478,7 @@ void launch_ws(const PagedAttnLaunch &p, cudaStream_t stream) {
   }
   const int64_t x =
       kSplitGroups ? int64_t{p.h_kv} * split_group_ctas(p.max_splits, p.splits_per_cta, p.group_consumers) * p.q_tiles
-                   : int64_t{p.h_kv} * ((p.q_tiles + kConsumers - 1) / kConsumers);
+                   : int64_t{p.h_kv} * whole_rows_ws_ctas(p.q_tiles);
   if (x > 0x7fffffffLL) throw std::runtime_error("paged_attention: grid x " + std::to_string(x) + " >= 2^31");
   kernel<<<dim3(static_cast<unsigned>(x), p.num_seqs), kWsThreads, S::kBytes, stream>>>(p, maps);
   DETFUZZ_LAUNCH_CHECK();
