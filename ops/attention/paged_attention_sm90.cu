@@ -176,35 +176,43 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     // A key's K (or V) row is D / 8 16-byte chunks; D / 8 consecutive threads copy one row, so a
     // warp's copy instruction reads whole rows (whole 32-byte sectors: half-used sectors would
     // double the L2 traffic, which bounds this kernel). Thread tid copies chunk tid % (D / 8) of
-    // keys tid / (D / 8) + j * kRowsPerStep of each tile, j < kSteps.
+    // keys tid / (D / 8) + j * kRowsPerStep of each tile, j < kSteps: a warp copies 16 keys a tile.
     constexpr int kChunks = D / 8, kRowsPerStep = 128 / kChunks, kSteps = kKeys / kRowsPerStep;
-    const int chunk = tid % kChunks, kk = tid / kChunks;
-    const T *k_pool = static_cast<const T *>(p.k_pool) + kvh * D + chunk * 8;
-    const T *v_pool = static_cast<const T *>(p.v_pool) + kvh * D + chunk * 8;
+    constexpr int kKeysPerStep = 32 / kChunks;  // a warp's keys per copy instruction
+    static_assert(kKeysPerStep * kSteps == 16, "a warp's keys of a tile: one per lane of a half warp");
+    const int chunk = tid % kChunks, kk = tid / kChunks, lane = tid & 31;
+    const int warp_kk = (tid / 32) * kKeysPerStep;  // the warp's first kk
+    // The page ids: lane l (and its mirror l + 16) reads the block table for one of its warp's 16
+    // keys of a tile, `lane_key` keys past the tile's first, and the other lanes take that key's
+    // pool row (page * block_size + slot) by shuffle: thread tid's key of step j is lane
+    // kk - warp_kk + kKeysPerStep * j's. One table read per lane and tile, a tile ahead, so its
+    // latency hides behind the wait for a stage.
+    const int lane_key = warp_kk + (lane & 15) % kKeysPerStep + kRowsPerStep * ((lane & 15) / kKeysPerStep);
+    const int row_lane = kk - warp_kk;
     const int *table = p.block_table + static_cast<int64_t>(seq) * p.max_blocks;
-    const int64_t slot_stride = static_cast<int64_t>(p.h_kv) * D;  // elements between a page's slots
-    // A key's page index and slot, (q, r) with key = q * block_size + r, advance by additions:
-    // no division per key. Each stream keeps its own: (q, r) of key kk of its next tile.
     const int bs = p.block_size;
-    const int step_q = kRowsPerStep / bs, step_r = kRowsPerStep % bs, tile_q = kKeys / bs, tile_r = kKeys % bs;
-    auto advance = [bs](int &q, int &r, int by_q, int by_r) {
-      r += by_r;
-      q += by_q;
+    // Byte addresses: a pool row (slot) is H_kv * D elements; the launcher keeps rows below 2^31.
+    const uint32_t row_bytes = static_cast<uint32_t>(p.h_kv) * D * sizeof(T);
+    const char *k_base = static_cast<const char *>(p.k_pool) + (kvh * D + chunk * 8) * sizeof(T);
+    const char *v_base = static_cast<const char *>(p.v_pool) + (kvh * D + chunk * 8) * sizeof(T);
+    // The lane's key as (page index, slot) = (q, r), advanced a tile at a time by additions (no
+    // division per tile); a stream each: consumer 0's (whole_rows: both), and split_groups'
+    // consumer 1's. (Two named streams rather than arrays indexed by the stream: those would live
+    // in local memory.)
+    const int tile_q = kKeys / bs, tile_r = kKeys % bs;
+    auto advance = [bs, tile_q, tile_r](int &q, int &r) {
+      r += tile_r;
+      q += tile_q;
       if (r >= bs) r -= bs, ++q;
     };
-    // (Two named streams rather than arrays indexed by the stream: those would live in local memory.)
-    int t0_a = key_begin_of(0), q_a = (t0_a + kk) / bs, r_a = (t0_a + kk) % bs;  // consumer 0's (whole_rows: both)
-    int t0_b = key_begin_of(1), q_b = (t0_b + kk) / bs, r_b = (t0_b + kk) % bs;  // split_groups: consumer 1's
-    // The page ids of a tile's keys are read a load ahead, so their latency hides behind the wait.
-    int page[kSteps];
-    auto read_pages = [&](int t0, int q, int r) {
-#pragma unroll
-      for (int j = 0; j < kSteps; ++j) {
-        page[j] = t0 + j * kRowsPerStep + kk < kv_len ? table[q] : 0;
-        advance(q, r, step_q, step_r);
-      }
+    int t0_a = key_begin_of(0), q_a = (t0_a + lane_key) / bs, r_a = (t0_a + lane_key) % bs;
+    int t0_b = key_begin_of(1), q_b = (t0_b + lane_key) / bs, r_b = (t0_b + lane_key) % bs;
+    int next_page = 0, next_slot = 0;  // the lane's key of the next load (page 0 past kv_len)
+    auto read_page = [&](int t0, int q, int r) {
+      next_page = t0 + lane_key < kv_len ? table[q] : 0;
+      next_slot = r;
     };
-    read_pages(t0_a, q_a, r_a);
+    read_page(t0_a, q_a, r_a);
     // A tile whose 64 keys all lie below kv_len is loaded by TMA where the page size allows it
     // (box_rows > 0): thread 0 issues one box per page run and column block, the copy engine
     // writes the same swizzled layout, and the stage's `full` barrier counts its bytes; the other
@@ -218,18 +226,18 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     for (int load = 0; load < n_loads; ++load) {
       const int s = load % kStages, c = stream_of(load);
       const int t0 = c ? t0_b : t0_a;
-      int q = c ? q_b : q_a, r = c ? r_b : r_a;
+      const int lane_row = next_page * bs + next_slot;
       sm90::mbar_wait(empty + 8 * s, ((load / kStages) & 1) ^ 1);  // the consumers released the stage
       if (box_rows > 0 && t0 + kKeys <= kv_len) {                  // uniform over the warpgroup
-        if (tid == 0) {
-          sm90::mbar_expect_tx(full + 8 * s, 2 * L::kTileBytes);
-          // Thread 0's key j * kRowsPerStep starts a box when it is a multiple of box_rows (a power
-          // of two >= kRowsPerStep). Its page is page[j]; its slot is r for the first box (pages of
-          // 64 or more: one box per column block) and 0 for the others (pages of box_rows).
+        if (tid < 32) {
+          // Thread 0's key j * kRowsPerStep starts a box when it is a multiple of box_rows (a
+          // power of two >= kRowsPerStep): at slot 0 of a page of box_rows, or at the tile's first
+          // slot of a page of 64 or more (one box per column block).
 #pragma unroll
           for (int j = 0; j < kSteps; ++j) {
-            if (((j * kRowsPerStep) & box_mask) != 0) continue;
-            const int row = page[j] * bs + (j == 0 ? r : 0);
+            const int row = __shfl_sync(0xffffffffu, lane_row, kKeysPerStep * j);
+            if (tid != 0 || ((j * kRowsPerStep) & box_mask) != 0) continue;
+            if (j == 0) sm90::mbar_expect_tx(full + 8 * s, 2 * L::kTileBytes);
 #pragma unroll
             for (int b = 0; b < D / 64; ++b) {
               const uint32_t dst = s * L::kTileBytes + b * kBlockBytes + j * kRowsPerStep * 128;
@@ -237,32 +245,29 @@ __global__ void __launch_bounds__(kWsThreads, 1)
               sm90::tma_load_3d(v_s + dst, &kv_maps.v, full + 8 * s, b * 64, kvh, row);
             }
           }
-        } else {
-          sm90::mbar_arrive(full + 8 * s);
         }
+        if (tid != 0) sm90::mbar_arrive(full + 8 * s);
       } else {
-        int slot = r;
+        const int keys_left = kv_len - t0 - kk;  // step j's key is valid while j * kRowsPerStep < this
+        const uint32_t dst = s * L::kTileBytes + L::offset(kk, chunk);  // + j * kRowsPerStep rows
 #pragma unroll
         for (int j = 0; j < kSteps; ++j) {
-          const bool ok = t0 + j * kRowsPerStep + kk < kv_len;
-          const int64_t row = ok ? (static_cast<int64_t>(page[j]) * bs + slot) * slot_stride : 0;
-          const uint32_t dst = s * L::kTileBytes + L::offset(j * kRowsPerStep + kk, chunk);
-          cp_async16(k_s + dst, k_pool + row, ok);
-          cp_async16(v_s + dst, v_pool + row, ok);
-          slot += step_r;
-          if (slot >= bs) slot -= bs;
+          const uint32_t row = static_cast<uint32_t>(__shfl_sync(0xffffffffu, lane_row, row_lane + kKeysPerStep * j));
+          const uint64_t offset = static_cast<uint64_t>(row) * row_bytes;
+          const bool ok = j * kRowsPerStep < keys_left;
+          cp_async16(k_s + dst + j * kRowsPerStep * 128, k_base + offset, ok);
+          cp_async16(v_s + dst + j * kRowsPerStep * 128, v_base + offset, ok);
         }
         cp_async_arrive(full + 8 * s);
       }
-      advance(q, r, tile_q, tile_r);
       if (c)
-        t0_b = t0 + kKeys, q_b = q, r_b = r;
+        t0_b = t0 + kKeys, advance(q_b, r_b);
       else
-        t0_a = t0 + kKeys, q_a = q, r_a = r;
+        t0_a = t0 + kKeys, advance(q_a, r_a);
       if (stream_of(load + 1))
-        read_pages(t0_b, q_b, r_b);
+        read_page(t0_b, q_b, r_b);
       else
-        read_pages(t0_a, q_a, r_a);
+        read_page(t0_a, q_a, r_a);
     }
     cp_async_wait<0>();
     return;
@@ -480,6 +485,9 @@ void launch_ws(const PagedAttnLaunch &p, cudaStream_t stream) {
       kSplitGroups ? int64_t{p.h_kv} * split_group_ctas(p.max_splits, p.splits_per_cta, p.group_consumers) * p.q_tiles
                    : int64_t{p.h_kv} * whole_rows_ws_ctas(p.q_tiles);
   if (x > 0x7fffffffLL) throw std::runtime_error("paged_attention: grid x " + std::to_string(x) + " >= 2^31");
+  if (p.pool_blocks * p.block_size > INT32_MAX)  // the producer's 32-bit pool rows
+    throw std::runtime_error("paged_attention: the warp-specialised kernel takes pools of up to 2^31 - 1 slots, not " +
+                             std::to_string(p.pool_blocks * p.block_size));
   kernel<<<dim3(static_cast<unsigned>(x), p.num_seqs), kWsThreads, S::kBytes, stream>>>(p, maps);
   DETFUZZ_LAUNCH_CHECK();
 }
