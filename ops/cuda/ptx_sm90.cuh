@@ -123,9 +123,12 @@ __device__ __forceinline__ uint64_t desc_mn_major(uint32_t addr, uint32_t mn_blo
          (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
 }
 // The descriptor of the tile `offset` bytes (a multiple of 16) past the one `desc` describes.
-// Shared-memory addresses stay below 256 KB, so the 14-bit start-address field just adds: one
-// add per MMA instead of rebuilding the descriptor.
-__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t offset) { return desc + (offset >> 4); }
+// Shared-memory addresses stay below 256 KB, so the 14-bit start-address field just adds, and
+// never carries out of the low word: one 32-bit add per MMA, the high word (strides, swizzle)
+// kept as it is, instead of rebuilding the descriptor or a 64-bit add.
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t offset) {
+  return (desc & 0xFFFFFFFF00000000ull) | (static_cast<uint32_t>(desc) + (offset >> 4));
+}
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
