@@ -187,9 +187,16 @@ __device__ __forceinline__ void softmax_stats(float (&m)[2], float (&l)[2], floa
                                               float (&a)[2]) {
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    float mx = -INFINITY;
+    // The row's maximum as a tree (max is exact, so any order gives the same value): a chain of
+    // log2 steps instead of one per n-block.
+    float mxs[NB1 - NB0];
 #pragma unroll
-    for (int nb = NB0; nb < NB1; ++nb) mx = fmaxf(mx, fmaxf(s[nb][2 * i], s[nb][2 * i + 1]));
+    for (int nb = NB0; nb < NB1; ++nb) mxs[nb - NB0] = fmaxf(s[nb][2 * i], s[nb][2 * i + 1]);
+#pragma unroll
+    for (int width = (NB1 - NB0 + 1) / 2, n = NB1 - NB0; n > 1; n = width, width = (width + 1) / 2)
+#pragma unroll
+      for (int k = 0; k + width < n; ++k) mxs[k] = fmaxf(mxs[k], mxs[k + width]);
+    float mx = fmaxf(-INFINITY, mxs[0]);  // -inf, not NaN, where every score is NaN (as a fold from -inf)
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float m_new = fmaxf(m[i], __fmul_rn(mx, scale_log2));  // the log2 domain
