@@ -324,8 +324,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   }
   cp_async_commit();
   cp_async_wait<0>();
-  sm90::fence_proxy_async_shared();  // Q is read by wgmma
   warpgroup_barrier(1 + w);
+  uint32_t qa[D / 16][4];  // Q as the A operand of every tile's S = Q K^T
+  load_q_fragments<D>(qa, q_s, warp, lane);
 
   // The tiles are pipelined within the warpgroup: tile it's S = Q K^T is issued together with
   // tile it - 1's O += P V, and the softmax statistics of tile it run while that P V is still on
@@ -359,7 +360,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     sm90::fence_proxy_async_shared();  // the producer's cp.async writes, read by wgmma
     wait_turn(0);
     sm90::wgmma_fence();
-    qk_wgmma_issue<T, D>(s, q_s, tile_k(0));
+    qk_wgmma_issue_rs<T, D>(s, qa, tile_k(0));
     sm90::wgmma_commit();
     pass_turn(0);
     sm90::wgmma_wait<0>();
@@ -376,7 +377,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       sm90::fence_proxy_async_shared();
       wait_turn(it);
       sm90::wgmma_fence();
-      qk_wgmma_issue<T, D>(s, q_s, tile_k(it));
+      qk_wgmma_issue_rs<T, D>(s, qa, tile_k(it));
       sm90::wgmma_commit();
       pv_wgmma_issue<T, D, 0, 4>(st, pa, tile_v(it - 1));
       sm90::wgmma_commit();

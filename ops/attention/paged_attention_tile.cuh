@@ -272,6 +272,27 @@ __device__ __forceinline__ void qk_wgmma_issue(float (&s)[8][4], uint32_t q_s, u
     sm90::wgmma_m64n64k16_ss<T>(sf, sm90::desc_advance(q_desc, off), sm90::desc_advance(k_desc, off), ks > 0);
   }
 }
+// The warp's 16 rows of the warpgroup's Q tile as wgmma A fragments, one per 16-column k-step (Q
+// stays in registers for every tile: S = Q K^T then reads only K from shared memory, where a
+// 64-key step with both operands there is bound by shared-memory bandwidth).
+template <int D>
+__device__ __forceinline__ void load_q_fragments(uint32_t (&qa)[D / 16][4], uint32_t q_s, int warp, int lane) {
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks)
+    ldmatrix_x4(qa[ks], q_s + Layout<D>::offset(warp * 16 + (lane & 15), ks * 2 + (lane >> 4)));
+}
+// Issues (does not wait for) S = Q K^T as qk_wgmma_issue does, with Q from registers: the same
+// k-steps in the same order, the same products.
+template <typename T, int D>
+__device__ __forceinline__ void qk_wgmma_issue_rs(float (&s)[8][4], const uint32_t (&qa)[D / 16][4], uint32_t k_tile) {
+  float(&sf)[32] = *reinterpret_cast<float(*)[32]>(&s[0][0]);
+  const uint64_t k_desc = sm90::desc_k_major(k_tile);
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    const uint32_t off = (ks / 4) * kBlockBytes + (ks % 4) * 32;
+    sm90::wgmma_m64n64k16_rs<T, 0>(sf, qa[ks], sm90::desc_advance(k_desc, off), ks > 0);
+  }
+}
 // Issues acc += P V over k-steps FIRST .. FIRST + STEPS - 1 (16 keys each, in key order) on wgmma:
 // A (P) from registers, V N-major from shared memory.
 template <typename T, int D, int FIRST, int STEPS>

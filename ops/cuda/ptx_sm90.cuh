@@ -244,11 +244,13 @@ __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc
 #undef DETFUZZ_WGMMA_SS
 }
 
-// D(64x64, f32) += A(64x16) * B(16x64), A from registers (the m16n8k16 A-fragment layout per warp:
-// a[0] row g cols 2t.., a[1] row g+8, a[2] row g cols 8+2t.., a[3] row g+8), B from shared memory
-// N-major (O += P V: V rows along the head dim). Accumulator layout as m64n128k16's.
-template <typename T>
-__device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
+// D(64x64, f32) = A(64x16) * B(16x64) + (accumulate ? D : 0), A from registers (the m16n8k16
+// A-fragment layout per warp: a[0] row g cols 2t.., a[1] row g+8, a[2] row g cols 8+2t.., a[3] row
+// g+8), B from shared memory N-major (TRANS_B = 1: O += P V, V rows along the head dim) or K-major
+// (TRANS_B = 0: S = Q K^T with Q in registers). Accumulator layout as m64n128k16's.
+template <typename T, int TRANS_B = 1>
+__device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b,
+                                                   int accumulate = 1) {
   static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>, "16-bit inputs");
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
 #define DETFUZZ_WGMMA_RS(TYPE)                                                                                      \
@@ -256,12 +258,12 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                                  \
       "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE                                                   \
       " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
-      "%23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                   \
+      "%23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"                 \
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
         "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),      \
         "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),     \
         "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])                   \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1))
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(TRANS_B))
   if constexpr (kBf16)
     DETFUZZ_WGMMA_RS("bf16");
   else
