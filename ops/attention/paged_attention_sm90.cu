@@ -21,9 +21,11 @@
 // block table, and the stage's `full` mbarrier counts the bytes. Other tiles (the last one of a
 // sequence, or every tile for other page sizes) are copied by all 128 threads with
 // cp.async, 16 bytes at a time, whole 256-byte rows per warp instruction, keys past kv_len
-// zero-filled; each thread's completion arrives on `full`. A consumer waits on
-// `full`, computes the tile with the tile_math functions (wgmma S = Q K^T, the online-softmax step,
-// wgmma O += P V), folds a finished split into its merged state in shared memory (whole_rows) or
+// zero-filled; each thread's completion arrives on `full`. The block table is read once per lane
+// and tile, a tile ahead; the threads take their keys' pool rows by shuffle (a producer iteration
+// is about 150-220 instructions a warp). A consumer keeps its Q tile in registers (wgmma A
+// fragments) and waits on `full`, computes the tile with the tile_math functions (wgmma S = Q K^T
+// with K alone from shared memory, the online-softmax step, wgmma O += P V), folds a finished split into its merged state in shared memory (whole_rows) or
 // writes it (split_groups), and releases the stage on its `empty` mbarrier (one arrival per warp
 // of each consumer that reads it); in whole_rows a consumer whose rows see fewer keys keeps
 // waiting and releasing without computing. Within a consumer the tiles are pipelined: tile i's
