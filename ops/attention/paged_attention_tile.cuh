@@ -44,6 +44,13 @@ struct Layout {
   }
 };
 
+// Rows row_block * 16 .. + 15, columns 16 ks .. 16 ks + 15 of a Q tile in this layout as the
+// m16n8k16 A fragment (mma.sync, and wgmma with A from registers: the same per-warp layout).
+template <int D>
+__device__ __forceinline__ void load_q_fragment(uint32_t (&a)[4], uint32_t q_s, int row_block, int ks, int lane) {
+  ldmatrix_x4(a, q_s + Layout<D>::offset(row_block * 16 + (lane & 15), ks * 2 + (lane >> 4)));
+}
+
 // 2^x, flushing subnormal results to 0 (one MUFU.EX2): the kernel's only exponential.
 __device__ __forceinline__ float exp2_ftz(float x) {
   float y;
@@ -260,6 +267,9 @@ __device__ __forceinline__ float (&acc_registers(RowState<D> &st))[D / 2] {
   return *reinterpret_cast<float(*)[D / 2]>(&st.acc[0][0]);
 }
 
+// Where k-step ks (16 columns along the head dim) of a K-major 128-byte-swizzled tile starts: its
+// 64-column block, then 32 bytes per k-step within the block's 128-byte rows.
+__device__ __forceinline__ constexpr uint32_t k_step_offset(int ks) { return (ks / 4) * kBlockBytes + (ks % 4) * 32; }
 // Issues (does not wait for) S = Q K^T of the warpgroup's 64 rows and the tile's 64 keys on
 // wgmma: k-steps over D in order, the first one ignoring the old S.
 template <typename T, int D>
@@ -267,10 +277,9 @@ __device__ __forceinline__ void qk_wgmma_issue(float (&s)[8][4], uint32_t q_s, u
   float(&sf)[32] = *reinterpret_cast<float(*)[32]>(&s[0][0]);
   const uint64_t q_desc = sm90::desc_k_major(q_s), k_desc = sm90::desc_k_major(k_tile);
 #pragma unroll
-  for (int ks = 0; ks < D / 16; ++ks) {
-    const uint32_t off = (ks / 4) * kBlockBytes + (ks % 4) * 32;
-    sm90::wgmma_m64n64k16_ss<T>(sf, sm90::desc_advance(q_desc, off), sm90::desc_advance(k_desc, off), ks > 0);
-  }
+  for (int ks = 0; ks < D / 16; ++ks)
+    sm90::wgmma_m64n64k16_ss<T>(sf, sm90::desc_advance(q_desc, k_step_offset(ks)),
+                                sm90::desc_advance(k_desc, k_step_offset(ks)), ks > 0);
 }
 // The warp's 16 rows of the warpgroup's Q tile as wgmma A fragments, one per 16-column k-step (Q
 // stays in registers for every tile: S = Q K^T then reads only K from shared memory, where a
@@ -278,8 +287,7 @@ __device__ __forceinline__ void qk_wgmma_issue(float (&s)[8][4], uint32_t q_s, u
 template <int D>
 __device__ __forceinline__ void load_q_fragments(uint32_t (&qa)[D / 16][4], uint32_t q_s, int warp, int lane) {
 #pragma unroll
-  for (int ks = 0; ks < D / 16; ++ks)
-    ldmatrix_x4(qa[ks], q_s + Layout<D>::offset(warp * 16 + (lane & 15), ks * 2 + (lane >> 4)));
+  for (int ks = 0; ks < D / 16; ++ks) load_q_fragment<D>(qa[ks], q_s, warp, ks, lane);
 }
 // Issues (does not wait for) S = Q K^T as qk_wgmma_issue does, with Q from registers: the same
 // k-steps in the same order, the same products.
@@ -288,10 +296,8 @@ __device__ __forceinline__ void qk_wgmma_issue_rs(float (&s)[8][4], const uint32
   float(&sf)[32] = *reinterpret_cast<float(*)[32]>(&s[0][0]);
   const uint64_t k_desc = sm90::desc_k_major(k_tile);
 #pragma unroll
-  for (int ks = 0; ks < D / 16; ++ks) {
-    const uint32_t off = (ks / 4) * kBlockBytes + (ks % 4) * 32;
-    sm90::wgmma_m64n64k16_rs<T, 0>(sf, qa[ks], sm90::desc_advance(k_desc, off), ks > 0);
-  }
+  for (int ks = 0; ks < D / 16; ++ks)
+    sm90::wgmma_m64n64k16_rs<T, 0>(sf, qa[ks], sm90::desc_advance(k_desc, k_step_offset(ks)), ks > 0);
 }
 // Issues acc += P V over k-steps FIRST .. FIRST + STEPS - 1 (16 keys each, in key order) on wgmma:
 // A (P) from registers, V N-major from shared memory.
@@ -374,7 +380,7 @@ __device__ __forceinline__ void qk_scores(float (&s)[8][4], uint32_t q_s, uint32
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
       uint32_t a[4];
-      ldmatrix_x4(a, q_s + L::offset(row_block * 16 + (lane & 15), ks * 2 + (lane >> 4)));
+      load_q_fragment<D>(a, q_s, row_block, ks, lane);
 #pragma unroll
       for (int j = 0; j < kPairs; ++j) {
         uint32_t b[4];
