@@ -11,9 +11,27 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include <cstdint>
+#include <mutex>
 #include <vector>
 
 namespace detfuzz::attention {
+namespace {
+
+// The device's peak DRAM bandwidth (GB/s), from its memory clock (kHz) and bus width (bits): two
+// attribute queries once per device (as the launchers configure their kernels once), not per plan.
+double dram_gb_per_s(int device) {
+  static std::once_flag queried[64];
+  static double gb_per_s[64];
+  std::call_once(queried[device % 64], [device] {
+    int mem_khz = 0, bus_bits = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, device));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device));
+    gb_per_s[device % 64] = 2.0 * mem_khz * 1e3 * (bus_bits / 8.0) * 1e-9;
+  });
+  return gb_per_s[device % 64];
+}
+
+}  // namespace
 
 std::string paged_attention_cuda_can_implement(const at::Tensor &q, const at::Tensor &k_pool) {
   if (!q.is_cuda()) return "q is not a CUDA tensor";
@@ -62,22 +80,18 @@ PagedAttentionCudaPlan::PagedAttentionCudaPlan(const at::Tensor &q, const at::Te
   max_splits_ = grid.max_splits;
   using Schedule = CudaAttentionOptions::Schedule;
   const int64_t sms = at::cuda::getDeviceProperties(q.device().index())->multiProcessorCount;
-  // The device's peak DRAM bandwidth (GB/s), from its memory clock (kHz) and bus width (bits).
-  int mem_khz = 0, bus_bits = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, q.device().index()));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, q.device().index()));
-  const double dram_gb_per_s = 2.0 * mem_khz * 1e3 * (bus_bits / 8.0) * 1e-9;
   using Kernel = CudaAttentionOptions::Kernel;
   const bool wgmma_runs = head_dim_ <= 128 && paged_attention_wgmma_available(q.device().index());
   TORCH_CHECK(options.kernel != Kernel::wgmma || wgmma_runs,
               "paged_attention (CUDA): the wgmma kernel needs an sm_90 GPU ", "and head dim 64 or 128 (head dim ",
               head_dim_, ")");
   wgmma_ = options.kernel == Kernel::wgmma || (options.kernel == Kernel::automatic && wgmma_runs);
-  whole_rows_ = options.schedule == Schedule::whole_rows ||
-                (options.schedule == Schedule::automatic &&
-                 (policy::whole_rows_pays(head_dim_, grid.full_tiles, h_kv_, sms) ||
-                  policy::decode_whole_rows_pays(wgmma_ && options.softmax_keys == kKvTile, head_dim_, grid, h_kv_, sms,
-                                                 policy::cta_pull_over_sm_share(dram_gb_per_s, sms))));
+  whole_rows_ =
+      options.schedule == Schedule::whole_rows ||
+      (options.schedule == Schedule::automatic &&
+       (policy::whole_rows_pays(head_dim_, grid.full_tiles, h_kv_, sms) ||
+        policy::decode_whole_rows_pays(wgmma_ && options.softmax_keys == kKvTile, head_dim_, grid, h_kv_, sms,
+                                       policy::cta_pull_over_sm_share(dram_gb_per_s(q.device().index()), sms))));
   TORCH_CHECK(!(whole_rows_ && head_dim_ > 128), "paged_attention (CUDA): the whole_rows schedule needs D <= 128, got ",
               head_dim_);
   TORCH_CHECK(!(whole_rows_ && options.softmax_keys != kKvTile),
