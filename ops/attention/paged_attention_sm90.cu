@@ -277,7 +277,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   }
 
   sm90::claim_registers<232>();  // 128 x 40 + 256 x 232 <= 64K registers
-  const int w = wg - 1, warp = tid >> 5, lane = tid & 31;
+  // The consumer, broadcast from lane 0 so that the compiler knows it is warp-uniform: the stage
+  // addresses and MMA descriptors then live in uniform registers (no R2UR before each wgmma).
+  const int w = __shfl_sync(0xffffffffu, wg - 1, 0), warp = tid >> 5, lane = tid & 31;
   const int q0 = tile_of(w) * rows_per_tile;
   const int live_rows = live_rows_of(w);
   const int first_visible = first_visible_of(w);  // keys seen by the tile's first query row
