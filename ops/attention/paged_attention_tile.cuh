@@ -96,38 +96,46 @@ struct RowState {
 };
 
 // whole_rows: the merged state of the splits a thread's two rows finished so far. m and l in
-// registers; the output part in shared memory, one warpgroup's [warp][block][element][lane]
-// (D / 8 * 4 * 32 floats per warp), each thread touching only its own entries.
+// registers; the output part in shared memory, one warpgroup's [warp][block][lane][element]
+// (D / 8 * 32 float4 per warp), each thread touching only its own entries: a block's four values
+// (both rows) are one 16-byte access, and a warp's access covers 512 contiguous bytes (no bank
+// conflict).
 template <int D>
 struct MergedRows {
   float m[2], l[2];
   float *o;  // this thread's first entry
   __device__ __forceinline__ MergedRows(float *warpgroup_base, int warp, int lane)
-      : o(warpgroup_base + warp * (D / 8) * 4 * 32 + lane) {}
-  __device__ __forceinline__ float &at(int nb, int e) { return o[(nb * 4 + e) * 32]; }
-  // Folds the finished split j into the merged state, for the rows that see any key of it.
+      : o(warpgroup_base + (warp * (D / 8) * 32 + lane) * 4) {}
+  __device__ __forceinline__ float &at(int nb, int e) { return o[nb * 128 + e]; }
+  __device__ __forceinline__ float4 &block(int nb) { return *reinterpret_cast<float4 *>(o + nb * 128); }
+  // Folds the finished split j into the merged state, for the rows that see any key of it (a row
+  // that does not keeps its entries: they are written back as they were).
   __device__ __forceinline__ void fold(const RowState<D> &st, const int (&visible)[2], int j, int split_tokens) {
+    if (j == 0) {  // every live row sees split 0; a dead row's entries are never read
+#pragma unroll
+      for (int i = 0; i < 2; ++i) m[i] = st.m[i], l[i] = st.l[i];
+#pragma unroll
+      for (int nb = 0; nb < D / 8; ++nb)
+        block(nb) = make_float4(st.acc[nb][0], st.acc[nb][1], st.acc[nb][2], st.acc[nb][3]);
+      return;
+    }
+    bool sees[2];
+    MergeWeights w[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      if (j * split_tokens >= visible[i]) continue;
-      if (j == 0) {
-        m[i] = st.m[i];
-        l[i] = st.l[i];
-#pragma unroll
-        for (int nb = 0; nb < D / 8; ++nb) {
-          at(nb, 2 * i) = st.acc[nb][2 * i];
-          at(nb, 2 * i + 1) = st.acc[nb][2 * i + 1];
-        }
-      } else {
-        const MergeWeights w = merge_weights(m[i], st.m[i]);
-        l[i] = merged(l[i], st.l[i], w);
-#pragma unroll
-        for (int nb = 0; nb < D / 8; ++nb) {
-          at(nb, 2 * i) = merged(at(nb, 2 * i), st.acc[nb][2 * i], w);
-          at(nb, 2 * i + 1) = merged(at(nb, 2 * i + 1), st.acc[nb][2 * i + 1], w);
-        }
-        m[i] = w.m;
+      sees[i] = j * split_tokens < visible[i];
+      w[i] = merge_weights(m[i], st.m[i]);
+      if (sees[i]) {
+        l[i] = merged(l[i], st.l[i], w[i]);
+        m[i] = w[i].m;
       }
+    }
+#pragma unroll
+    for (int nb = 0; nb < D / 8; ++nb) {
+      float4 v = block(nb);
+      if (sees[0]) v.x = merged(v.x, st.acc[nb][0], w[0]), v.y = merged(v.y, st.acc[nb][1], w[0]);
+      if (sees[1]) v.z = merged(v.z, st.acc[nb][2], w[1]), v.w = merged(v.w, st.acc[nb][3], w[1]);
+      block(nb) = v;
     }
   }
   // out = O / L for row i, output column blocks [0, blocks) of this thread, into `row_out` (the
