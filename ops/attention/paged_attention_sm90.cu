@@ -427,16 +427,18 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       release(it);
     }
   if (my_tiles == 0) return;
-  finish_split((key_begin + my_tiles * kKeys - 1) / p.split_tokens);
-  if constexpr (!kSplitGroups) {
-    const int t = lane & 3;
+  const int last_split = (key_begin + my_tiles * kKeys - 1) / p.split_tokens;
+  if constexpr (kSplitGroups) {
+    finish_split(last_split);
+  } else {  // the last fold goes straight to the output
+    void *row_out[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int r = warp * 16 + (lane >> 2) + 8 * i;
-      if (r >= live_rows) continue;
       const int64_t row_head = static_cast<int64_t>(q_start + q0 + r / group) * p.h_q + kvh * group + r % group;
-      merged_rows.write<kBf16>(static_cast<T *>(p.out) + row_head * D, i, 0, D / 8, t);
+      row_out[i] = r < live_rows ? static_cast<T *>(p.out) + row_head * D : nullptr;
     }
+    merged_rows.fold_and_write<kBf16>(st, visible, last_split, p.split_tokens, row_out, lane & 3);
   }
 #else
   __trap();  // the host launches this kernel only on sm_90a code

@@ -138,6 +138,41 @@ struct MergedRows {
       block(nb) = v;
     }
   }
+  // The last split's fold, written out instead of stored back: out = O / L for each row i with a
+  // row_out[i] (the row's first element, 16-bit; null for a dead row), all D / 8 column blocks.
+  // The same values as fold() and then write(), without the merged state's store and reload.
+  template <bool kBf16>
+  __device__ __forceinline__ void fold_and_write(const RowState<D> &st, const int (&visible)[2], int j,
+                                                 int split_tokens, void *const (&row_out)[2], int t) {
+    uint32_t *out[2] = {static_cast<uint32_t *>(row_out[0]), static_cast<uint32_t *>(row_out[1])};
+    auto store = [&](int nb, const float4 &v, const float(&l_out)[2]) {
+      if (out[0]) out[0][nb * 4 + t] = pack2(__fdiv_rn(v.x, l_out[0]), __fdiv_rn(v.y, l_out[0]), kBf16);
+      if (out[1]) out[1][nb * 4 + t] = pack2(__fdiv_rn(v.z, l_out[1]), __fdiv_rn(v.w, l_out[1]), kBf16);
+    };
+    if (j == 0) {  // the row's only split: its state is the output
+      const float l_out[2] = {st.l[0], st.l[1]};
+#pragma unroll
+      for (int nb = 0; nb < D / 8; ++nb)
+        store(nb, make_float4(st.acc[nb][0], st.acc[nb][1], st.acc[nb][2], st.acc[nb][3]), l_out);
+      return;
+    }
+    bool sees[2];
+    MergeWeights w[2];
+    float l_out[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      sees[i] = j * split_tokens < visible[i];
+      w[i] = merge_weights(m[i], st.m[i]);
+      l_out[i] = sees[i] ? merged(l[i], st.l[i], w[i]) : l[i];
+    }
+#pragma unroll
+    for (int nb = 0; nb < D / 8; ++nb) {
+      float4 v = block(nb);
+      if (sees[0]) v.x = merged(v.x, st.acc[nb][0], w[0]), v.y = merged(v.y, st.acc[nb][1], w[0]);
+      if (sees[1]) v.z = merged(v.z, st.acc[nb][2], w[1]), v.w = merged(v.w, st.acc[nb][3], w[1]);
+      store(nb, v, l_out);
+    }
+  }
   // out = O / L for row i, output column blocks [0, blocks) of this thread, into `row_out` (the
   // row's first element, 16-bit).
   template <bool kBf16>
