@@ -267,7 +267,8 @@ constexpr int kMergeBatch = 32;
 template <typename T>
 __global__ void paged_attention_merge_kernel(const PagedAttnLaunch p) {
   // Launched as a programmatic dependent of the attention kernel: wait here until that grid has
-  // finished and its writes are visible (the launch itself overlapped its tail).
+  // finished and its writes are visible (the launch itself overlapped its tail, or, where
+  // PagedAttnLaunch::early_merge, came at its start).
   asm volatile("griddepcontrol.wait;" ::: "memory");
   const int row = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
   int lo = 0, hi = p.num_seqs;  // the last sequence s with cu_seqlens_q[s] <= row

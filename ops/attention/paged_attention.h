@@ -143,6 +143,7 @@ class PagedAttentionCudaPlan {
   bool split_groups_ = false;
   bool wgmma_ = false;
   bool small_box_tma_ = false;  // automatic K/V loads run as KvLoads::tma (small_box_tma_pays)
+  bool early_merge_ = false;    // split_groups' merge launched at the split kernel's start (early_merge_pays)
 };
 
 // Plan and run in one call.

@@ -34,8 +34,9 @@ struct PagedAttnLaunch {
   KvSchedule schedule = KvSchedule::split_per_cta;
   AttnKernel kernel = AttnKernel::mma_sync;
   KvLoads kv_loads = KvLoads::automatic;
-  bool pingpong = false;   // the Hopper prefill kernel's consumers take turns issuing their MMAs
-  float scale_log2 = 1.f;  // softmax scale times log2(e): scores are kept in the log2 domain
+  bool pingpong = false;     // the Hopper prefill kernel's consumers take turns issuing their MMAs
+  bool early_merge = false;  // split_groups: the merge's CTAs launched at the kernel's start (early_merge_pays)
+  float scale_log2 = 1.f;    // softmax scale times log2(e): scores are kept in the log2 domain
 };
 
 // split_per_cta, split_groups: groups of splits_per_cta consecutive splits, ceil(max_splits / splits_per_cta).

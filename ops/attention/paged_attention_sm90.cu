@@ -112,6 +112,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   if ((base & 1023) != 0) __trap();  // the swizzled blocks must be 1024-byte aligned (see paged_attention.cu)
   const uint32_t k_s = base + S::kK, v_s = base + S::kV;
   const uint32_t full = base + S::kBars, empty = full + kStages * 8;
+  // split_groups: let the merge kernel (a programmatic dependent) launch now; it waits for this grid.
+  if (kSplitGroups && p.early_merge) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 
   // whole_rows: blockIdx.x = kvh + h_kv * (reversed tile pair), consumer c on query tile
   // first_tile + c, one stream of keys for both. split_groups: blockIdx.x = kvh + h_kv * (group_cta

@@ -140,6 +140,15 @@ TEST(Schedule, WholeRowsForDecodeThatFillsTheSms) {
   EXPECT_FALSE(decode_whole_rows_pays(true, 128, llama_grid(Batch().add(1, 16384, 64)), 8, 132, h200_pull));
 }
 
+TEST(EarlyMerge, WhereTheSplitAndMergeGridsFitTogether) {
+  EXPECT_TRUE(early_merge_pays(true, 2, 16, 32, kH100Sms));     // batch 1 at 512: 16 + 32 CTAs
+  EXPECT_TRUE(early_merge_pays(true, 8, 64, 32, kH100Sms));     // batch 1 at 2k
+  EXPECT_FALSE(early_merge_pays(true, 16, 128, 32, kH100Sms));  // batch 1 at 4k: 160 CTAs on 132 SMs
+  EXPECT_FALSE(early_merge_pays(true, 64, 128, 32, kH100Sms));  // batch 1 at 16k: the merge would wait on SMs
+  EXPECT_FALSE(early_merge_pays(true, 1, 16, 32, kH100Sms));    // one split: no merge
+  EXPECT_FALSE(early_merge_pays(false, 2, 16, 32, kH100Sms));   // split_per_cta
+}
+
 TEST(SplitSlots, TwoConsumersPerSmOrTheKernelsOccupancy) {
   EXPECT_EQ(split_slots(true, kH100Sms, []() -> int64_t { throw std::logic_error("asked"); }), 264);
   EXPECT_EQ(split_slots(false, kH100Sms, [] { return 3; }), 396);
