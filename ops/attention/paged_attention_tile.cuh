@@ -115,28 +115,17 @@ struct MergedRows {
 #pragma unroll
       for (int i = 0; i < 2; ++i) m[i] = st.m[i], l[i] = st.l[i];
 #pragma unroll
-      for (int nb = 0; nb < D / 8; ++nb)
-        block(nb) = make_float4(st.acc[nb][0], st.acc[nb][1], st.acc[nb][2], st.acc[nb][3]);
+      for (int nb = 0; nb < D / 8; ++nb) block(nb) = acc_block(st, nb);
       return;
     }
     bool sees[2];
     MergeWeights w[2];
+    fold_weights(st, visible, j, split_tokens, sees, w);
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      sees[i] = j * split_tokens < visible[i];
-      w[i] = merge_weights(m[i], st.m[i]);
-      if (sees[i]) {
-        l[i] = merged(l[i], st.l[i], w[i]);
-        m[i] = w[i].m;
-      }
-    }
+    for (int i = 0; i < 2; ++i)
+      if (sees[i]) l[i] = merged(l[i], st.l[i], w[i]), m[i] = w[i].m;
 #pragma unroll
-    for (int nb = 0; nb < D / 8; ++nb) {
-      float4 v = block(nb);
-      if (sees[0]) v.x = merged(v.x, st.acc[nb][0], w[0]), v.y = merged(v.y, st.acc[nb][1], w[0]);
-      if (sees[1]) v.z = merged(v.z, st.acc[nb][2], w[1]), v.w = merged(v.w, st.acc[nb][3], w[1]);
-      block(nb) = v;
-    }
+    for (int nb = 0; nb < D / 8; ++nb) block(nb) = folded_block(st, nb, sees, w);
   }
   // The last split's fold, written out instead of stored back: out = O / L for each row i with a
   // row_out[i] (the row's first element, 16-bit; null for a dead row), all D / 8 column blocks.
@@ -152,26 +141,17 @@ struct MergedRows {
     if (j == 0) {  // the row's only split: its state is the output
       const float l_out[2] = {st.l[0], st.l[1]};
 #pragma unroll
-      for (int nb = 0; nb < D / 8; ++nb)
-        store(nb, make_float4(st.acc[nb][0], st.acc[nb][1], st.acc[nb][2], st.acc[nb][3]), l_out);
+      for (int nb = 0; nb < D / 8; ++nb) store(nb, acc_block(st, nb), l_out);
       return;
     }
     bool sees[2];
     MergeWeights w[2];
+    fold_weights(st, visible, j, split_tokens, sees, w);
     float l_out[2];
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      sees[i] = j * split_tokens < visible[i];
-      w[i] = merge_weights(m[i], st.m[i]);
-      l_out[i] = sees[i] ? merged(l[i], st.l[i], w[i]) : l[i];
-    }
+    for (int i = 0; i < 2; ++i) l_out[i] = sees[i] ? merged(l[i], st.l[i], w[i]) : l[i];
 #pragma unroll
-    for (int nb = 0; nb < D / 8; ++nb) {
-      float4 v = block(nb);
-      if (sees[0]) v.x = merged(v.x, st.acc[nb][0], w[0]), v.y = merged(v.y, st.acc[nb][1], w[0]);
-      if (sees[1]) v.z = merged(v.z, st.acc[nb][2], w[1]), v.w = merged(v.w, st.acc[nb][3], w[1]);
-      store(nb, v, l_out);
-    }
+    for (int nb = 0; nb < D / 8; ++nb) store(nb, folded_block(st, nb, sees, w), l_out);
   }
   // out = O / L for row i, output column blocks [0, blocks) of this thread, into `row_out` (the
   // row's first element, 16-bit).
@@ -184,6 +164,28 @@ struct MergedRows {
       out[(first_block + nb) * 4 + t] =
           pack2(__fdiv_rn(at(nb, 2 * i), l[i]), __fdiv_rn(at(nb, 2 * i + 1), l[i]), kBf16);
     }
+  }
+
+ private:
+  static __device__ __forceinline__ float4 acc_block(const RowState<D> &st, int nb) {
+    return make_float4(st.acc[nb][0], st.acc[nb][1], st.acc[nb][2], st.acc[nb][3]);
+  }
+  // Whether each of the thread's rows sees split j, and the weights of its fold.
+  __device__ __forceinline__ void fold_weights(const RowState<D> &st, const int (&visible)[2], int j, int split_tokens,
+                                               bool (&sees)[2], MergeWeights (&w)[2]) const {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      sees[i] = j * split_tokens < visible[i];
+      w[i] = merge_weights(m[i], st.m[i]);
+    }
+  }
+  // Block nb of the merged state with the split folded in, for the rows that see it.
+  __device__ __forceinline__ float4 folded_block(const RowState<D> &st, int nb, const bool (&sees)[2],
+                                                 const MergeWeights (&w)[2]) {
+    float4 v = block(nb);
+    if (sees[0]) v.x = merged(v.x, st.acc[nb][0], w[0]), v.y = merged(v.y, st.acc[nb][1], w[0]);
+    if (sees[1]) v.z = merged(v.z, st.acc[nb][2], w[1]), v.w = merged(v.w, st.acc[nb][3], w[1]);
+    return v;
   }
 };
 
