@@ -26,15 +26,19 @@
 // is about 150-220 instructions a warp). A consumer keeps its Q tile in registers (wgmma A
 // fragments) and waits on `full`, computes the tile with the tile_math functions (wgmma S = Q K^T
 // with K alone from shared memory, the online-softmax step, wgmma O += P V), folds a finished
-// split into its merged state in shared memory (whole_rows) or writes it (split_groups), and
-// releases the stage on its `empty` mbarrier (one arrival per warp of each consumer that reads
-// it); in whole_rows a consumer whose rows see fewer keys keeps waiting and releasing without
-// computing. Within a consumer the tiles are pipelined: tile i's S = Q K^T is issued with tile
-// i - 1's P V, and tile i's softmax statistics may run while that P V is on the tensor cores (the
-// accumulators are rescaled once it is done, so each tile's arithmetic and order are unchanged;
-// measured, the issue returns when the MMAs are nearly done: docs/perf/attention.md). Across the two consumers, MMAs are issued in turns (ping-pong, named
-// barriers; CudaAttentionOptions::turns): one consumer's MMAs run while the other computes its
-// softmax statistics. The producer gives registers back (setmaxnreg) so the consumers hold their
+// split into its merged state in shared memory (whole_rows; the last split straight into the
+// output) or writes it (split_groups), and releases the stage on its `empty` mbarrier (one
+// arrival per warp of each consumer that reads it); in whole_rows a consumer whose rows see fewer
+// keys keeps waiting and releasing without computing. The fold's loads and stores share the
+// shared-memory bandwidth with the MMAs' operand reads, and are what keeps prefill from the tensor
+// cores' rate (docs/perf/attention.md). Within a consumer the tiles are pipelined: tile i's
+// S = Q K^T is issued with tile i - 1's P V, and tile i's softmax statistics may run while that
+// P V is on the tensor cores (the accumulators are rescaled once it is done, so each tile's
+// arithmetic and order are unchanged; measured, the issue returns when the MMAs are nearly done).
+// Across the two consumers, MMAs are issued in turns (ping-pong, named barriers;
+// CudaAttentionOptions::turns): one consumer's MMAs run while the other computes its softmax
+// statistics. split_groups lets the merge kernel launch at its start where both grids fit on the
+// SMs (PagedAttnLaunch::early_merge). The producer gives registers back (setmaxnreg) so the consumers hold their
 // accumulators without spilling.
 //
 // Arithmetic. Every tile of a row goes through the same tile_math functions, in the same key
