@@ -29,9 +29,9 @@
 // split into its merged state in shared memory (whole_rows; the last split straight into the
 // output) or writes it (split_groups), and releases the stage on its `empty` mbarrier (one
 // arrival per warp of each consumer that reads it); in whole_rows a consumer whose rows see fewer
-// keys keeps waiting and releasing without computing. The fold's loads and stores share the
-// shared-memory bandwidth with the MMAs' operand reads, and are what keeps prefill from the tensor
-// cores' rate (docs/perf/attention.md). Within a consumer the tiles are pipelined: tile i's
+// keys keeps waiting and releasing without computing. What keeps prefill from the tensor cores'
+// rate is a consumer's chain of dependent instructions a tile (docs/perf/attention.md), not the
+// fold. Within a consumer the tiles are pipelined: tile i's
 // S = Q K^T is issued with tile i - 1's P V, and tile i's softmax statistics may run while that
 // P V is on the tensor cores (the accumulators are rescaled once it is done, so each tile's
 // arithmetic and order are unchanged; measured, the issue returns when the MMAs are nearly done).
