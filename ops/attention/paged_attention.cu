@@ -259,9 +259,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
 // split_per_cta's merge: grid (T_q, H_q), D threads (one per output element). Rows with a
 // single split were written by the attention kernel. The fold over the splits is sequential
 // (split 0, then 1, 2, ...: the order whole_rows folds in), but its loads are not: the splits come
-// in batches of kMergeBatch, every load of a batch issued before the first fold of it, so a long
-// context (hundreds of splits at batch 1) waits for a few round trips to memory, not one per
-// handful of splits.
+// in batches of kMergeBatch, every load of a batch issued before the previous batch is folded, so
+// a long context (hundreds of splits at batch 1) waits for about one round trip to memory, not
+// one per batch or per handful of splits.
 constexpr int kMergeBatch = 32;
 
 template <typename T>
@@ -286,28 +286,44 @@ __global__ void paged_attention_merge_kernel(const PagedAttnLaunch p) {
   const int64_t base = (static_cast<int64_t>(row) * p.h_q + h) * p.max_splits;
   const float2 *ml = reinterpret_cast<const float2 *>(p.part_ml) + base;
   const float *acc = p.part_acc + base * p.head_dim + d;
-  __shared__ float2 ml_s[kMergeBatch];
-  float M = 0.f, L = 0.f, O = 0.f;
-  for (int j0 = 0; j0 < splits; j0 += kMergeBatch) {
-    float o[kMergeBatch];
+  // Batch b's (m, l) in ml_s[b % 2]. Batch b + 1's loads are issued before batch b is folded, into
+  // registers (its (m, l) too: a shared-memory store would wait for its load), so a long row waits
+  // for about one round trip to memory, not one per batch.
+  __shared__ float2 ml_s[2][kMergeBatch];
+  float o[kMergeBatch], o_next[kMergeBatch];
+  float2 ml_next = make_float2(0.f, 0.f);
+  auto load_batch = [&](float(&into)[kMergeBatch], int j0) {
 #pragma unroll
     for (int i = 0; i < kMergeBatch; ++i)
-      if (j0 + i < splits) o[i] = acc[static_cast<int64_t>(j0 + i) * p.head_dim];
-    if (d < kMergeBatch && j0 + d < splits) ml_s[d] = ml[j0 + d];
-    __syncthreads();  // the batch's (m, l) are in
+      if (j0 + i < splits) into[i] = acc[static_cast<int64_t>(j0 + i) * p.head_dim];
+    if (d < kMergeBatch && j0 + d < splits) ml_next = ml[j0 + d];
+  };
+  load_batch(o, 0);
+  if (d < kMergeBatch) ml_s[0][d] = ml_next;
+  float M = 0.f, L = 0.f, O = 0.f;
+  for (int j0 = 0, b = 0; j0 < splits; j0 += kMergeBatch, b ^= 1) {
+    const bool more = j0 + kMergeBatch < splits;
+    if (more) load_batch(o_next, j0 + kMergeBatch);
+    // The batch's (m, l) are in, and every thread is done with the previous batch's (whose buffer
+    // the next batch's are stored into below).
+    __syncthreads();
 #pragma unroll
     for (int i = 0; i < kMergeBatch; ++i) {
       if (j0 + i >= splits) break;
       if (j0 + i == 0) {
-        M = ml_s[0].x, L = ml_s[0].y, O = o[0];
+        M = ml_s[0][0].x, L = ml_s[0][0].y, O = o[0];
         continue;
       }
-      const MergeWeights w = merge_weights(M, ml_s[i].x);
-      L = merged(L, ml_s[i].y, w);
+      const MergeWeights w = merge_weights(M, ml_s[b][i].x);
+      L = merged(L, ml_s[b][i].y, w);
       O = merged(O, o[i], w);
       M = w.m;
     }
-    __syncthreads();  // every thread is done with ml_s before the next batch overwrites it
+    if (more) {
+      if (d < kMergeBatch) ml_s[b ^ 1][d] = ml_next;
+#pragma unroll
+      for (int i = 0; i < kMergeBatch; ++i) o[i] = o_next[i];
+    }
   }
   static_cast<uint16_t *>(p.out)[(static_cast<int64_t>(row) * p.h_q + h) * p.head_dim + d] = from_f<T>(__fdiv_rn(O, L));
 }
