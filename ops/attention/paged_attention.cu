@@ -266,10 +266,6 @@ constexpr int kMergeBatch = 32;
 
 template <typename T>
 __global__ void paged_attention_merge_kernel(const PagedAttnLaunch p) {
-  // Launched as a programmatic dependent of the attention kernel: wait here until that grid has
-  // finished and its writes are visible (the launch itself overlapped its tail, or, where
-  // PagedAttnLaunch::early_merge, came at its start).
-  asm volatile("griddepcontrol.wait;" ::: "memory");
   const int row = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
   int lo = 0, hi = p.num_seqs;  // the last sequence s with cu_seqlens_q[s] <= row
   while (hi - lo > 1) {
@@ -283,6 +279,11 @@ __global__ void paged_attention_merge_kernel(const PagedAttnLaunch p) {
   const int visible = p.seq_lens_kv[lo] - q_len + (row - p.cu_seqlens_q[lo]) + 1;
   const int splits = (visible + p.split_tokens - 1) / p.split_tokens;
   if (splits <= 1) return;  // uniform over the CTA
+  // Launched as a programmatic dependent of the attention kernel: the row's shape above is the
+  // batch's (read while that grid runs); its partials are that grid's, so wait here until it has
+  // finished and its writes are visible (the launch itself overlapped its tail, or, where
+  // PagedAttnLaunch::early_merge, came at its start).
+  asm volatile("griddepcontrol.wait;" ::: "memory");
   const int64_t base = (static_cast<int64_t>(row) * p.h_q + h) * p.max_splits;
   const float2 *ml = reinterpret_cast<const float2 *>(p.part_ml) + base;
   const float *acc = p.part_acc + base * p.head_dim + d;
