@@ -1,5 +1,5 @@
-// Paged attention on Hopper (sm_90a), warp-specialised: the whole_rows schedule of the wgmma
-// kernel (prefill) and the split_groups schedule (decode, and any batch whole_rows is not taken for).
+// Paged attention on Hopper (sm_90a), warp-specialised: the whole_rows schedule of the wgmma kernel
+// (prefill) and the split_groups schedule (decode, and any batch whole_rows is not taken for).
 //
 // Design. A CTA is three warpgroups: warpgroup 0 produces, warpgroups 1 and 2 consume.
 // whole_rows: each consumer owns one 64-row query tile (paged_attention.cu's tile: 64 (query row,
@@ -31,15 +31,14 @@
 // arrival per warp of each consumer that reads it); in whole_rows a consumer whose rows see fewer
 // keys keeps waiting and releasing without computing. What keeps prefill from the tensor cores'
 // rate is a consumer's chain of dependent instructions a tile (docs/perf/attention.md), not the
-// fold. Within a consumer the tiles are pipelined: tile i's
-// S = Q K^T is issued with tile i - 1's P V, and tile i's softmax statistics may run while that
-// P V is on the tensor cores (the accumulators are rescaled once it is done, so each tile's
-// arithmetic and order are unchanged; measured, the issue returns when the MMAs are nearly done).
-// Across the two consumers, MMAs are issued in turns (ping-pong, named barriers;
-// CudaAttentionOptions::turns): one consumer's MMAs run while the other computes its softmax
-// statistics. split_groups lets the merge kernel launch at its start where both grids fit on the
-// SMs (PagedAttnLaunch::early_merge). The producer gives registers back (setmaxnreg) so the consumers hold their
-// accumulators without spilling.
+// fold. Within a consumer the tiles are pipelined: tile i's S = Q K^T is issued with tile i - 1's
+// P V, and tile i's softmax statistics may run while that P V is on the tensor cores (the
+// accumulators are rescaled once it is done, so each tile's arithmetic and order are unchanged;
+// measured, the issue returns when the MMAs are nearly done). Across the two consumers, MMAs are
+// issued in turns (ping-pong, named barriers; CudaAttentionOptions::turns): one consumer's MMAs run
+// while the other computes its softmax statistics. split_groups lets the merge kernel launch at its
+// start where both grids fit on the SMs (PagedAttnLaunch::early_merge). The producer gives
+// registers back (setmaxnreg) so the consumers hold their accumulators without spilling.
 //
 // Arithmetic. Every tile of a row goes through the same tile_math functions, in the same key
 // order, split boundaries and merge order, as in paged_attention.cu's wgmma kernel with either
