@@ -13,7 +13,7 @@
 // finished split is written for the merge kernel exactly as split_per_cta writes it (decode
 // streams KV faster this way than with split_per_cta's one warpgroup per CTA, which loads and
 // computes in turn: docs/perf/attention.md). The producer streams 64-key K and V tiles through the
-// stages (4 for whole_rows, 6 for split_groups), into the 128-byte-swizzled layout the wgmma
+// stages (5 for whole_rows, 6 for split_groups), into the 128-byte-swizzled layout the wgmma
 // descriptors read. A tile whose keys all lie below kv_len is loaded by TMA for pages of 64 slots
 // or a multiple, and under KvLoads::tma also for pages of 8-32 dividing 64 (16-32 for D = 64;
 // attention_policy::tma_box_rows), which the plan asks for in one-wave decode grids only
@@ -34,7 +34,10 @@
 // fold. Within a consumer the tiles are pipelined: tile i's S = Q K^T is issued with tile i - 1's
 // P V, and tile i's softmax statistics may run while that P V is on the tensor cores (the
 // accumulators are rescaled once it is done, so each tile's arithmetic and order are unchanged;
-// measured, the issue returns when the MMAs are nearly done). Across the two consumers, MMAs are
+// measured, the issue returns when the MMAs are nearly done). whole_rows steps through its tiles
+// in pairs: both S at once, both tiles' statistics side by side, then the first tile's P V alone
+// (1-3% faster than a tile a step at 1k-8k, with the fifth stage it needs to keep the next pair's
+// loads ahead). Across the two consumers, MMAs are
 // issued in turns (ping-pong, named barriers; CudaAttentionOptions::turns): one consumer's MMAs run
 // while the other computes its softmax statistics. split_groups lets the merge kernel launch at its
 // start where both grids fit on the SMs (PagedAttnLaunch::early_merge). The producer gives
@@ -69,16 +72,24 @@ static_assert(kConsumers == 2, "whole_rows_ws_ctas pairs the query tiles");
 // Shared memory: the consumers' Q tiles, the K and V tiles of kStages stages, the consumers'
 // merged output states (whole_rows only; float32, per-thread order), then the full and empty
 // mbarriers of each stage. split_groups keeps no merged state and so has room for 6 stages
-// (224 KiB at D = 128), whole_rows 4.
+// (224 KiB at D = 128). whole_rows has 5: its last stage's K and V slots hold the consumers' Q
+// tiles until both have read Q into registers (the stage's `empty` barrier counts that as its
+// first release), so the merged states fit beside them.
 template <int D, bool kSplitGroups>
 struct WsSmem {
-  static constexpr int kStages = kSplitGroups ? 6 : 4;
-  static constexpr int kQ = 0;
-  static constexpr int kK = kQ + kConsumers * Layout<D>::kQBytes;
+  static constexpr bool kQInRing = !kSplitGroups;
+  static constexpr int kStages = kSplitGroups ? 6 : 5;
+  static constexpr int kQ = 0;  // split_groups' Q tiles
+  static constexpr int kK = kQInRing ? 0 : kConsumers * Layout<D>::kQBytes;
   static constexpr int kV = kK + kStages * Layout<D>::kTileBytes;
   static constexpr int kMerged = kV + kStages * Layout<D>::kTileBytes;
   static constexpr int kBars = kMerged + (kSplitGroups ? 0 : kConsumers * kRows * D * 4);
   static constexpr int kBytes = kBars + 2 * kStages * 8;
+  static_assert(Layout<D>::kQBytes == Layout<D>::kTileBytes, "a Q tile fills a K or V slot");
+  // Consumer w's Q tile: whole_rows the last stage's K slot (w = 0) or V slot (w = 1).
+  static constexpr int q_offset(int w) {
+    return kQInRing ? (w == 0 ? kK : kV) + (kStages - 1) * Layout<D>::kTileBytes : kQ + w * Layout<D>::kQBytes;
+  }
   static_assert(kBytes <= 227 * 1024, "fits an SM");
 };
 
@@ -235,8 +246,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       const int s = load % kStages, c = stream_of(load);
       const int t0 = c ? t0_b : t0_a;
       const int lane_row = next_page * bs + next_slot;
-      sm90::mbar_wait(empty + 8 * s, ((load / kStages) & 1) ^ 1);  // the consumers released the stage
-      if (box_rows > 0 && t0 + kKeys <= kv_len) {                  // uniform over the warpgroup
+      // The consumers released the stage (whole_rows' last stage: its first release is of Q).
+      sm90::mbar_wait(empty + 8 * s, ((load / kStages) & 1) ^ (S::kQInRing && s == kStages - 1 ? 0 : 1));
+      if (box_rows > 0 && t0 + kKeys <= kv_len) {  // uniform over the warpgroup
         if (tid < 32) {
           // Thread 0's key j * kRowsPerStep starts a box when it is a multiple of box_rows (a
           // power of two >= kRowsPerStep): at slot 0 of a page of box_rows, or at the tile's first
@@ -300,14 +312,20 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const int min_visible = __reduce_min_sync(0xffffffffu, min(visible[0], visible[1]));
 
   // Ping-pong (p.pingpong): the consumers take turns issuing their MMAs (named barriers 3 and 4),
-  // so that one's MMAs run while the other computes its softmax statistics. A consumer issues my_tiles + 1
-  // times (the first S, then S with the previous P V, then the last P V); consumer 0 goes first,
-  // and consumer 1 takes turns only while consumer 0 has issues left, and only where it has as
-  // many issues or more (whole_rows: its rows see as many keys or more; split_groups: its group
-  // is as long): every wait meets one pass. The turns change when MMAs are issued, never what
-  // they compute (docs/perf/attention.md has the measurement against free issue).
-  const int issues_0 = tiles_of(0) > 0 ? tiles_of(0) + 1 : 0;
-  const bool pingpong = p.pingpong && issues_0 > 0 && tiles_of(1) + 1 >= issues_0;
+  // so that one's MMAs run while the other computes its softmax statistics. A consumer's turns:
+  // the first S, then each step's S with the previous P V (split_groups a tile a step, whole_rows
+  // a pair of tiles a step and its last tile alone when one is left), then the last P V; a
+  // pair's first P V is issued outside the turns. Consumer 0 goes first, and consumer 1 takes
+  // turns only while consumer 0 has turns left, and only where it has as many or more (whole_rows:
+  // its rows see as many keys or more; split_groups: its group is as long): every wait meets one
+  // pass. The turns change when MMAs are issued, never what they compute (docs/perf/attention.md
+  // has the measurement against free issue).
+  auto issues_of = [&](int c) {
+    const int t = tiles_of(c);
+    return t == 0 ? 0 : kSplitGroups ? t + 1 : t / 2 + 2;
+  };
+  const int issues_0 = issues_of(0);
+  const bool pingpong = p.pingpong && issues_0 > 0 && issues_of(1) >= issues_0;
   const int my_turn = 3 + w, their_turn = 4 - w;
   auto wait_turn = [&](int issue) {
     if (pingpong && (w == 0 || issue < issues_0)) turn_wait(my_turn);
@@ -318,7 +336,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   if (pingpong && w == 1) turn_pass(their_turn);  // consumer 0's first turn
   if (kSplitGroups && my_tiles == 0) return;      // (no turns then: consumer 1 has fewer issues)
 
-  const uint32_t q_s = base + S::kQ + w * L::kQBytes;
+  const uint32_t q_s = base + S::q_offset(w);
   // Releases a stage to the producer: one arrival per warp, once the warp's MMAs reading it are done.
   auto release = [&](int load) {
     __syncwarp();
@@ -337,12 +355,16 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   warpgroup_barrier(1 + w);
   uint32_t qa[D / 16][4];  // Q as the A operand of every tile's S = Q K^T
   load_q_fragments<D>(qa, q_s, warp, lane);
+  if constexpr (S::kQInRing) {  // the last stage's slots are free for the producer
+    __syncwarp();
+    if (lane == 0) sm90::mbar_arrive(empty + 8 * (kStages - 1));
+  }
 
   // The tiles are pipelined within the warpgroup: tile it's S = Q K^T is issued together with
-  // tile it - 1's O += P V, and the softmax statistics of tile it run while that P V is still on
-  // the tensor cores; the accumulators are rescaled (and a finished split folded or written) once
-  // it is done. Each tile's arithmetic and its order are those of tile_step: only the issue order
-  // changes.
+  // tile it - 1's O += P V (whole_rows: tiles it and it + 1's S, in pairs), and the softmax
+  // statistics of tile it run while that P V is still on the tensor cores; the accumulators are
+  // rescaled (and a finished split folded or written) once it is done. Each tile's arithmetic and
+  // its order are those of tile_step: only the issue order changes.
   RowState<D> st;
   st.reset();
   MergedRows<D> merged_rows(reinterpret_cast<float *>(smem + S::kMerged) + w * kRows * D, warp, lane);
@@ -382,25 +404,92 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     if (my_tiles > 1) wait_full(1);
     const int tiles_per_split = p.split_tokens / kKeys;
     int split_tile = 0;  // tile it's index within its split, counted up to tiles_per_split
-    for (it = 1; it < my_tiles; ++it) {
-      // Tile it's S beside tile it - 1's P V (tile it's stage was waited for in the previous step).
+    int issue = 1;       // the consumer's next turn
+    it = 1;
+    // Whether tile it starts a split (a fresh state; the finished split is folded once the P V
+    // before it is done), counting tiles in order.
+    auto starts_split = [&] {
+      if (++split_tile < tiles_per_split) return false;
+      split_tile = 0;
+      return true;
+    };
+    if constexpr (!kSplitGroups) {
+      // whole_rows: tiles in pairs (it, it + 1). Both S are issued with the previous tile's P V,
+      // and both tiles' statistics run side by side while that P V is on the tensor cores (the
+      // second tile's maximum joins the first's only at the running maximum, as in two steps one
+      // after the other). Then the first tile's P V, and the second's waits for the next pair's
+      // S. Each tile's arithmetic and order are unchanged; only the issue order differs.
+      float s2[8][4];
+      float a2[2];
+      uint32_t pa2[4][4];  // the pair's first P, the A operand of its P V
+      for (; it + 1 < my_tiles; it += 2, ++issue) {
+        wait_full(it + 1);
+        sm90::fence_proxy_async_shared();
+        wait_turn(issue);
+        sm90::wgmma_fence();
+        qk_wgmma_issue_rs<T, D>(s, qa, tile_k(it));
+        qk_wgmma_issue_rs<T, D>(s2, qa, tile_k(it + 1));
+        sm90::wgmma_commit();
+        pv_wgmma_issue<T, D, 0, 4>(st, pa, tile_v(it - 1));
+        sm90::wgmma_commit();
+        pass_turn(issue);
+        sm90::wgmma_wait<1>();  // both S are done; the P V may still run
+        sm90::fence_registers(*reinterpret_cast<float(*)[32]>(&s[0][0]));
+        sm90::fence_registers(*reinterpret_cast<float(*)[32]>(&s2[0][0]));
+        const int t0 = key_begin + it * kKeys;
+        mask_scores<false>(s, t0, visible, min_visible, lane, warp);
+        mask_scores<false>(s2, t0 + kKeys, visible, min_visible, lane, warp);
+        const bool starts_a = starts_split(), starts_b = starts_split();
+        float m[2] = {starts_a ? -INFINITY : st.m[0], starts_a ? -INFINITY : st.m[1]};
+        float l[2] = {starts_a ? 0.f : st.l[0], starts_a ? 0.f : st.l[1]};
+        softmax_stats<0, 8>(m, l, s, p.scale_log2, a);
+        float m2[2] = {starts_b ? -INFINITY : m[0], starts_b ? -INFINITY : m[1]};
+        float l2[2] = {starts_b ? 0.f : l[0], starts_b ? 0.f : l[1]};
+        softmax_stats<0, 8>(m2, l2, s2, p.scale_log2, a2);
+        if (it + 2 < my_tiles) wait_full(it + 2);
+        sm90::wgmma_wait<0>();
+        sm90::fence_registers(acc_registers(st));
+        release(load_of(it - 1));
+        if (starts_a) {
+          finish_split(t0 / p.split_tokens - 1);
+          st.reset();
+        }
+        st.m[0] = m[0], st.m[1] = m[1], st.l[0] = l[0], st.l[1] = l[1];
+        rescale_acc<D, false>(st, a);
+        pack_p<kBf16, 0, 8>(s, pa2);
+        pack_p<kBf16, 0, 8>(s2, pa);
+        sm90::wgmma_fence();
+        pv_wgmma_issue<T, D, 0, 4>(st, pa2, tile_v(it));
+        sm90::wgmma_commit();
+        sm90::wgmma_wait<0>();
+        sm90::fence_registers(acc_registers(st));
+        release(load_of(it));
+        if (starts_b) {
+          finish_split((t0 + kKeys) / p.split_tokens - 1);
+          st.reset();
+        }
+        st.m[0] = m2[0], st.m[1] = m2[1], st.l[0] = l2[0], st.l[1] = l2[1];
+        rescale_acc<D, false>(st, a2);
+      }
+    }
+    // One tile a step (split_groups; whole_rows' last tile when a pair is not left): tile it's S
+    // beside tile it - 1's P V (tile it's stage was waited for in the previous step).
+    for (; it < my_tiles; ++it, ++issue) {
       sm90::fence_proxy_async_shared();
-      wait_turn(it);
+      wait_turn(issue);
       sm90::wgmma_fence();
       qk_wgmma_issue_rs<T, D>(s, qa, tile_k(it));
       sm90::wgmma_commit();
       pv_wgmma_issue<T, D, 0, 4>(st, pa, tile_v(it - 1));
       sm90::wgmma_commit();
-      pass_turn(it);
+      pass_turn(issue);
       sm90::wgmma_wait<1>();  // S is done; the P V may still run
       sm90::fence_registers(*reinterpret_cast<float(*)[32]>(&s[0][0]));
       const int t0 = key_begin + it * kKeys;
       mask_scores<false>(s, t0, visible, min_visible, lane, warp);
-      // A tile that starts a split starts from a fresh state; the finished one is folded below.
-      const bool starts_split = ++split_tile == tiles_per_split;
-      if (starts_split) split_tile = 0;
-      float m[2] = {starts_split ? -INFINITY : st.m[0], starts_split ? -INFINITY : st.m[1]};
-      float l[2] = {starts_split ? 0.f : st.l[0], starts_split ? 0.f : st.l[1]};
+      const bool starts = starts_split();
+      float m[2] = {starts ? -INFINITY : st.m[0], starts ? -INFINITY : st.m[1]};
+      float l[2] = {starts ? 0.f : st.l[0], starts ? 0.f : st.l[1]};
       softmax_stats<0, 8>(m, l, s, p.scale_log2, a);
       // The next tile's stage is waited for here, before the P V: besides hiding that wait, its
       // spin loop keeps ptxas from hoisting the wait for the P V above the statistics.
@@ -408,7 +497,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       sm90::wgmma_wait<0>();
       sm90::fence_registers(acc_registers(st));
       release(load_of(it - 1));
-      if (starts_split) {
+      if (starts) {
         finish_split(t0 / p.split_tokens - 1);
         st.reset();
       }
@@ -417,11 +506,11 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       pack_p<kBf16, 0, 8>(s, pa);
     }
     // The last tile's P V.
-    wait_turn(my_tiles);
+    wait_turn(issue);
     sm90::wgmma_fence();
     pv_wgmma_issue<T, D, 0, 4>(st, pa, tile_v(my_tiles - 1));
     sm90::wgmma_commit();
-    pass_turn(my_tiles);
+    pass_turn(issue);
     sm90::wgmma_wait<0>();
     sm90::fence_registers(acc_registers(st));
     release(load_of(my_tiles - 1));
