@@ -1,47 +1,47 @@
 // Paged attention on Hopper (sm_90a), warp-specialised: the whole_rows schedule of the wgmma kernel
 // (prefill) and the split_groups schedule (decode, and any batch whole_rows is not taken for).
 //
-// Design. A CTA is three warpgroups: warpgroup 0 produces, warpgroups 1 and 2 consume.
-// whole_rows: each consumer owns one 64-row query tile (paged_attention.cu's tile: 64 (query row,
-// head) pairs of one sequence and one KV head), the two tiles adjacent, so they read the same keys
-// (the first one's keys are a prefix of the second's under the causal mask), and the producer
-// streams the union of their keys. split_groups: both consumers own the same query tile, each a
-// group of splits_per_cta consecutive splits (consumer 1 the group after consumer 0's; where such
-// CTAs would fill under half the SMs, consumer 0 alone, in twice the CTAs: a CTA takes K/V in at
-// a bounded rate, attention_policy::split_group_consumers), and the
-// producer streams the two groups' tiles alternately, each consumer waiting only on its own; a
-// finished split is written for the merge kernel exactly as split_per_cta writes it (decode
-// streams KV faster this way than with split_per_cta's one warpgroup per CTA, which loads and
-// computes in turn: docs/perf/attention.md). The producer streams 64-key K and V tiles through the
-// stages (5 for whole_rows, 6 for split_groups), into the 128-byte-swizzled layout the wgmma
-// descriptors read. A tile whose keys all lie below kv_len is loaded by TMA for pages of 64 slots
-// or a multiple, and under KvLoads::tma also for pages of 8-32 dividing 64 (16-32 for D = 64;
-// attention_policy::tma_box_rows), which the plan asks for in one-wave decode grids only
-// (small_box_tma_pays): one thread issues a 3-D box per page run and 64-column block, through the
-// block table, and the stage's `full` mbarrier counts the bytes. Other tiles (the last one of a
-// sequence, or every tile for other page sizes) are copied by all 128 threads with
-// cp.async, 16 bytes at a time, whole 256-byte rows per warp instruction, keys past kv_len
-// zero-filled; each thread's completion arrives on `full`. The block table is read once per lane
-// and tile, a tile ahead; the threads take their keys' pool rows by shuffle (a producer iteration
-// is about 150-220 instructions a warp). A consumer keeps its Q tile in registers (wgmma A
-// fragments) and waits on `full`, computes the tile with the tile_math functions (wgmma S = Q K^T
-// with K alone from shared memory, the online-softmax step, wgmma O += P V), folds a finished
-// split into its merged state in shared memory (whole_rows; the last split straight into the
-// output) or writes it (split_groups), and releases the stage on its `empty` mbarrier (one
-// arrival per warp of each consumer that reads it); in whole_rows a consumer whose rows see fewer
-// keys keeps waiting and releasing without computing. What keeps prefill from the tensor cores'
-// rate is a consumer's chain of dependent instructions a tile (docs/perf/attention.md), not the
-// fold. Within a consumer the tiles are pipelined: tile i's S = Q K^T is issued with tile i - 1's
-// P V, and tile i's softmax statistics may run while that P V is on the tensor cores (the
-// accumulators are rescaled once it is done, so each tile's arithmetic and order are unchanged;
-// measured, the issue returns when the MMAs are nearly done). whole_rows steps through its tiles
-// in pairs: both S at once, both tiles' statistics side by side, then the first tile's P V alone
-// (1-3% faster than a tile a step at 1k-8k, with the fifth stage it needs to keep the next pair's
-// loads ahead). Across the two consumers, MMAs are
-// issued in turns (ping-pong, named barriers; CudaAttentionOptions::turns): one consumer's MMAs run
-// while the other computes its softmax statistics. split_groups lets the merge kernel launch at its
-// start where both grids fit on the SMs (PagedAttnLaunch::early_merge). The producer gives
-// registers back (setmaxnreg) so the consumers hold their accumulators without spilling.
+// Design. A CTA is three warpgroups: warpgroup 0 produces, warpgroups 1 and 2 consume. whole_rows:
+// each consumer owns one 64-row query tile (paged_attention.cu's tile: 64 (query row, head) pairs
+// of one sequence and one KV head), the two tiles adjacent, so they read the same keys (the first
+// one's keys are a prefix of the second's under the causal mask), and the producer streams the
+// union of their keys. split_groups: both consumers own the same query tile, each a group of
+// splits_per_cta consecutive splits (consumer 1 the group after consumer 0's; where such CTAs would
+// fill under half the SMs, consumer 0 alone, in twice the CTAs: a CTA takes K/V in at a bounded
+// rate, attention_policy::split_group_consumers), and the producer streams the two groups' tiles
+// alternately, each consumer waiting only on its own; a finished split is written for the merge
+// kernel exactly as split_per_cta writes it (decode streams KV faster this way than with
+// split_per_cta's one warpgroup per CTA, which loads and computes in turn: docs/perf/attention.md).
+// The producer streams 64-key K and V tiles through the stages (5 for whole_rows, 6 for
+// split_groups), into the 128-byte-swizzled layout the wgmma descriptors read. A tile whose keys
+// all lie below kv_len is loaded by TMA for pages of 64 slots or a multiple, and under KvLoads::tma
+// also for pages of 8-32 dividing 64 (16-32 for D = 64; attention_policy::tma_box_rows), which the
+// plan asks for in one-wave decode grids only (small_box_tma_pays): one thread issues a 3-D box per
+// page run and 64-column block, through the block table, and the stage's `full` mbarrier counts the
+// bytes. Other tiles (the last one of a sequence, or every tile for other page sizes) are copied by
+// all 128 threads with cp.async, 16 bytes at a time, whole 256-byte rows per warp instruction, keys
+// past kv_len zero-filled; each thread's completion arrives on `full`. The block table is read once
+// per lane and tile, a tile ahead; the threads take their keys' pool rows by shuffle (a producer
+// iteration is about 150-220 instructions a warp). A consumer keeps its Q tile in registers (wgmma
+// A fragments) and waits on `full`, computes the tile with the tile_math functions (wgmma S = Q K^T
+// with K alone from shared memory, the online-softmax step, wgmma O += P V), folds a finished split
+// into its merged state in shared memory (whole_rows; the last split straight into the output) or
+// writes it (split_groups), and releases the stage on its `empty` mbarrier (one arrival per warp of
+// each consumer that reads it); in whole_rows a consumer whose rows see fewer keys keeps waiting
+// and releasing without computing. What keeps prefill from the tensor cores' rate is a consumer's
+// chain of dependent instructions a tile (docs/perf/attention.md), not the fold. Within a consumer
+// the tiles are pipelined: tile i's S = Q K^T is issued with tile i - 1's P V, and tile i's softmax
+// statistics may run while that P V is on the tensor cores (the accumulators are rescaled once it
+// is done, so each tile's arithmetic and order are unchanged; measured, the issue returns when the
+// MMAs are nearly done). whole_rows steps through its tiles in pairs where both consumers have
+// tiles: both S at once, both tiles' statistics side by side, then the first tile's P V, which the
+// other consumer's turn overlaps (1-3% faster than a tile a step at 4k-8k, with the fifth stage it
+// needs to keep the next pair's loads ahead; a consumer alone steps a tile at a time). Across the
+// two consumers, MMAs are issued in turns (ping-pong, named barriers; CudaAttentionOptions::turns):
+// one consumer's MMAs run while the other computes its softmax statistics. split_groups lets the
+// merge kernel launch at its start where both grids fit on the SMs (PagedAttnLaunch::early_merge).
+// The producer gives registers back (setmaxnreg) so the consumers hold their accumulators without
+// spilling.
 //
 // Arithmetic. Every tile of a row goes through the same tile_math functions, in the same key
 // order, split boundaries and merge order, as in paged_attention.cu's wgmma kernel with either
@@ -320,9 +320,12 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   // its rows see as many keys or more; split_groups: its group is as long): every wait meets one
   // pass. The turns change when MMAs are issued, never what they compute (docs/perf/attention.md
   // has the measurement against free issue).
+  // whole_rows steps in pairs where both consumers have tiles (below); one consumer alone (a decode
+  // batch: the second query tile is empty) steps a tile at a time, as split_groups does.
+  const bool pair_steps = !kSplitGroups && tiles_of(1) > 0;
   auto issues_of = [&](int c) {
     const int t = tiles_of(c);
-    return t == 0 ? 0 : kSplitGroups ? t + 1 : t / 2 + 2;
+    return t == 0 ? 0 : pair_steps ? t / 2 + 2 : t + 1;
   };
   const int issues_0 = issues_of(0);
   const bool pingpong = p.pingpong && issues_0 > 0 && issues_of(1) >= issues_0;
@@ -413,7 +416,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       split_tile = 0;
       return true;
     };
-    if constexpr (!kSplitGroups) {
+    if (pair_steps) {
       // whole_rows: tiles in pairs (it, it + 1). Both S are issued with the previous tile's P V,
       // and both tiles' statistics run side by side while that P V is on the tensor cores (the
       // second tile's maximum joins the first's only at the running maximum, as in two steps one
