@@ -113,14 +113,19 @@ TEST(PagedAttentionCuda, SchedulesGiveTheSameBits) {
   using Kernel = attention::CudaAttentionOptions::Kernel;
   int compared = 0;
   int compared_groups = 0;
-  const auto result =
-      rc::check("split_per_cta (1 and 3 splits per CTA), whole_rows and split_groups agree bit for bit", [&] {
+  const auto result = rc::check(
+      "split_per_cta (1 and 3 splits per CTA), whole_rows and split_groups agree bit for bit, for splits of 1-4 tiles",
+      [&] {
         const Kernel kernel = *rc::gen::element(Kernel::automatic, Kernel::mma_sync);
         const CaseSpec c =
             *gen_attention_case("invariant", "repeat", Backend::cuda, *rc::gen::element(at::kBFloat16, at::kHalf));
         const auto b = attention_case::build(c, attention_case::sequences(c), 11, 5, false);
         const auto &t = b.args.tensors;
+        // Splits of 4 tiles (the default), 3 (whole_rows' tile pairs start at tile 1: a split then
+        // starts at a pair's first tile) and 1 (every tile starts one).
+        const int64_t split_tokens = *rc::gen::element(attention::kKvSplit, int64_t{192}, int64_t{64});
         attention::CudaAttentionOptions split, split3, whole;
+        split.split_tokens = split3.split_tokens = whole.split_tokens = split_tokens;
         split.kernel = split3.kernel = whole.kernel = kernel;
         split.schedule = split3.schedule = Schedule::split_per_cta;
         split.splits_per_cta = 1;
@@ -128,7 +133,8 @@ TEST(PagedAttentionCuda, SchedulesGiveTheSameBits) {
         whole.schedule = Schedule::whole_rows;
         const auto x = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha, split);
         const auto z = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha, split3);
-        RC_LOG() << c.describe() << (kernel == Kernel::mma_sync ? " (mma.sync)" : " (automatic kernel)") << "\n";
+        RC_LOG() << c.describe() << (kernel == Kernel::mma_sync ? " (mma.sync)" : " (automatic kernel)")
+                 << ", splits of " << split_tokens << "\n";
         RC_ASSERT(x.view(at::kShort).equal(z.view(at::kShort)));
         if (c.shape[2] <= 128) {  // whole_rows exists for D <= 128
           const auto y = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha, whole);
@@ -144,6 +150,7 @@ TEST(PagedAttentionCuda, SchedulesGiveTheSameBits) {
           for (int64_t spc : {1, 3, 4})
             for (Turns turns : {Turns::pingpong, Turns::free}) {
               attention::CudaAttentionOptions groups;
+              groups.split_tokens = split_tokens;
               groups.schedule = Schedule::split_groups;
               groups.splits_per_cta = spc;
               groups.turns = turns;
