@@ -28,20 +28,20 @@
 // into its merged state in shared memory (whole_rows; the last split straight into the output) or
 // writes it (split_groups), and releases the stage on its `empty` mbarrier (one arrival per warp of
 // each consumer that reads it); in whole_rows a consumer whose rows see fewer keys keeps waiting
-// and releasing without computing. What keeps prefill from the tensor cores' rate is a consumer's
-// chain of dependent instructions a tile (docs/perf/attention.md), not the fold. Within a consumer
-// the tiles are pipelined: tile i's S = Q K^T is issued with tile i - 1's P V, and tile i's softmax
-// statistics may run while that P V is on the tensor cores (the accumulators are rescaled once it
-// is done, so each tile's arithmetic and order are unchanged; measured, the issue returns when the
-// MMAs are nearly done). whole_rows steps through its tiles in pairs where both consumers have
-// tiles: both S at once, both tiles' statistics side by side, then the first tile's P V, which the
-// other consumer's turn overlaps (1-3% faster than a tile a step at 4k-8k, with the fifth stage it
-// needs to keep the next pair's loads ahead; a consumer alone steps a tile at a time). Across the
-// two consumers, MMAs are issued in turns (ping-pong, named barriers; CudaAttentionOptions::turns):
-// one consumer's MMAs run while the other computes its softmax statistics. split_groups lets the
-// merge kernel launch at its start where both grids fit on the SMs (PagedAttnLaunch::early_merge).
-// The producer gives registers back (setmaxnreg) so the consumers hold their accumulators without
-// spilling.
+// and releasing without computing. What keeps prefill from the tensor cores' rate is not the fold,
+// and not the consumers' instruction count alone (docs/perf/attention.md has the profile and the
+// count). Within a consumer the tiles are pipelined: tile i's S = Q K^T is issued with tile i - 1's
+// P V, and tile i's softmax statistics may run while that P V is on the tensor cores (the
+// accumulators are rescaled once it is done, so each tile's arithmetic and order are unchanged;
+// measured, the issue returns when the MMAs are nearly done). whole_rows steps through its tiles in
+// pairs where both consumers have tiles: both S at once, both tiles' statistics side by side, then
+// the first tile's P V, which the other consumer's turn overlaps (a few percent faster than a tile
+// a step at 4k-8k, with the fifth stage it needs to keep the next pair's loads ahead; a consumer
+// alone steps a tile at a time). Across the two consumers, MMAs are issued in turns (ping-pong,
+// named barriers; CudaAttentionOptions::turns): one consumer's MMAs run while the other computes
+// its softmax statistics. split_groups lets the merge kernel launch at its start where both grids
+// fit on the SMs (PagedAttnLaunch::early_merge). The producer gives registers back (setmaxnreg) so
+// the consumers hold their accumulators without spilling.
 //
 // Arithmetic. Every tile of a row goes through the same tile_math functions, in the same key
 // order, split boundaries and merge order, as in paged_attention.cu's wgmma kernel with either
