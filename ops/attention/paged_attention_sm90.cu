@@ -475,8 +475,8 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         rescale_acc<D, false>(st, a2);
       }
     }
-    // One tile a step (split_groups; whole_rows' last tile when a pair is not left): tile it's S
-    // beside tile it - 1's P V (tile it's stage was waited for in the previous step).
+    // One tile a step (split_groups; whole_rows with one consumer, or its last tile when a pair is
+    // not left): tile it's S beside tile it - 1's P V (its stage was waited for in the step before).
     for (; it < my_tiles; ++it, ++issue) {
       sm90::fence_proxy_async_shared();
       wait_turn(issue);
