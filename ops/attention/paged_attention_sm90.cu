@@ -416,6 +416,26 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       split_tile = 0;
       return true;
     };
+    // A tile's statistics start from (m0, l0), the state before it, or from a fresh state where it
+    // starts a split.
+    auto start_state = [](bool fresh, const float(&m0)[2], const float(&l0)[2], float(&m)[2], float(&l)[2]) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) m[i] = fresh ? -INFINITY : m0[i], l[i] = fresh ? 0.f : l0[i];
+    };
+    // Once the P V before the tile at key t0 is issued: waits for it, releases its stage (`load`),
+    // folds or writes the split it finished where the tile starts one, and takes the tile's
+    // statistics (m, l) as the state, the accumulators rescaled by its factors f.
+    auto after_pv = [&](int load, bool starts, int t0, const float(&m)[2], const float(&l)[2], const float(&f)[2]) {
+      sm90::wgmma_wait<0>();
+      sm90::fence_registers(acc_registers(st));
+      release(load);
+      if (starts) {
+        finish_split(t0 / p.split_tokens - 1);
+        st.reset();
+      }
+      st.m[0] = m[0], st.m[1] = m[1], st.l[0] = l[0], st.l[1] = l[1];
+      rescale_acc<D, false>(st, f);
+    };
     if (pair_steps) {
       // whole_rows: tiles in pairs (it, it + 1). Both S are issued with the previous tile's P V,
       // and both tiles' statistics run side by side while that P V is on the tensor cores (the
@@ -443,36 +463,19 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         mask_scores<false>(s, t0, visible, min_visible, lane, warp);
         mask_scores<false>(s2, t0 + kKeys, visible, min_visible, lane, warp);
         const bool starts_a = starts_split(), starts_b = starts_split();
-        float m[2] = {starts_a ? -INFINITY : st.m[0], starts_a ? -INFINITY : st.m[1]};
-        float l[2] = {starts_a ? 0.f : st.l[0], starts_a ? 0.f : st.l[1]};
+        float m[2], l[2], m2[2], l2[2];
+        start_state(starts_a, st.m, st.l, m, l);
         softmax_stats<0, 8>(m, l, s, p.scale_log2, a);
-        float m2[2] = {starts_b ? -INFINITY : m[0], starts_b ? -INFINITY : m[1]};
-        float l2[2] = {starts_b ? 0.f : l[0], starts_b ? 0.f : l[1]};
+        start_state(starts_b, m, l, m2, l2);
         softmax_stats<0, 8>(m2, l2, s2, p.scale_log2, a2);
         if (it + 2 < my_tiles) wait_full(it + 2);
-        sm90::wgmma_wait<0>();
-        sm90::fence_registers(acc_registers(st));
-        release(load_of(it - 1));
-        if (starts_a) {
-          finish_split(t0 / p.split_tokens - 1);
-          st.reset();
-        }
-        st.m[0] = m[0], st.m[1] = m[1], st.l[0] = l[0], st.l[1] = l[1];
-        rescale_acc<D, false>(st, a);
+        after_pv(load_of(it - 1), starts_a, t0, m, l, a);
         pack_p<kBf16, 0, 8>(s, pa2);
         pack_p<kBf16, 0, 8>(s2, pa);
         sm90::wgmma_fence();
         pv_wgmma_issue<T, D, 0, 4>(st, pa2, tile_v(it));
         sm90::wgmma_commit();
-        sm90::wgmma_wait<0>();
-        sm90::fence_registers(acc_registers(st));
-        release(load_of(it));
-        if (starts_b) {
-          finish_split((t0 + kKeys) / p.split_tokens - 1);
-          st.reset();
-        }
-        st.m[0] = m2[0], st.m[1] = m2[1], st.l[0] = l2[0], st.l[1] = l2[1];
-        rescale_acc<D, false>(st, a2);
+        after_pv(load_of(it), starts_b, t0 + kKeys, m2, l2, a2);
       }
     }
     // One tile a step (split_groups; whole_rows with one consumer, or its last tile when a pair is
@@ -491,21 +494,13 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       const int t0 = key_begin + it * kKeys;
       mask_scores<false>(s, t0, visible, min_visible, lane, warp);
       const bool starts = starts_split();
-      float m[2] = {starts ? -INFINITY : st.m[0], starts ? -INFINITY : st.m[1]};
-      float l[2] = {starts ? 0.f : st.l[0], starts ? 0.f : st.l[1]};
+      float m[2], l[2];
+      start_state(starts, st.m, st.l, m, l);
       softmax_stats<0, 8>(m, l, s, p.scale_log2, a);
       // The next tile's stage is waited for here, before the P V: besides hiding that wait, its
       // spin loop keeps ptxas from hoisting the wait for the P V above the statistics.
       if (it + 1 < my_tiles) wait_full(it + 1);
-      sm90::wgmma_wait<0>();
-      sm90::fence_registers(acc_registers(st));
-      release(load_of(it - 1));
-      if (starts) {
-        finish_split(t0 / p.split_tokens - 1);
-        st.reset();
-      }
-      st.m[0] = m[0], st.m[1] = m[1], st.l[0] = l[0], st.l[1] = l[1];
-      rescale_acc<D, false>(st, a);
+      after_pv(load_of(it - 1), starts, t0, m, l, a);
       pack_p<kBf16, 0, 8>(s, pa);
     }
     // The last tile's P V.
