@@ -53,20 +53,39 @@ def main():
     ap.add_argument("--dtypes", default="bfloat16,float16")
     ap.add_argument("--detfuzz-lib", default=os.path.join(ROOT, "build", "ops", "torch", "libdetfuzz_torch.so"))
     o = ap.parse_args()
+
+    def fail(message):  # bad input or a missing piece: one line, exit 2, nothing written
+        print(f"bench_fa4: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+    out_dir = os.path.dirname(os.path.abspath(o.out_csv))
+    if not os.access(out_dir, os.W_OK):
+        fail(f"{out_dir}: not a writable folder")
+    try:
+        lengths = [int(x) for x in o.lengths.split(",")]
+        dtypes = [getattr(torch, x) for x in o.dtypes.split(",") if x in ("bfloat16", "float16")]
+    except ValueError:
+        fail(f"--lengths {o.lengths}: not a list of integers")
+    if len(dtypes) != len(o.dtypes.split(",")):
+        fail(f"--dtypes {o.dtypes}: only bfloat16 and float16")
+    if any(n <= 0 or n % PAGE for n in lengths):
+        fail(f"--lengths {o.lengths}: each must be a positive multiple of {PAGE}")
+    if not torch.cuda.is_available():
+        fail("needs a CUDA GPU: none found")
     try:
         from flash_attn.cute import flash_attn_func, flash_attn_varlen_func
     except Exception as e:  # noqa: BLE001 - any import failure means the column cannot be run
-        sys.exit(f"bench_fa4: error: flash_attn.cute does not import: {e}")
+        fail(f"flash_attn.cute does not import: {e}")
     if not os.path.isfile(o.detfuzz_lib):
-        sys.exit(f"bench_fa4: error: {o.detfuzz_lib}: no such file (build detfuzz first)")
+        fail(f"{o.detfuzz_lib}: no such file (build detfuzz first)")
     torch.ops.load_library(o.detfuzz_lib)
     hq, hkv, d = 32, 8, 128
     gen = torch.Generator(device="cuda").manual_seed(20261127)
     device = torch.cuda.get_device_name()
     rows = []
-    for dtype_name in o.dtypes.split(","):
-        dtype = getattr(torch, dtype_name)
-        for length in (int(x) for x in o.lengths.split(",")):
+    for dtype in dtypes:
+        dtype_name = str(dtype).removeprefix("torch.")
+        for length in lengths:
             q = torch.randn(1, length, hq, d, device="cuda", dtype=dtype, generator=gen)
             k = torch.randn(1, length, hkv, d, device="cuda", dtype=dtype, generator=gen)
             v = torch.randn(1, length, hkv, d, device="cuda", dtype=dtype, generator=gen)

@@ -39,6 +39,23 @@ DETFUZZ_GATE_OUT="$work/gate2" "$root/ci/gate" --impl torch --budget 2s --op mm 
   --no-corpus --quiet --out "$work/gate2-fuzz" >"$work/log" 2>&1 && ok || { bad "ci/gate with the user's --impl and --out"; tail -n 5 "$work/log"; }
 summary "$work/gate2-fuzz" 's["selection"]["impls"] == ["torch"]' && ok || bad "ci/gate: the user's --impl was not used"
 
+# FlashAttention-4's scripts refuse bad input with one line and exit 2, writing nothing.
+"$root/ci/fa4-wheels" >"$work/log" 2>&1; [ $? -eq 2 ] && [ "$(wc -l <"$work/log")" -eq 1 ] && ok || bad "ci/fa4-wheels without a step"
+(cd "$work" && mkdir -p fa4 && cp -r "$root/ci" fa4/ && fa4/ci/fa4-wheels install) >"$work/log" 2>&1
+[ $? -eq 2 ] && grep -q "missing .fa4/part-a" "$work/log" && ok || { bad "ci/fa4-wheels install without the parts"; cat "$work/log"; }
+py=$root/.deps/venv/bin/python  # the environment ci/setup makes, with torch
+[ -x "$py" ] || py=python3
+if "$py" -c "import torch" 2>/dev/null; then
+  for args in "$work/none/x.csv" "$work/x.csv --lengths 100" "$work/x.csv --dtypes float32"; do
+    # shellcheck disable=SC2086  (args is a list of words)
+    "$py" "$root/ci/bench_fa4.py" $args >"$work/log" 2>&1; got=$?
+    [ $got -eq 2 ] && grep -q "^bench_fa4: error: " "$work/log" && [ ! -e "$work/x.csv" ] && ok \
+      || { bad "ci/bench_fa4.py $args: exit $got"; tail -n 3 "$work/log"; }
+  done
+else
+  echo "ci/bench_fa4.py's checks skipped: no python with torch here"
+fi
+
 # The helper itself.
 (
   source "$root/ci/flags.sh"
