@@ -4,11 +4,12 @@
 # fetched from thinking-machines-lab/batch_invariant_ops, never committed), liger-kernel's Triton
 # ops (its wheel carried in .whl/), what torch.compile generates, and FlashInfer's paged attention
 # (.whl/flashinfer-site-*.tar.xz, made by ci/fetch-python-kernels) on the attention properties through
-# third_party/flashinfer_ops.py, with its defaults and its two invariance settings. Each campaign's table
+# third_party/flashinfer_ops.py, with its defaults and its two invariance settings, and FlashAttention-4's
+# paged forward (.fa4/site, made by ci/fa4-wheels) through third_party/fa4_ops.py. Each campaign's table
 # (third_party/table.py) is printed and saved as OUT_DIR/<name>.md. These are observed: a failing
 # property is a finding, not a failure of this script, which exits 2 only where a campaign could
 # not run (exit 2: bad input, or a module that does not import).
-#   tests/python/test_third_party.sh OUT_DIR [seed|liger|inductor|flashinfer ...]
+#   tests/python/test_third_party.sh OUT_DIR [seed|liger|inductor|flashinfer|fa4 ...]
 #   (DETFUZZ_PYTHON: the interpreter, default python3; DETFUZZ_PYTHON_PACKAGE: the folder holding
 #   the detfuzz package, default build/python; DETFUZZ_GPU_BUDGET: each campaign's budget, default 60s;
 #   DETFUZZ_WORKERS: run each campaign with that many fork-mode workers on the one GPU, so that
@@ -84,7 +85,13 @@ for w in "${which[@]}"; do
         "$py" $tp/table.py --records "${fi_runs[@]}"
       fi
       echo "backends plan() resolved:"; sort -u "$FLASHINFER_BACKEND_LOG" 2>/dev/null ;;
-    *) echo "unknown campaign '$w' (seed, liger, inductor, flashinfer)"; exit 2 ;;
+    fa4)
+      if ! "$py" -c 'import flash_attn.cute' 2>/dev/null; then
+        [ -d .fa4/site ] || { echo "== fa4: flash_attn.cute is not installed and there is no .fa4/site (ci/fa4-wheels), skipped"; continue; }
+        export PYTHONPATH="$root/.fa4/site:$root/.fa4/site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH"
+      fi
+      campaign fa4 --import $tp/fa4_ops.py --op paged_attention --dtype bfloat16 --impl detfuzz_fa4::paged_attention ;;
+    *) echo "unknown campaign '$w' (seed, liger, inductor, flashinfer, fa4)"; exit 2 ;;
   esac
 done
 exit $status
