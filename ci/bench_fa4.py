@@ -9,7 +9,7 @@ Each is captured in a CUDA graph and replayed (detfuzz's plan made once, outside
 median of many replays timed alone with CUDA events, in one process.
 
 FlashAttention-4 is installed at run time, never committed (its CuTe DSL runtime is a 92 MB
-wheel: ci/gpu-check takes it from .fa4a/ and .fa4b/ where a caller has carried it).
+wheel): ci/fa4-wheels puts it in .fa4/site, and ci/gpu-check attention runs this script from there.
     python3 ci/bench_fa4.py OUT.csv [--lengths 1024,2048,4096,8192] [--dtypes bfloat16,float16]
         [--detfuzz-lib build/ops/torch/libdetfuzz_torch.so]
 """
@@ -128,14 +128,16 @@ def main():
                         t[name].append(graph_us(fn))
                 fa4_us, paged_us, cudnn_us, ours_us = (statistics.median(t[n]) for n, _ in impls)
             flops = 4.0 * hq * d * length * (length + 1) / 2
-            rows.append((dtype_name, length, ours_us, fa4_us, paged_us, cudnn_us, flops / ours_us * 1e-6,
-                         flops / fa4_us * 1e-6, flops / paged_us * 1e-6, flops / cudnn_us * 1e-6, cudnn_us / ours_us,
-                         fa4_us / ours_us, paged_us / ours_us, cudnn_us / fa4_us, diff))
-            print(f"{device} {dtype_name} prefill {length}: detfuzz {ours_us:.1f} us ({rows[-1][6]:.0f} TFLOP/s), "
-                  f"FA4 {fa4_us:.1f} us ({rows[-1][7]:.0f}), FA4 on the pages {paged_us:.1f} us ({rows[-1][8]:.0f}), "
-                  f"cuDNN {cudnn_us:.1f} us ({rows[-1][9]:.0f}): detfuzz at {rows[-1][10]:.2f}x cuDNN, "
-                  f"{rows[-1][11]:.2f}x FA4, {rows[-1][12]:.2f}x FA4 on the pages; FA4 at {rows[-1][13]:.2f}x cuDNN "
-                  f"(max difference from cuDNN {diff:.2e})", flush=True)
+            tf = {name: flops / us * 1e-6 for name, us in
+                  (("ours", ours_us), ("fa4", fa4_us), ("paged", paged_us), ("cudnn", cudnn_us))}
+            rows.append((dtype_name, length, ours_us, fa4_us, paged_us, cudnn_us, tf["ours"], tf["fa4"], tf["paged"],
+                         tf["cudnn"], cudnn_us / ours_us, fa4_us / ours_us, paged_us / ours_us, cudnn_us / fa4_us,
+                         diff))
+            print(f"{device} {dtype_name} prefill {length}: detfuzz {ours_us:.1f} us ({tf['ours']:.0f} TFLOP/s), "
+                  f"FA4 {fa4_us:.1f} us ({tf['fa4']:.0f}), FA4 on the pages {paged_us:.1f} us ({tf['paged']:.0f}), "
+                  f"cuDNN {cudnn_us:.1f} us ({tf['cudnn']:.0f}): detfuzz at {cudnn_us / ours_us:.2f}x cuDNN, "
+                  f"{fa4_us / ours_us:.2f}x FA4, {paged_us / ours_us:.2f}x FA4 on the pages; "
+                  f"FA4 at {cudnn_us / fa4_us:.2f}x cuDNN (max difference from cuDNN {diff:.2e})", flush=True)
     with open(o.out_csv, "w") as f:
         f.write("device,dtype,length,detfuzz_us,fa4_us,fa4_paged_us,cudnn_us,detfuzz_tflops,fa4_tflops,"
                 "fa4_paged_tflops,cudnn_tflops,detfuzz_vs_cudnn,detfuzz_vs_fa4,detfuzz_vs_fa4_paged,fa4_vs_cudnn,"
