@@ -65,6 +65,28 @@ check "exe replay --import" 1 "$bin" replay "$work/exe-splitk/failures.csv" --im
 grep -q "^| splitk_mm | .*\*\*fails\*\* .*: fail, " "$work/table.md" && grep -q "^| rowwise_mm | held | held " "$work/table.md" \
   && ok || { bad "third_party/table.py"; cat "$work/table.md"; }
 
+# quack's adapter and spec agree (every op's schema, sizes and batch dims), checked on the CPU against
+# a stand-in quack package of torch functions with quack's call signatures (the real one is CUDA only).
+mkdir -p "$work/standin/quack"
+: >"$work/standin/quack/__init__.py"
+cat >"$work/standin/quack/rmsnorm.py" <<'PY'
+import torch
+def rmsnorm(x, weight, residual=None, eps=1e-6, prenorm=False):
+    s = x if residual is None else x + residual
+    out = torch.nn.functional.rms_norm(s, (x.shape[-1],), weight, eps)
+    return (out, s) if prenorm else out
+def layernorm_fwd(x, weight, bias=None, eps=1e-6):
+    return torch.nn.functional.layer_norm(x.float(), (x.shape[-1],), weight, bias, eps).to(x.dtype)
+PY
+printf 'import torch\ndef softmax(x): return torch.softmax(x, dim=-1)\n' >"$work/standin/quack/softmax.py"
+printf 'import torch\ndef cross_entropy(x, target, reduction="mean"):\n    return torch.nn.functional.cross_entropy(x.float(), target, reduction=reduction)\n' \
+  >"$work/standin/quack/cross_entropy.py"
+printf 'def gemm(A, B, tuned=True): return A @ B\n' >"$work/standin/quack/gemm_interface.py"
+quack_ops=$(grep -E "^op " "$here/third_party/quack_ops.spec" | awk '{print $2}' | grep -v _wide | paste -sd,)
+check "quack adapter and spec" 0 env PYTHONPATH="$work/standin:$PYTHONPATH" "$python" -m detfuzz fuzz \
+  --import "$here/third_party/quack_ops.py" --spec "$here/third_party/quack_ops.spec" --backend cpu --no-corpus \
+  --op "$quack_ops" --budget 3s --seed 8 --out "$work/quack-standin"
+
 # python -m detfuzz: the same, and the module given as a file path.
 check "python -m splitk" 1 "$python" -m detfuzz fuzz --import "$here/planted_ops.py" "${common[@]}" --op detfuzz_py_test::splitk_mm --budget 60s --seed 7 --stop-on-failure --out "$work/py-splitk"
 [ "$(minimal_rows "$work/py-splitk")" = 17 ] && ok || bad "python -m splitk: shrunk record is not 17 rows: $(minimal_rows "$work/py-splitk")"

@@ -5,11 +5,13 @@
 # ops (its wheel carried in .whl/), what torch.compile generates, and FlashInfer's paged attention
 # (.whl/flashinfer-site-*.tar.xz, made by ci/fetch-python-kernels) on the attention properties through
 # third_party/flashinfer_ops.py, with its defaults and its two invariance settings, and FlashAttention-4's
-# paged forward (.fa4/site, made by ci/fa4-wheels) through third_party/fa4_ops.py. Each campaign's table
+# paged forward (.fa4/site, made by ci/fa4-wheels) through third_party/fa4_ops.py, and quack's CuTe DSL
+# norms, softmax, cross entropy and GEMM (installed with FlashAttention-4) through
+# third_party/quack_ops.py. Each campaign's table
 # (third_party/table.py) is printed and saved as OUT_DIR/<name>.md. These are observed: a failing
 # property is a finding, not a failure of this script, which exits 2 only where a campaign could
 # not run (exit 2: bad input, or a module that does not import).
-#   tests/python/test_third_party.sh OUT_DIR [seed|liger|inductor|flashinfer|fa4 ...]
+#   tests/python/test_third_party.sh OUT_DIR [seed|liger|inductor|flashinfer|fa4|quack ...]
 #   (DETFUZZ_PYTHON: the interpreter, default python3; DETFUZZ_PYTHON_PACKAGE: the folder holding
 #   the detfuzz package, default build/python; DETFUZZ_GPU_BUDGET: each campaign's budget, default 60s;
 #   DETFUZZ_WORKERS: run each campaign with that many fork-mode workers on the one GPU, so that
@@ -91,7 +93,15 @@ for w in "${which[@]}"; do
         export PYTHONPATH="$root/.fa4/site:$root/.fa4/site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH"
       fi
       campaign fa4 --import $tp/fa4_ops.py --op paged_attention --dtype bfloat16 --impl detfuzz_fa4::paged_attention ;;
-    *) echo "unknown campaign '$w' (seed, liger, inductor, flashinfer, fa4)"; exit 2 ;;
+    quack)
+      if ! "$py" -c 'import quack.rmsnorm' 2>/dev/null; then
+        [ -d .fa4/site ] || { echo "== quack: quack is not installed and there is no .fa4/site (ci/fa4-wheels), skipped"; continue; }
+        export PYTHONPATH="$root/.fa4/site:$root/.fa4/site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH"
+      fi
+      echo "== quack: one case of each op"; "$py" $tp/quack_ops.py 2>&1 | tail -12
+      ops=$(grep -E "^op " $tp/quack_ops.spec | awk '{print $2}' | paste -sd,)
+      campaign quack --import $tp/quack_ops.py --spec $tp/quack_ops.spec --op "$ops" ;;
+    *) echo "unknown campaign '$w' (seed, liger, inductor, flashinfer, fa4, quack)"; exit 2 ;;
   esac
 done
 exit $status
