@@ -26,6 +26,15 @@ struct MoeTiles {
   int64_t count = 0;
 };
 
+// The grouping on the device, so that no host round trip stands between the routing and the
+// GEMMs (a CUDA graph can hold the whole layer): from ids [pairs] (each in [0, experts)), order
+// [pairs] (stable: in p order within an expert) and tiles [3 * moe_max_tiles(...)]: the tiles of at
+// most tile_rows pairs, expert by expert, then empty tiles (count 0) up to the bound, which the
+// GEMMs skip. The tile list is the host's, so the GEMMs' work and bits are too.
+int64_t moe_max_tiles(int64_t pairs, int64_t experts, int64_t tile_rows);
+void launch_moe_group(const int32_t *ids, int64_t pairs, int64_t experts, int64_t tile_rows, int32_t *order,
+                      int32_t *tiles, cudaStream_t stream);
+
 // One grouped GEMM over all experts. Row p of A is x[p / k] (gate_up) or act[p] (down); the
 // weights w [E, rows, cols] of `w_dtype`, or float8 e4m3fn bytes with float32 128 x 128 block
 // scales [E, ceil(rows/128), ceil(cols/128)] when w_scale is given; K = cols.

@@ -91,6 +91,7 @@ __global__ void __launch_bounds__(moe_sm90::kThreads<CONSUMERS>, 1)
       int it = 0;
       for (int64_t tile = blockIdx.x; tile < args.tiles; tile += gridDim.x) {
         const moe_sm90::Tile tl = moe_sm90::tile_at<GATE_UP, COLS>(p, tile);
+        if (tl.count == 0) continue;  // a tile that pads the list (producer and consumers alike)
         const int e = tl.expert, first = tl.first, w0 = tl.w0, w1 = tl.w1;
         for (int kb = 0; kb < args.kblocks; ++kb, ++it) {
           const int s = it % STAGES;
@@ -113,6 +114,7 @@ __global__ void __launch_bounds__(moe_sm90::kThreads<CONSUMERS>, 1)
   int it = 0;
   for (int64_t tile = blockIdx.x; tile < args.tiles; tile += gridDim.x) {
     const moe_sm90::Tile tl = moe_sm90::tile_at<GATE_UP, COLS>(p, tile);
+    if (tl.count == 0) continue;  // a tile that pads the list (producer and consumers alike)
     const int count = tl.count;
     const int64_t first = tl.first, c0 = tl.c0;
     int prev = -1;

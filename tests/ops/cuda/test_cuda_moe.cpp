@@ -6,17 +6,23 @@
 // and dtype, the one-line errors; the planted CUDA mutants' triggers; and the libtorch pipelines
 // (torch-scaled-mm, torch-grouped, torch) on exactly computable data.
 #include "ops/cpu/moe.h"
+#include "ops/cuda/fused_moe.cuh"
 #include "ops/cuda/gemm.cuh"
 #include "ops/cuda/moe_ops.h"
 #include "ops/registry.h"
 #include "properties/accuracy.h"
 #include "tests/ops/cpu/test_support.h"
 
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
+#include <algorithm>
 #include <array>
 #include <iostream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -398,6 +404,70 @@ TEST(CudaFusedMoe, HopperGroupedGemmsAccurateAndInvariant) {
       crowd.tensors[0] = all.tensors[0].roll(1, 0);  // token 5 at row 6, beside 599 routed to its experts
       EXPECT_TRUE(bitwise_equal(whole.narrow(0, 5, 1), impl.run(crowd).cpu().narrow(0, 6, 1)))
           << op << " " << dtype << " token 5 among 599 tokens routed to its experts";
+    }
+}
+
+// The grouping on the device (launch_moe_group) against the grouping written out on the host:
+// pairs in p order within each expert, tiles of at most tile_rows pairs expert by expert, then
+// empty tiles up to moe_max_tiles. Routings with idle experts, one expert taking every pair, and
+// more pairs than a warp or a block.
+TEST(CudaFusedMoe, DeviceGroupingIsTheHostGrouping) {
+  REQUIRE_GPU();
+  for (auto [pairs, experts, tile_rows, skew] : std::vector<std::array<int64_t, 4>>{
+           {1, 8, 32, 0}, {31, 8, 32, 0}, {33, 64, 32, 1}, {1000, 8, 32, 0}, {5000, 256, 64, 1}, {4096, 16, 128, 0}}) {
+    const at::Tensor host_ids =
+        (skew ? at::full({pairs}, experts - 1, at::kInt) : at::randint(experts, {pairs}, at::kInt)).contiguous();
+    if (skew && pairs > 2) host_ids.narrow(0, 0, pairs / 3).fill_(2);  // two busy experts, the rest idle
+    const at::Tensor ids = host_ids.cuda();
+    const int64_t max_tiles = cuda_kernels::moe_max_tiles(pairs, experts, tile_rows);
+    at::Tensor order = at::full({pairs}, -7, ids.options());
+    at::Tensor tiles = at::full({3 * max_tiles}, -7, ids.options());
+    cuda_kernels::launch_moe_group(ids.const_data_ptr<int32_t>(), pairs, experts, tile_rows, order.data_ptr<int32_t>(),
+                                   tiles.data_ptr<int32_t>(), at::cuda::getCurrentCUDAStream().stream());
+    std::vector<int32_t> want_order, want_tiles;
+    const int32_t *id = host_ids.const_data_ptr<int32_t>();
+    for (int32_t e = 0; e < experts; ++e) {
+      const int32_t start = static_cast<int32_t>(want_order.size());
+      for (int32_t p = 0; p < pairs; ++p)
+        if (id[p] == e) want_order.push_back(p);
+      for (int32_t first = start; first < static_cast<int32_t>(want_order.size()); first += tile_rows)
+        want_tiles.insert(
+            want_tiles.end(),
+            {e, first, std::min(static_cast<int32_t>(tile_rows), static_cast<int32_t>(want_order.size()) - first)});
+    }
+    ASSERT_LE(static_cast<int64_t>(want_tiles.size()), 3 * max_tiles) << pairs << " pairs: the bound is too small";
+    want_tiles.resize(static_cast<size_t>(3 * max_tiles), 0);
+    const at::Tensor got_order = order.cpu(), got_tiles = tiles.cpu();
+    EXPECT_TRUE(std::equal(want_order.begin(), want_order.end(), got_order.const_data_ptr<int32_t>()))
+        << pairs << " pairs over " << experts << " experts: the order";
+    EXPECT_TRUE(std::equal(want_tiles.begin(), want_tiles.end(), got_tiles.const_data_ptr<int32_t>()))
+        << pairs << " pairs over " << experts << " experts, tiles of " << tile_rows << ": the tiles";
+  }
+}
+
+// No host round trip is left in the layer: captured in a CUDA graph (after a warm-up run), its
+// replay writes the eager run's bits into the graph's output, which is poisoned first. float32 x
+// runs the CUDA-core kernels, bf16 x the Hopper ones on an sm_90 GPU.
+TEST(CudaFusedMoe, ReplaysFromACudaGraphWithTheEagerBits) {
+  REQUIRE_GPU();
+  for (bool fp8 : {false, true})
+    for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+      const ImplInfo &impl = cuda_impl("invariant", fp8 ? "fused_moe_fp8" : "fused_moe");
+      const OpArgs args = on_gpu(moe_args(dtype, fp8, 70, 256, 8, 128, 2, 31));
+      const at::Tensor eager = impl.run(args).cpu();
+      at::cuda::CUDAGraph graph;
+      at::Tensor replayed;
+      {
+        const at::cuda::CUDAStreamGuard side(at::cuda::getStreamFromPool());
+        impl.run(args);  // first-call setup (kernel attributes, tensor maps) outside the capture
+        graph.capture_begin();
+        replayed = impl.run(args);
+        graph.capture_end();
+      }
+      replayed.fill_(std::numeric_limits<float>::quiet_NaN());
+      graph.replay();
+      torch::cuda::synchronize();
+      EXPECT_TRUE(bitwise_equal(eager, replayed.cpu())) << (fp8 ? "fp8 " : "") << dtype << ": replay against eager";
     }
 }
 
