@@ -86,8 +86,8 @@ std::pair<at::Tensor, at::Tensor> route(const at::Tensor &logits, int64_t top_k)
 // graphs) on the device, the tile list padded with empty tiles to ck::moe_max_tiles: no host round
 // trip, so a graph can hold the layer, and such layers ran 1.07-1.56x faster than with the host's
 // grouping (H100, docs/moe.md). Larger batches on the host: there the device grouping ran 0.92-1.15x
-// (one warp places every pair, and the padded list leaves some of the Hopper GEMMs' CTAs idle). The
-// same tiles either way, so the GEMMs' bits too.
+// (one warp places every pair, and the GEMMs walk the padding too). The same tiles either way, so
+// the GEMMs' bits too.
 constexpr int64_t kDeviceGroupMaxPairs = 512, kDeviceGroupMaxExperts = 4000;
 std::pair<at::Tensor, at::Tensor> expert_tiles(const at::Tensor &ids, int64_t experts, int64_t tile_rows) {
   const int64_t pairs = ids.numel();
