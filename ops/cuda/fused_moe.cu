@@ -295,11 +295,10 @@ int64_t moe_max_tiles(int64_t pairs, int64_t experts, int64_t tile_rows) {
 void launch_moe_group(const int32_t *ids, int64_t pairs, int64_t experts, int64_t tile_rows, int32_t *order,
                       int32_t *tiles, cudaStream_t stream) {
   if (pairs == 0) return;
-  if (experts < 1 || experts > 4000 || tile_rows < 1 || pairs > INT32_MAX)
-    throw std::invalid_argument(
-        "moe group: " + std::to_string(experts) + " experts, " + std::to_string(pairs) + " pairs and tiles of " +
-        std::to_string(tile_rows) +
-        " (takes 1-4000 experts, its counts in 48 KB of shared memory, and fewer than 2^31 pairs)");
+  if (experts < 1 || experts > kMoeGroupMaxExperts || tile_rows < 1 || pairs > INT32_MAX)
+    throw std::invalid_argument("moe group: " + std::to_string(experts) + " experts, " + std::to_string(pairs) +
+                                " pairs and tiles of " + std::to_string(tile_rows) + " (takes 1-" +
+                                std::to_string(kMoeGroupMaxExperts) + " experts and fewer than 2^31 pairs)");
   const size_t smem = 3 * static_cast<size_t>(experts) * sizeof(int32_t);
   moe_group_kernel<<<1, kGroupThreads, smem, stream>>>(ids, pairs, static_cast<int>(experts),
                                                        static_cast<int>(tile_rows),

@@ -31,6 +31,8 @@ struct MoeTiles {
 // [pairs] (stable: in p order within an expert) and tiles [3 * moe_max_tiles(...)]: the tiles of at
 // most tile_rows pairs, expert by expert, then empty tiles (count 0) up to the bound, which the
 // GEMMs skip. The tile list is the host's, so the GEMMs' work and bits are too.
+// Its per-expert counts live in 48 KB of shared memory: at most kMoeGroupMaxExperts experts.
+constexpr int64_t kMoeGroupMaxExperts = 4000;
 int64_t moe_max_tiles(int64_t pairs, int64_t experts, int64_t tile_rows);
 void launch_moe_group(const int32_t *ids, int64_t pairs, int64_t experts, int64_t tile_rows, int32_t *order,
                       int32_t *tiles, cudaStream_t stream);

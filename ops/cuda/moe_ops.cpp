@@ -88,10 +88,10 @@ std::pair<at::Tensor, at::Tensor> route(const at::Tensor &logits, int64_t top_k)
 // grouping (H100, docs/moe.md). Larger batches on the host: there the device grouping ran 0.92-1.15x
 // (one warp places every pair, and the GEMMs walk the padding too). The same tiles either way, so
 // the GEMMs' bits too.
-constexpr int64_t kDeviceGroupMaxPairs = 512, kDeviceGroupMaxExperts = 4000;
+constexpr int64_t kDeviceGroupMaxPairs = 512;
 std::pair<at::Tensor, at::Tensor> expert_tiles(const at::Tensor &ids, int64_t experts, int64_t tile_rows) {
   const int64_t pairs = ids.numel();
-  if (pairs <= kDeviceGroupMaxPairs && experts <= kDeviceGroupMaxExperts) {
+  if (pairs <= kDeviceGroupMaxPairs && experts <= ck::kMoeGroupMaxExperts) {
     const auto i32 = ids.options().dtype(at::kInt);
     at::Tensor order = at::empty({pairs}, i32);
     at::Tensor tiles = at::empty({3 * ck::moe_max_tiles(pairs, experts, tile_rows)}, i32);

@@ -42,6 +42,15 @@ campaign() {  # name, then the fuzz flags
   grep -E "cases/s|checked" "$out/$name.log" | tail -2
 }
 
+spec_ops() {  # the ops a spec file names, comma-separated
+  grep -E "^op " "$1" | awk '{print $2}' | paste -sd,
+}
+fa4_site() {  # module, campaign: module importable, from .fa4/site (ci/fa4-wheels) where not installed; else 1
+  "$py" -c "import $1" 2>/dev/null && return 0
+  [ -d .fa4/site ] || { echo "== $2: $1 is not installed and there is no .fa4/site (ci/fa4-wheels), skipped"; return 1; }
+  export PYTHONPATH="$root/.fa4/site:$root/.fa4/site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH"
+}
+
 for w in "${which[@]}"; do
   case $w in
     seed)
@@ -54,10 +63,10 @@ for w in "${which[@]}"; do
         "$py" -m pip install -q --no-index --no-deps --no-compile --target "$out/site" "$whl" || { status=2; continue; }
         export PYTHONPATH="$out/site:$PYTHONPATH"
       fi
-      ops=$(grep -E "^op " $tp/liger_ops.spec | awk '{print $2}' | paste -sd,)
+      ops=$(spec_ops $tp/liger_ops.spec)
       campaign liger --import $tp/liger_ops.py --spec $tp/liger_ops.spec --op "$ops" ;;
     inductor)
-      ops=$(grep -E "^op " $tp/inductor_ops.spec | awk '{print $2}' | paste -sd,)
+      ops=$(spec_ops $tp/inductor_ops.spec)
       campaign inductor --import $tp/inductor_ops.py --spec $tp/inductor_ops.spec --op "$ops" ;;
     flashinfer)
       if ! "$py" -c 'import flashinfer' 2>/dev/null; then
@@ -88,18 +97,12 @@ for w in "${which[@]}"; do
       fi
       echo "backends plan() resolved:"; sort -u "$FLASHINFER_BACKEND_LOG" 2>/dev/null ;;
     fa4)
-      if ! "$py" -c 'import flash_attn.cute' 2>/dev/null; then
-        [ -d .fa4/site ] || { echo "== fa4: flash_attn.cute is not installed and there is no .fa4/site (ci/fa4-wheels), skipped"; continue; }
-        export PYTHONPATH="$root/.fa4/site:$root/.fa4/site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH"
-      fi
+      fa4_site flash_attn.cute fa4 || continue
       campaign fa4 --import $tp/fa4_ops.py --op paged_attention --dtype bfloat16 --impl detfuzz_fa4::paged_attention ;;
     quack)
-      if ! "$py" -c 'import quack.rmsnorm' 2>/dev/null; then
-        [ -d .fa4/site ] || { echo "== quack: quack is not installed and there is no .fa4/site (ci/fa4-wheels), skipped"; continue; }
-        export PYTHONPATH="$root/.fa4/site:$root/.fa4/site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH"
-      fi
+      fa4_site quack.rmsnorm quack || continue
       echo "== quack: one case of each op"; "$py" $tp/quack_ops.py 2>&1 | tail -12
-      ops=$(grep -E "^op " $tp/quack_ops.spec | awk '{print $2}' | paste -sd,)
+      ops=$(spec_ops $tp/quack_ops.spec)
       campaign quack --import $tp/quack_ops.py --spec $tp/quack_ops.spec --op "$ops" ;;
     *) echo "unknown campaign '$w' (seed, liger, inductor, flashinfer, fa4, quack)"; exit 2 ;;
   esac
