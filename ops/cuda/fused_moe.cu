@@ -3,10 +3,10 @@
 //
 // Design. Routing is one warp per token (a selection of the top k under the CPU's rule, then
 // the softmax of the chosen logits in slot order). The (token, slot) pairs are grouped by
-// expert into tiles of at most 32 pairs of one expert (moe_group_kernel: on the device for small
-// batches, a stable counting sort; moe_ops.cpp picks); each grouped GEMM is one launch over all
-// tiles (x the output columns in fixed widths), so an expert's weights are read once per tile, and
-// skips the empty tiles that pad the device's list to its bound.
+// expert into tiles of at most 32 pairs of one expert (moe_group.cu: a stable counting sort on the
+// device); each grouped GEMM is one launch over all tiles (x the output columns in fixed widths),
+// so an expert's weights are read once per tile, and skips the empty tiles that pad the list to
+// its bound.
 // The tile count follows the routing, but no bit does: each output element is one thread's own
 // dot product, summed on the CUDA cores (IEEE float32, --fmad=false, __f*_rn) in the CPU's order
 // (a float32 partial per 128-wide K block, sequential from zero, times its fp8 block scale,
@@ -219,59 +219,6 @@ __global__ void moe_combine_kernel(const float *y, const float *weights, int64_t
   }
 }
 
-// One block groups every pair: each expert's count (shared-memory atomics: integers, so any
-// order gives the same counts), the experts' first positions and first tiles in expert order
-// (thread 0, a pass over the experts), the tiles written an expert per thread, the padding past
-// them, then warp 0 places the pairs 32 at a time in p order: a pair's position is its expert's
-// next free slot plus the number of lower lanes of its warp with the same expert.
-constexpr int kGroupThreads = 1024;
-__global__ void __launch_bounds__(kGroupThreads)
-    moe_group_kernel(const int32_t *ids, int64_t pairs, int experts, int tile_rows, int64_t max_tiles, int32_t *order,
-                     int32_t *tiles) {
-  extern __shared__ int32_t group_smem[];
-  int32_t *count = group_smem, *next = count + experts, *first_tile = next + experts;
-  __shared__ int32_t used_tiles;
-  const int tid = threadIdx.x, lane = tid % 32;
-  for (int e = tid; e < experts; e += blockDim.x) count[e] = 0;
-  __syncthreads();
-  for (int64_t p = tid; p < pairs; p += blockDim.x) atomicAdd(&count[ids[p]], 1);
-  __syncthreads();
-  if (tid == 0) {
-    int32_t start = 0, t = 0;
-    for (int e = 0; e < experts; ++e) {
-      next[e] = start;
-      first_tile[e] = t;
-      start += count[e];
-      t += (count[e] + tile_rows - 1) / tile_rows;
-    }
-    used_tiles = t;
-  }
-  __syncthreads();
-  for (int e = tid; e < experts; e += blockDim.x)
-    for (int32_t i = 0, t = first_tile[e]; i < count[e]; i += tile_rows, ++t) {
-      tiles[3 * t] = e;
-      tiles[3 * t + 1] = next[e] + i;
-      tiles[3 * t + 2] = min(tile_rows, count[e] - i);
-    }
-  for (int64_t t = used_tiles + tid; t < max_tiles; t += blockDim.x)
-    tiles[3 * t] = tiles[3 * t + 1] = tiles[3 * t + 2] = 0;
-  if (tid >= 32) return;
-  for (int64_t base = 0; base < pairs; base += 32) {
-    const int64_t p = base + lane;
-    const bool live = p < pairs;
-    const unsigned active = __ballot_sync(0xffffffffu, live);
-    if (live) {
-      const int e = ids[p];
-      const unsigned same = __match_any_sync(active, e);
-      const int rank = __popc(same & ((1u << lane) - 1u));
-      order[next[e] + rank] = static_cast<int32_t>(p);
-      __syncwarp(active);  // every lane has read next[e] before its first lane moves it on
-      if (rank == 0) next[e] += __popc(same);
-    }
-    __syncwarp();
-  }
-}
-
 unsigned blocks_for(int64_t n, int threads) {
   const int64_t b = (n + threads - 1) / threads;
   return static_cast<unsigned>(b < 65535 * 16 ? b : 65535 * 16);
@@ -284,25 +231,6 @@ void launch_moe_route(const float *logits, int64_t t, int64_t e, int64_t k, int3
   if (t == 0) return;
   if (k < 1 || k > e) throw std::invalid_argument("moe route: top_k must be in [1, E]");
   moe_route_kernel<<<static_cast<unsigned>((t + 3) / 4), 128, 0, stream>>>(logits, t, e, k, ids, weights);
-  DETFUZZ_LAUNCH_CHECK();
-}
-
-int64_t moe_max_tiles(int64_t pairs, int64_t experts, int64_t tile_rows) {
-  // sum over experts of ceil(count / tile_rows) <= pairs / tile_rows + (experts with a pair)
-  return (pairs + tile_rows - 1) / tile_rows + std::min(experts, pairs);
-}
-
-void launch_moe_group(const int32_t *ids, int64_t pairs, int64_t experts, int64_t tile_rows, int32_t *order,
-                      int32_t *tiles, cudaStream_t stream) {
-  if (pairs == 0) return;
-  if (experts < 1 || experts > kMoeGroupMaxExperts || tile_rows < 1 || pairs > INT32_MAX)
-    throw std::invalid_argument("moe group: " + std::to_string(experts) + " experts, " + std::to_string(pairs) +
-                                " pairs and tiles of " + std::to_string(tile_rows) + " (takes 1-" +
-                                std::to_string(kMoeGroupMaxExperts) + " experts and fewer than 2^31 pairs)");
-  const size_t smem = 3 * static_cast<size_t>(experts) * sizeof(int32_t);
-  moe_group_kernel<<<1, kGroupThreads, smem, stream>>>(ids, pairs, static_cast<int>(experts),
-                                                       static_cast<int>(tile_rows),
-                                                       moe_max_tiles(pairs, experts, tile_rows), order, tiles);
   DETFUZZ_LAUNCH_CHECK();
 }
 

@@ -26,16 +26,19 @@ struct MoeTiles {
   int64_t count = 0;
 };
 
-// The grouping on the device, so that no host round trip stands between the routing and the
-// GEMMs (a CUDA graph can hold the whole layer): from ids [pairs] (each in [0, experts)), order
-// [pairs] (stable: in p order within an expert) and tiles [3 * moe_max_tiles(...)]: the tiles of at
-// most tile_rows pairs, expert by expert, then empty tiles (count 0) up to the bound, which the
-// GEMMs skip. The tile list is the host's, so the GEMMs' work and bits are too.
-// Its per-expert counts live in 48 KB of shared memory: at most kMoeGroupMaxExperts experts.
+// The grouping on the device (moe_group.cu), so that no host round trip stands between the
+// routing and the GEMMs (a CUDA graph can hold the whole layer): from ids [pairs] (each in
+// [0, experts)), order [pairs] (stable: in p order within an expert) and tiles
+// [3 * moe_max_tiles(...) + 1]: the tiles of at most tile_rows pairs, expert by expert, then empty
+// tiles (count 0) up to the bound, which the GEMMs skip, then the count of non-empty tiles. The
+// tile list is the host's, so the GEMMs' work and bits are too. Batches of more than a block's pairs take a workspace of
+// moe_group_workspace(...) int32 (0: none needed). The per-expert counts live in shared memory:
+// at most kMoeGroupMaxExperts experts.
 constexpr int64_t kMoeGroupMaxExperts = 4000;
 int64_t moe_max_tiles(int64_t pairs, int64_t experts, int64_t tile_rows);
-void launch_moe_group(const int32_t *ids, int64_t pairs, int64_t experts, int64_t tile_rows, int32_t *order,
-                      int32_t *tiles, cudaStream_t stream);
+int64_t moe_group_workspace(int64_t pairs, int64_t experts);
+void launch_moe_group(const int32_t *ids, int64_t pairs, int64_t experts, int64_t tile_rows, int32_t *workspace,
+                      int32_t *order, int32_t *tiles, cudaStream_t stream);
 
 // One grouped GEMM over all experts. Row p of A is x[p / k] (gate_up) or act[p] (down); the
 // weights w [E, rows, cols] of `w_dtype`, or float8 e4m3fn bytes with float32 128 x 128 block
@@ -80,6 +83,10 @@ struct MoeSm90Gemm {
   int64_t experts = 0, rows = 0, cols = 0;
   const int32_t *tiles = nullptr;
   int64_t row_tiles = 0;
+  // The non-empty row tiles, a count on the device (the grouping's, past its list): each CTA reads
+  // it at its start, so that the CTAs share those tiles alone, as they would a list without the
+  // padding. Null: every one of row_tiles.
+  const int32_t *live_row_tiles = nullptr;
   const float *w_scale = nullptr;  // fp8 weights (float8 e4m3fn) with 128 x 128 block scales
                                    // [E, rows / 128, cols / 128]: launch_moe_gemm_fp8_sm90
   int tile_m = 64;                 // 64 or 128

@@ -83,14 +83,15 @@ __global__ void __launch_bounds__(moe_sm90::kThreads<CONSUMERS>, 1)
   const int tid = threadIdx.x;
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
   if (tid == 0) moe_sm90::init_pipeline(full_bar, empty_bar, STAGES, CONSUMERS, &tmap_a, &tmap_w);
+  const int64_t row_tiles = moe_sm90::live_row_tiles(p), tiles = args.col_tiles * row_tiles;
   __syncthreads();
 
   if (wg == 0) {
     if constexpr (CONSUMERS == 2) release_registers<40>();
     if (tid == 0) {
       int it = 0;
-      for (int64_t tile = blockIdx.x; tile < args.tiles; tile += gridDim.x) {
-        const moe_sm90::Tile tl = moe_sm90::tile_at<GATE_UP, COLS>(p, tile);
+      for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const moe_sm90::Tile tl = moe_sm90::tile_at<GATE_UP, COLS>(p, tile, row_tiles);
         if (tl.count == 0) continue;  // a tile that pads the list (producer and consumers alike)
         const int e = tl.expert, first = tl.first, w0 = tl.w0, w1 = tl.w1;
         for (int kb = 0; kb < args.kblocks; ++kb, ++it) {
@@ -112,8 +113,8 @@ __global__ void __launch_bounds__(moe_sm90::kThreads<CONSUMERS>, 1)
   const int t = tid % 128, warp = t / 32, lane = t % 32;
   float acc[COLS / 2], up[GATE_UP ? 32 : 1];
   int it = 0;
-  for (int64_t tile = blockIdx.x; tile < args.tiles; tile += gridDim.x) {
-    const moe_sm90::Tile tl = moe_sm90::tile_at<GATE_UP, COLS>(p, tile);
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const moe_sm90::Tile tl = moe_sm90::tile_at<GATE_UP, COLS>(p, tile, row_tiles);
     if (tl.count == 0) continue;  // a tile that pads the list (producer and consumers alike)
     const int count = tl.count;
     const int64_t first = tl.first, c0 = tl.c0;

@@ -81,22 +81,21 @@ std::pair<at::Tensor, at::Tensor> route(const at::Tensor &logits, int64_t top_k)
 }
 
 // The pairs p = token * k + slot grouped by expert (in p order within an expert), and the tiles
-// of at most tile_rows pairs of one expert: (expert, first index into the order, count). Up to
-// kDeviceGroupMaxPairs pairs (decode and short prefill batches, the ones engines capture in CUDA
-// graphs) on the device, the tile list padded with empty tiles to ck::moe_max_tiles: no host round
-// trip, so a graph can hold the layer, and such layers ran 1.07-1.56x faster than with the host's
-// grouping (H100, docs/moe.md). Larger batches on the host: there the device grouping ran 0.92-1.15x
-// (one warp places every pair, and the GEMMs walk the padding too). The same tiles either way, so
-// the GEMMs' bits too.
-constexpr int64_t kDeviceGroupMaxPairs = 512;
+// of at most tile_rows pairs of one expert: (expert, first index into the order, count), then the
+// count of those tiles (the last element; the device's list pads the tiles before it). On the
+// device (ck::launch_moe_group), the tile list padded with empty tiles to ck::moe_max_tiles: no
+// host round trip, so a CUDA graph can hold the layer at any batch. Layers of more than
+// ck::kMoeGroupMaxExperts experts group on the host. The same tiles either way, so the GEMMs' bits
+// too.
 std::pair<at::Tensor, at::Tensor> expert_tiles(const at::Tensor &ids, int64_t experts, int64_t tile_rows) {
   const int64_t pairs = ids.numel();
-  if (pairs <= kDeviceGroupMaxPairs && experts <= ck::kMoeGroupMaxExperts) {
+  if (experts <= ck::kMoeGroupMaxExperts) {
     const auto i32 = ids.options().dtype(at::kInt);
     at::Tensor order = at::empty({pairs}, i32);
-    at::Tensor tiles = at::empty({3 * ck::moe_max_tiles(pairs, experts, tile_rows)}, i32);
-    ck::launch_moe_group(ids.const_data_ptr<int32_t>(), pairs, experts, tile_rows, order.data_ptr<int32_t>(),
-                         tiles.data_ptr<int32_t>(), stream_of(ids));
+    at::Tensor tiles = at::empty({3 * ck::moe_max_tiles(pairs, experts, tile_rows) + 1}, i32);
+    at::Tensor workspace = at::empty({ck::moe_group_workspace(pairs, experts)}, i32);
+    ck::launch_moe_group(ids.const_data_ptr<int32_t>(), pairs, experts, tile_rows, workspace.data_ptr<int32_t>(),
+                         order.data_ptr<int32_t>(), tiles.data_ptr<int32_t>(), stream_of(ids));
     return {order, tiles};
   }
   const at::Tensor host = ids.reshape({-1}).cpu();
@@ -111,6 +110,8 @@ std::pair<at::Tensor, at::Tensor> expert_tiles(const at::Tensor &ids, int64_t ex
     for (int64_t first = start[e]; first < start[e + 1]; first += tile_rows)
       tiles.insert(tiles.end(), {static_cast<int32_t>(e), static_cast<int32_t>(first),
                                  static_cast<int32_t>(std::min(tile_rows, start[e + 1] - first))});
+  const int32_t live = static_cast<int32_t>(tiles.size() / 3);
+  tiles.push_back(live);
   const auto i32 = at::TensorOptions().dtype(at::kInt);
   at::Tensor order_t = at::from_blob(order.data(), {pairs}, i32).to(ids.device());
   at::Tensor tiles_t = at::from_blob(tiles.data(), {static_cast<int64_t>(tiles.size())}, i32).to(ids.device());
@@ -150,7 +151,8 @@ void hopper_experts(const at::Tensor &x, const at::Tensor &w13, const at::Tensor
   up.rows = 2 * inter;
   up.cols = h;
   up.tiles = tiles.const_data_ptr<int32_t>();
-  up.row_tiles = tiles.numel() / 3;
+  up.row_tiles = (tiles.numel() - 1) / 3;
+  up.live_row_tiles = tiles.const_data_ptr<int32_t>() + 3 * up.row_tiles;
   up.tile_m = tile_m;
   up.out = act.data_ptr();
   const at::Tensor s13c = fp8 ? s13.contiguous() : at::Tensor(), s2c = fp8 ? s2.contiguous() : at::Tensor();
@@ -248,7 +250,7 @@ at::Tensor fused_moe(const at::Tensor &x, const at::Tensor &logits, const at::Te
     return out;
   }
   const auto [order, tiles] = expert_tiles(ids, e_len, ck::kMoeTileRows);
-  const ck::MoeTiles grouped{order.const_data_ptr<int32_t>(), tiles.const_data_ptr<int32_t>(), tiles.numel() / 3};
+  const ck::MoeTiles grouped{order.const_data_ptr<int32_t>(), tiles.const_data_ptr<int32_t>(), (tiles.numel() - 1) / 3};
   // The mutants' inputs: tokens per expert, and each token's slots busiest expert first.
   at::Tensor load, slot_order;
   if (mutation.any()) {

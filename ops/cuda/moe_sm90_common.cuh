@@ -21,7 +21,11 @@ template <int CONSUMERS>
 constexpr int kThreads = 128 * (CONSUMERS + 1);
 
 #if DETFUZZ_SM90A
-// Persistent tile `tile` of a launch: row tile tile % row_tiles (its expert, its first row in
+// The row tiles a launch's CTAs share: the grouping's count of non-empty ones, or all of them.
+__device__ __forceinline__ int64_t live_row_tiles(const MoeSm90Gemm &p) {
+  return p.live_row_tiles != nullptr ? *p.live_row_tiles : p.row_tiles;
+}
+// Persistent tile `tile` of a launch over row_tiles row tiles: row tile tile % row_tiles (its expert, its first row in
 // expert order, its row count) by column tile tile / row_tiles (its first output column c0), and
 // the first rows of its two 64-row weight boxes: gate_up, the gate rows c0.. and the up rows
 // I + c0..; down, the rows c0.. and c0 + 64...
@@ -29,8 +33,8 @@ struct Tile {
   int expert, first, count, c0, w0, w1;
 };
 template <bool GATE_UP, int COLS>
-__device__ __forceinline__ Tile tile_at(const MoeSm90Gemm &p, int64_t tile) {
-  const int64_t rt = tile % p.row_tiles, ct = tile / p.row_tiles;
+__device__ __forceinline__ Tile tile_at(const MoeSm90Gemm &p, int64_t tile, int64_t row_tiles) {
+  const int64_t rt = tile % row_tiles, ct = tile / row_tiles;
   Tile t;
   t.expert = p.tiles[3 * rt];
   t.first = p.tiles[3 * rt + 1];

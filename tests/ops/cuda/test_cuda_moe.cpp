@@ -409,34 +409,50 @@ TEST(CudaFusedMoe, HopperGroupedGemmsAccurateAndInvariant) {
 
 // The grouping on the device (launch_moe_group) against the grouping written out on the host:
 // pairs in p order within each expert, tiles of at most tile_rows pairs expert by expert, then
-// empty tiles up to moe_max_tiles. Routings with idle experts, one expert taking every pair, and
-// more pairs than a warp or a block.
+// empty tiles up to moe_max_tiles, then the count of the others. Routings with idle experts, one expert taking every pair, more
+// pairs than a warp or a block (the one-block grouping), and more than a block's chunk (the
+// three-launch grouping over chunks, with its workspace), up to the most experts it takes.
 TEST(CudaFusedMoe, DeviceGroupingIsTheHostGrouping) {
   REQUIRE_GPU();
-  for (auto [pairs, experts, tile_rows, skew] : std::vector<std::array<int64_t, 4>>{
-           {1, 8, 32, 0}, {31, 8, 32, 0}, {33, 64, 32, 1}, {1000, 8, 32, 0}, {5000, 256, 64, 1}, {4096, 16, 128, 0}}) {
+  for (auto [pairs, experts, tile_rows, skew] : std::vector<std::array<int64_t, 4>>{{0, 8, 32, 0},
+                                                                                    {1, 8, 32, 0},
+                                                                                    {31, 8, 32, 0},
+                                                                                    {33, 64, 32, 1},
+                                                                                    {1000, 8, 32, 0},
+                                                                                    {1024, 4000, 32, 0},
+                                                                                    {1025, 8, 32, 1},
+                                                                                    {5000, 256, 64, 1},
+                                                                                    {4096, 16, 128, 0},
+                                                                                    {70001, 128, 64, 0},
+                                                                                    {70001, 4000, 128, 1}}) {
     const at::Tensor host_ids =
         (skew ? at::full({pairs}, experts - 1, at::kInt) : at::randint(experts, {pairs}, at::kInt)).contiguous();
     if (skew && pairs > 2) host_ids.narrow(0, 0, pairs / 3).fill_(2);  // two busy experts, the rest idle
     const at::Tensor ids = host_ids.cuda();
     const int64_t max_tiles = cuda_kernels::moe_max_tiles(pairs, experts, tile_rows);
     at::Tensor order = at::full({pairs}, -7, ids.options());
-    at::Tensor tiles = at::full({3 * max_tiles}, -7, ids.options());
-    cuda_kernels::launch_moe_group(ids.const_data_ptr<int32_t>(), pairs, experts, tile_rows, order.data_ptr<int32_t>(),
-                                   tiles.data_ptr<int32_t>(), at::cuda::getCurrentCUDAStream().stream());
-    std::vector<int32_t> want_order, want_tiles;
+    at::Tensor tiles = at::full({3 * max_tiles + 1}, -7, ids.options());
+    at::Tensor workspace = at::full({cuda_kernels::moe_group_workspace(pairs, experts)}, -7, ids.options());
+    cuda_kernels::launch_moe_group(ids.const_data_ptr<int32_t>(), pairs, experts, tile_rows,
+                                   workspace.data_ptr<int32_t>(), order.data_ptr<int32_t>(), tiles.data_ptr<int32_t>(),
+                                   at::cuda::getCurrentCUDAStream().stream());
+    std::vector<std::vector<int32_t>> by_expert(static_cast<size_t>(experts));
     const int32_t *id = host_ids.const_data_ptr<int32_t>();
+    for (int32_t p = 0; p < pairs; ++p) by_expert[static_cast<size_t>(id[p])].push_back(p);
+    std::vector<int32_t> want_order, want_tiles;
     for (int32_t e = 0; e < experts; ++e) {
       const int32_t start = static_cast<int32_t>(want_order.size());
-      for (int32_t p = 0; p < pairs; ++p)
-        if (id[p] == e) want_order.push_back(p);
+      want_order.insert(want_order.end(), by_expert[static_cast<size_t>(e)].begin(),
+                        by_expert[static_cast<size_t>(e)].end());
       for (int32_t first = start; first < static_cast<int32_t>(want_order.size()); first += tile_rows)
         want_tiles.insert(
             want_tiles.end(),
             {e, first, std::min(static_cast<int32_t>(tile_rows), static_cast<int32_t>(want_order.size()) - first)});
     }
     ASSERT_LE(static_cast<int64_t>(want_tiles.size()), 3 * max_tiles) << pairs << " pairs: the bound is too small";
+    const int32_t live = static_cast<int32_t>(want_tiles.size() / 3);
     want_tiles.resize(static_cast<size_t>(3 * max_tiles), 0);
+    want_tiles.push_back(live);
     const at::Tensor got_order = order.cpu(), got_tiles = tiles.cpu();
     EXPECT_TRUE(std::equal(want_order.begin(), want_order.end(), got_order.const_data_ptr<int32_t>()))
         << pairs << " pairs over " << experts << " experts: the order";
@@ -446,29 +462,32 @@ TEST(CudaFusedMoe, DeviceGroupingIsTheHostGrouping) {
 }
 
 // No host round trip is left in the layer: captured in a CUDA graph (after a warm-up run), its
-// replay writes the eager run's bits into the graph's output, which is poisoned first. float32 x
-// runs the CUDA-core kernels, bf16 x the Hopper ones on an sm_90 GPU.
+// replay writes the eager run's bits into the graph's output, which is poisoned first; 140 pairs
+// (the one-block grouping) and 1400 (the grouping over chunks). float32 x runs the CUDA-core
+// kernels, bf16 x the Hopper ones on an sm_90 GPU.
 TEST(CudaFusedMoe, ReplaysFromACudaGraphWithTheEagerBits) {
   REQUIRE_GPU();
-  for (bool fp8 : {false, true})
-    for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
-      const ImplInfo &impl = cuda_impl("invariant", fp8 ? "fused_moe_fp8" : "fused_moe");
-      const OpArgs args = on_gpu(moe_args(dtype, fp8, 70, 256, 8, 128, 2, 31));
-      const at::Tensor eager = impl.run(args).cpu();
-      at::cuda::CUDAGraph graph;
-      at::Tensor replayed;
-      {
-        const at::cuda::CUDAStreamGuard side(at::cuda::getStreamFromPool());
-        impl.run(args);  // first-call setup (kernel attributes, tensor maps) outside the capture
-        graph.capture_begin();
-        replayed = impl.run(args);
-        graph.capture_end();
+  for (int64_t tokens : {70, 700})
+    for (bool fp8 : {false, true})
+      for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+        const ImplInfo &impl = cuda_impl("invariant", fp8 ? "fused_moe_fp8" : "fused_moe");
+        const OpArgs args = on_gpu(moe_args(dtype, fp8, tokens, 256, 8, 128, 2, 31));
+        const at::Tensor eager = impl.run(args).cpu();
+        at::cuda::CUDAGraph graph;
+        at::Tensor replayed;
+        {
+          const at::cuda::CUDAStreamGuard side(at::cuda::getStreamFromPool());
+          impl.run(args);  // first-call setup (kernel attributes, tensor maps) outside the capture
+          graph.capture_begin();
+          replayed = impl.run(args);
+          graph.capture_end();
+        }
+        replayed.fill_(std::numeric_limits<float>::quiet_NaN());
+        graph.replay();
+        torch::cuda::synchronize();
+        EXPECT_TRUE(bitwise_equal(eager, replayed.cpu()))
+            << tokens << " tokens, " << (fp8 ? "fp8 " : "") << dtype << ": replay against eager";
       }
-      replayed.fill_(std::numeric_limits<float>::quiet_NaN());
-      graph.replay();
-      torch::cuda::synchronize();
-      EXPECT_TRUE(bitwise_equal(eager, replayed.cpu())) << (fp8 ? "fp8 " : "") << dtype << ": replay against eager";
-    }
 }
 
 // The CUDA mutants (ops/cuda/register.cpp): the unmutated kernel's bits where the trigger is
