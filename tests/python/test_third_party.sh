@@ -47,8 +47,10 @@ spec_ops() {  # the ops a spec file names, comma-separated
 }
 fa4_site() {  # module, campaign: module importable, from .fa4/site (ci/fa4-wheels) where not installed; else 1
   "$py" -c "import $1" 2>/dev/null && return 0
-  [ -d .fa4/site ] || { echo "== $2: $1 is not installed and there is no .fa4/site (ci/fa4-wheels), skipped"; return 1; }
-  export PYTHONPATH="$root/.fa4/site:$root/.fa4/site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH"
+  local site
+  site=$("$root/ci/fa4-wheels" path) ||
+    { echo "== $2: $1 is not installed and there is no .fa4/site (ci/fa4-wheels), skipped"; return 1; }
+  export PYTHONPATH="$site:$PYTHONPATH"
 }
 
 for w in "${which[@]}"; do
