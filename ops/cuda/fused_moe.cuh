@@ -31,9 +31,9 @@ struct MoeTiles {
 // [0, experts)), order [pairs] (stable: in p order within an expert) and tiles
 // [3 * moe_max_tiles(...) + 1]: the tiles of at most tile_rows pairs, expert by expert, then empty
 // tiles (count 0) up to the bound, which the GEMMs skip, then the count of non-empty tiles. The
-// tile list is the host's, so the GEMMs' work and bits are too. Batches of more than a block's pairs take a workspace of
-// moe_group_workspace(...) int32 (0: none needed). The per-expert counts live in shared memory:
-// at most kMoeGroupMaxExperts experts.
+// tile list is the host's, so the GEMMs' work and bits are too. Batches of more than a block's
+// pairs take a workspace of moe_group_workspace(...) int32 (0: none needed). The per-expert counts
+// live in shared memory: at most kMoeGroupMaxExperts experts.
 constexpr int64_t kMoeGroupMaxExperts = 4000;
 int64_t moe_max_tiles(int64_t pairs, int64_t experts, int64_t tile_rows);
 int64_t moe_group_workspace(int64_t pairs, int64_t experts);

@@ -64,7 +64,7 @@ struct Geometry {
 
 struct Args {
   MoeSm90Gemm p;
-  int64_t col_tiles, tiles;
+  int64_t col_tiles;
   int kblocks;         // cols / 128
   int64_t row_blocks;  // rows / 128: the scales' second dim
   int w_rank3;
@@ -247,7 +247,6 @@ void LaunchShape<T, CONSUMERS, GATE_UP, COLS>::run(const MoeSm90Gemm &p, int dev
   args.p = p;
   const int64_t n_out = GATE_UP ? p.rows / 2 : p.rows;
   args.col_tiles = n_out / COLS;
-  args.tiles = args.col_tiles * p.row_tiles;
   args.kblocks = static_cast<int>(p.cols / BK);
   args.row_blocks = p.rows / 128;
   const MatrixMap ma = matrix_map("fused_moe_fp8_sm90", CU_TENSOR_MAP_DATA_TYPE_UINT16, p.a, p.cols, p.pairs, p.cols, 1,
@@ -255,7 +254,8 @@ void LaunchShape<T, CONSUMERS, GATE_UP, COLS>::run(const MoeSm90Gemm &p, int dev
   const MatrixMap mw = matrix_map("fused_moe_fp8_sm90", CU_TENSOR_MAP_DATA_TYPE_UINT8, p.w, p.cols, p.rows, p.cols,
                                   p.experts, p.rows * p.cols, BK, 64, CU_TENSOR_MAP_SWIZZLE_128B);
   args.w_rank3 = mw.rank3;
-  const int grid = static_cast<int>(std::min<int64_t>(args.tiles, sms));
+  // Padded row tiles included: the CTAs share the live ones among them (moe_sm90::live_row_tiles).
+  const int grid = static_cast<int>(std::min<int64_t>(args.col_tiles * p.row_tiles, sms));
   kernel<<<grid, moe_sm90::kThreads<CONSUMERS>, G::smem_bytes, stream>>>(ma.map, mw.map, args);
   DETFUZZ_LAUNCH_CHECK();
 }

@@ -47,8 +47,8 @@ __device__ void count_experts(const int32_t *ids, int64_t lo, int64_t hi, int ex
 // the tiles past them up to max_tiles and writes their count after those. Every thread of the
 // block calls it.
 template <typename Total, typename Start>
-__device__ void lay_out_tiles(Total total, Start start, int experts, int tile_rows, int64_t max_tiles,
-                              int32_t *tiles, ExpertScan::TempStorage &scan) {
+__device__ void lay_out_tiles(Total total, Start start, int experts, int tile_rows, int64_t max_tiles, int32_t *tiles,
+                              ExpertScan::TempStorage &scan) {
   int32_t count[kScanItems], first[kScanItems], first_tile[kScanItems];
 #pragma unroll
   for (int i = 0; i < kScanItems; ++i) {
@@ -117,7 +117,8 @@ __global__ void __launch_bounds__(kGroupThreads)
   extern __shared__ int32_t count[];
   const int64_t lo = static_cast<int64_t>(blockIdx.x) * kGroupChunk;
   count_experts(ids, lo, min(pairs, lo + kGroupChunk), experts, count);
-  for (int e = threadIdx.x; e < experts; e += blockDim.x) hist[static_cast<int64_t>(blockIdx.x) * experts + e] = count[e];
+  for (int e = threadIdx.x; e < experts; e += blockDim.x)
+    hist[static_cast<int64_t>(blockIdx.x) * experts + e] = count[e];
 }
 
 // Second launch, one block: the experts' totals over the chunks, the tiles, and hist turned into
@@ -145,7 +146,8 @@ __global__ void __launch_bounds__(kGroupThreads)
 __global__ void __launch_bounds__(kGroupThreads)
     moe_place_kernel(const int32_t *ids, int64_t pairs, int experts, const int32_t *hist, int32_t *order) {
   extern __shared__ int32_t next[];
-  for (int e = threadIdx.x; e < experts; e += blockDim.x) next[e] = hist[static_cast<int64_t>(blockIdx.x) * experts + e];
+  for (int e = threadIdx.x; e < experts; e += blockDim.x)
+    next[e] = hist[static_cast<int64_t>(blockIdx.x) * experts + e];
   __syncthreads();
   const int64_t lo = static_cast<int64_t>(blockIdx.x) * kGroupChunk;
   place_pairs(ids, lo, min(pairs, lo + kGroupChunk), next, order);

@@ -25,10 +25,10 @@ constexpr int kThreads = 128 * (CONSUMERS + 1);
 __device__ __forceinline__ int64_t live_row_tiles(const MoeSm90Gemm &p) {
   return p.live_row_tiles != nullptr ? *p.live_row_tiles : p.row_tiles;
 }
-// Persistent tile `tile` of a launch over row_tiles row tiles: row tile tile % row_tiles (its expert, its first row in
-// expert order, its row count) by column tile tile / row_tiles (its first output column c0), and
-// the first rows of its two 64-row weight boxes: gate_up, the gate rows c0.. and the up rows
-// I + c0..; down, the rows c0.. and c0 + 64...
+// Persistent tile `tile` of a launch over row_tiles row tiles: row tile tile % row_tiles (its
+// expert, its first row in expert order, its row count) by column tile tile / row_tiles (its first
+// output column c0), and the first rows of its two 64-row weight boxes: gate_up, the gate rows
+// c0.. and the up rows I + c0..; down, the rows c0.. and c0 + 64...
 struct Tile {
   int expert, first, count, c0, w0, w1;
 };
