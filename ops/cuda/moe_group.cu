@@ -6,9 +6,9 @@
 // (shared-memory atomics: integers, so any order gives the same counts), their first positions and
 // first tiles (a block-wide exclusive scan over the experts, kScanItems a thread), the tiles an
 // expert a thread, the empty tiles that pad the list to moe_max_tiles and the count of the others
-// (the Hopper GEMMs share only those among their CTAs), then warp 0 places the pairs
-// 32 at a time in p order: a pair's position is its expert's next free slot plus the number of
-// lower lanes of its warp with the same expert. Larger batches take three launches over chunks of
+// (the Hopper GEMMs share only those among their CTAs), then warp 0 places the pairs 32 at a time
+// in p order: a pair's position is its expert's next free slot plus the number of lower lanes of
+// its warp with the same expert. Larger batches take three launches over chunks of
 // kGroupChunk pairs: each block counts its chunk into the workspace (hist [block][expert]); one
 // block adds the chunks' counts, lays out the tiles as above and turns hist into each chunk's first
 // position per expert (the chunks before it, in order); each block then places its chunk as warp 0
@@ -20,7 +20,6 @@
 #include <cub/block/block_scan.cuh>
 
 #include <algorithm>
-
 #include <climits>
 #include <stdexcept>
 #include <string>
