@@ -83,9 +83,8 @@ struct MoeSm90Gemm {
   int64_t experts = 0, rows = 0, cols = 0;
   const int32_t *tiles = nullptr;
   int64_t row_tiles = 0;
-  // The non-empty row tiles, a count on the device (the grouping's, past its list): each CTA reads
-  // it at its start, so that the CTAs share those tiles alone, as they would a list without the
-  // padding. Null: every one of row_tiles.
+  // The non-empty row tiles, a count on the device (the grouping's, past its list; required): each
+  // CTA reads it at its start, so that the CTAs share those tiles alone and never meet the padding.
   const int32_t *live_row_tiles = nullptr;
   const float *w_scale = nullptr;  // fp8 weights (float8 e4m3fn) with 128 x 128 block scales
                                    // [E, rows / 128, cols / 128]: launch_moe_gemm_fp8_sm90

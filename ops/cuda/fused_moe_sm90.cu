@@ -83,7 +83,8 @@ __global__ void __launch_bounds__(moe_sm90::kThreads<CONSUMERS>, 1)
   const int tid = threadIdx.x;
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
   if (tid == 0) moe_sm90::init_pipeline(full_bar, empty_bar, STAGES, CONSUMERS, &tmap_a, &tmap_w);
-  const int64_t row_tiles = moe_sm90::live_row_tiles(p), tiles = args.col_tiles * row_tiles;
+  // The row tiles the CTAs share: the grouping's non-empty ones, which come before its padding.
+  const int64_t row_tiles = *p.live_row_tiles, tiles = args.col_tiles * row_tiles;
   __syncthreads();
 
   if (wg == 0) {
@@ -92,7 +93,6 @@ __global__ void __launch_bounds__(moe_sm90::kThreads<CONSUMERS>, 1)
       int it = 0;
       for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         const moe_sm90::Tile tl = moe_sm90::tile_at<GATE_UP, COLS>(p, tile, row_tiles);
-        if (tl.count == 0) continue;  // a tile that pads the list (producer and consumers alike)
         const int e = tl.expert, first = tl.first, w0 = tl.w0, w1 = tl.w1;
         for (int kb = 0; kb < args.kblocks; ++kb, ++it) {
           const int s = it % STAGES;
@@ -115,7 +115,6 @@ __global__ void __launch_bounds__(moe_sm90::kThreads<CONSUMERS>, 1)
   int it = 0;
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const moe_sm90::Tile tl = moe_sm90::tile_at<GATE_UP, COLS>(p, tile, row_tiles);
-    if (tl.count == 0) continue;  // a tile that pads the list (producer and consumers alike)
     const int count = tl.count;
     const int64_t first = tl.first, c0 = tl.c0;
     int prev = -1;
@@ -174,7 +173,7 @@ void LaunchShape<T, CONSUMERS, GATE_UP, COLS>::run(const MoeSm90Gemm &p, int dev
   const MatrixMap mw = matrix_map("fused_moe_sm90", CU_TENSOR_MAP_DATA_TYPE_UINT16, p.w, p.cols, p.rows, p.cols,
                                   p.experts, p.rows * p.cols, BK, 64, CU_TENSOR_MAP_SWIZZLE_128B);
   args.w_rank3 = mw.rank3;
-  // Padded row tiles included: the CTAs share the live ones among them (moe_sm90::live_row_tiles).
+  // Padded row tiles included: the CTAs share the live ones among them.
   const int grid = static_cast<int>(std::min<int64_t>(args.col_tiles * p.row_tiles, sms));
   kernel<<<grid, moe_sm90::kThreads<CONSUMERS>, G::smem_bytes, stream>>>(ma.map, mw.map, args);
   DETFUZZ_LAUNCH_CHECK();
@@ -194,12 +193,12 @@ bool moe_sm90_fits(DType dtype, int64_t h, int64_t i, bool fp8_weights) {
 
 void launch_moe_gemm_sm90(const MoeSm90Gemm &p, cudaStream_t stream) {
   if (p.row_tiles == 0 || p.rows == 0) return;
-  if (!moe_sm90_fits(p.dtype, p.gate_up ? p.cols : p.rows, p.gate_up ? p.rows / 2 : p.cols) ||
+  if (!p.live_row_tiles || !moe_sm90_fits(p.dtype, p.gate_up ? p.cols : p.rows, p.gate_up ? p.rows / 2 : p.cols) ||
       (p.tile_m != 64 && p.tile_m != 128) || (p.down_cols != 64 && p.down_cols != 128) || !aligned16(p.a) ||
       !aligned16(p.w) || (p.gate_up && p.rows % 2))
     throw std::invalid_argument(
         "launch_moe_gemm_sm90: the layer does not fit the Hopper kernel (sm_90, 16-bit, "
-        "widths multiples of 8, 16-byte aligned, tiles of 64 or 128 rows)");
+        "widths multiples of 8, 16-byte aligned, tiles of 64 or 128 rows, the live tile count)");
   int dev = 0, sms = 0;
   DETFUZZ_CUDA_CHECK(cudaGetDevice(&dev));
   DETFUZZ_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));

@@ -21,10 +21,6 @@ template <int CONSUMERS>
 constexpr int kThreads = 128 * (CONSUMERS + 1);
 
 #if DETFUZZ_SM90A
-// The row tiles a launch's CTAs share: the grouping's count of non-empty ones, or all of them.
-__device__ __forceinline__ int64_t live_row_tiles(const MoeSm90Gemm &p) {
-  return p.live_row_tiles != nullptr ? *p.live_row_tiles : p.row_tiles;
-}
 // Persistent tile `tile` of a launch over row_tiles row tiles: row tile tile % row_tiles (its
 // expert, its first row in expert order, its row count) by column tile tile / row_tiles (its first
 // output column c0), and the first rows of its two 64-row weight boxes: gate_up, the gate rows
