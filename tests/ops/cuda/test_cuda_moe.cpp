@@ -409,9 +409,10 @@ TEST(CudaFusedMoe, HopperGroupedGemmsAccurateAndInvariant) {
 
 // The grouping on the device (launch_moe_group) against the grouping written out on the host:
 // pairs in p order within each expert, tiles of at most tile_rows pairs expert by expert, then
-// empty tiles up to moe_max_tiles, then the count of the others. Routings with idle experts, one expert taking every pair, more
-// pairs than a warp or a block (the one-block grouping), and more than a block's chunk (the
-// three-launch grouping over chunks, with its workspace), up to the most experts it takes.
+// empty tiles up to moe_max_tiles, then the count of the others. Routings with idle experts, one
+// expert taking every pair, more pairs than a warp or a block (the one-block grouping), and more
+// than a block's chunk (the three-launch grouping over chunks, with its workspace), up to the most
+// experts it takes.
 TEST(CudaFusedMoe, DeviceGroupingIsTheHostGrouping) {
   REQUIRE_GPU();
   for (auto [pairs, experts, tile_rows, skew] : std::vector<std::array<int64_t, 4>>{{0, 8, 32, 0},
