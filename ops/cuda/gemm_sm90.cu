@@ -649,13 +649,15 @@ int max_active_pairs(int dev) {
   return std::max(clusters, 1);
 }
 
-// PAIR: clusters of two CTAs on pairs of tiles, at most max_active_pairs of them.
+// A persistent grid takes at most p.num_ctas CTAs. PAIR: clusters of two CTAs on pairs of tiles, at
+// most max_active_pairs of them and p.num_ctas / 2 (one pair at least).
 template <typename T, bool B_KN, int SCHED, int CONSUMERS, int BN, bool STAGED = false, bool PAIR = false>
-void launch_one(const GemmParams &p, int grid_limit, int dev, cudaStream_t stream) {
+void launch_one(const GemmParams &p, int dev, cudaStream_t stream) {
   const Launch l = prepare(p, Geometry<CONSUMERS, BN, STAGED>::tile_m, BN, STAGED, PAIR);
-  int grid =
-      static_cast<int>(SCHED == kCluster ? l.args.tiles * l.args.chunks : std::min<int64_t>(l.args.tiles, grid_limit));
-  if constexpr (PAIR) grid = 2 * static_cast<int>(std::min<int64_t>(l.args.tiles, max_active_pairs<T, B_KN>(dev)));
+  const int64_t slots = p.num_ctas;
+  int64_t grid = SCHED == kCluster ? l.args.tiles * l.args.chunks : std::min<int64_t>(l.args.tiles, slots);
+  if constexpr (PAIR)
+    grid = 2 * std::min<int64_t>({l.args.tiles, max_active_pairs<T, B_KN>(dev), std::max<int64_t>(slots / 2, 1)});
   // The staged epilogue has a kernel without the bias's checks (BIAS false).
   const auto kernel = [&] {
     if constexpr (STAGED)
@@ -664,7 +666,8 @@ void launch_one(const GemmParams &p, int grid_limit, int dev, cudaStream_t strea
   }();
   const int cluster_size = SCHED == kCluster ? l.args.chunks : PAIR ? 2 : 1;
   cudaLaunchAttribute attr[1];
-  const cudaLaunchConfig_t cfg = launch_config<CONSUMERS, BN, STAGED>(grid, cluster_size, stream, attr);
+  const cudaLaunchConfig_t cfg =
+      launch_config<CONSUMERS, BN, STAGED>(static_cast<int>(grid), cluster_size, stream, attr);
   DETFUZZ_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, l.ma, l.mb, l.mc, l.args));
   DETFUZZ_LAUNCH_CHECK();
 }
@@ -673,25 +676,21 @@ void launch_one(const GemmParams &p, int grid_limit, int dev, cudaStream_t strea
 template <typename T, bool B_KN>
 void dispatch(const GemmParams &p, GemmPath path, int dev, cudaStream_t stream) {
   using gemm_policy::Sm90Kernel;
-  const int sms = p.num_ctas;
   const Sm90Kernel kernel =
       gemm_policy::sm90_kernel(gemm_shape(p), path, c_storable_by_tma(p), [&](int consumers, int chunks) {
         return consumers == 1 ? max_active_clusters<T, B_KN, 1>(dev, chunks)
                               : max_active_clusters<T, B_KN, 2>(dev, chunks);
       });
   switch (kernel) {
-    case Sm90Kernel::split_64x128: return launch_one<T, B_KN, kCluster, 1, 128>(p, sms, dev, stream);
-    case Sm90Kernel::split_128x128: return launch_one<T, B_KN, kCluster, 2, 128>(p, sms, dev, stream);
-    case Sm90Kernel::persistent_64x64: return launch_one<T, B_KN, kPersistent, 1, 64>(p, sms, dev, stream);
-    case Sm90Kernel::persistent_64x128: return launch_one<T, B_KN, kPersistent, 1, 128>(p, sms, dev, stream);
-    case Sm90Kernel::persistent_64x256: return launch_one<T, B_KN, kPersistent, 2, 256>(p, sms, dev, stream);
-    case Sm90Kernel::persistent_128x128: return launch_one<T, B_KN, kPersistent, 2, 128>(p, sms, dev, stream);
-    case Sm90Kernel::persistent_128x128_staged:
-      return launch_one<T, B_KN, kPersistent, 2, 128, true>(p, sms, dev, stream);
-    case Sm90Kernel::persistent_128x192_staged:
-      return launch_one<T, B_KN, kPersistent, 2, 192, true>(p, sms, dev, stream);
-    case Sm90Kernel::paired_128x192_staged:
-      return launch_one<T, B_KN, kPersistent, 2, 192, true, true>(p, sms, dev, stream);
+    case Sm90Kernel::split_64x128: return launch_one<T, B_KN, kCluster, 1, 128>(p, dev, stream);
+    case Sm90Kernel::split_128x128: return launch_one<T, B_KN, kCluster, 2, 128>(p, dev, stream);
+    case Sm90Kernel::persistent_64x64: return launch_one<T, B_KN, kPersistent, 1, 64>(p, dev, stream);
+    case Sm90Kernel::persistent_64x128: return launch_one<T, B_KN, kPersistent, 1, 128>(p, dev, stream);
+    case Sm90Kernel::persistent_64x256: return launch_one<T, B_KN, kPersistent, 2, 256>(p, dev, stream);
+    case Sm90Kernel::persistent_128x128: return launch_one<T, B_KN, kPersistent, 2, 128>(p, dev, stream);
+    case Sm90Kernel::persistent_128x128_staged: return launch_one<T, B_KN, kPersistent, 2, 128, true>(p, dev, stream);
+    case Sm90Kernel::persistent_128x192_staged: return launch_one<T, B_KN, kPersistent, 2, 192, true>(p, dev, stream);
+    case Sm90Kernel::paired_128x192_staged: return launch_one<T, B_KN, kPersistent, 2, 192, true, true>(p, dev, stream);
   }
 }
 

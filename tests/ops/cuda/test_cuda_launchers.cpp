@@ -89,6 +89,44 @@ TEST(CudaLaunchers, GemmWritesEveryElementOfAPoisonedOutput) {
       }
 }
 
+// The persistent Hopper paths, forced, with fewer CTA slots than tiles: each CTA (or pair of CTAs)
+// walks several tiles, and the bits are the automatic path's with every slot.
+TEST(CudaLaunchers, HopperPersistentPathsGiveTheSameBitsWithFewerCtas) {
+  REQUIRE_GPU();
+  using ck::GemmPath;
+  const GemmPath paths[] = {GemmPath::sm90_persistent_64x64,   GemmPath::sm90_persistent_64,
+                            GemmPath::sm90_persistent,         GemmPath::sm90_persistent_64x256,
+                            GemmPath::sm90_persistent_128x192, GemmPath::sm90_paired_128x192};
+  if (!ck::gemm_path_available(GemmPath::sm90_paired_128x192, 0)) GTEST_SKIP() << "needs an sm_90 GPU";
+  uint64_t seed = 70;
+  for (auto dt : {at::kBFloat16, at::kHalf}) {
+    const int64_t M = 700, K = 1104, N = 400;  // 6 x 3 tiles of 128 x 192: 3 x 3 pairs
+    const at::Tensor a = rnd({M, K}, dt, seed++), b = rnd({K, N}, dt, seed++);
+    const at::Tensor expected = cuda_ops::mm(a, b);
+    for (GemmPath path : paths)
+      for (int ctas : {1, 2, 5}) {
+        at::Tensor c = poisoned({M, N}, dt);
+        ck::GemmParams p;
+        p.dtype = kdt(dt);
+        p.a = a.data_ptr();
+        p.lda = K;
+        p.b = b.data_ptr();
+        p.b_kn = true;
+        p.ldb = N;
+        p.c = c.data_ptr();
+        p.ldc = N;
+        p.M = M;
+        p.N = N;
+        p.K = K;
+        p.num_ctas = ctas;
+        p.path = path;
+        ASSERT_EQ(ck::gemm_check(p), "");
+        ck::launch_gemm(p, at::cuda::getCurrentCUDAStream().stream());
+        expect_bitwise(expected, c, c10::str(ck::gemm_path_name(path), " with ", ctas, " CTA slots, ", dt));
+      }
+  }
+}
+
 TEST(CudaLaunchers, RowReductionsWriteEveryElementOfAPoisonedOutput) {
   REQUIRE_GPU();
   for (auto dt : {at::kFloat, at::kHalf, at::kBFloat16})
