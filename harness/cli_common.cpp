@@ -43,6 +43,26 @@ double parse_duration_flag(const std::string &flag, const std::string &s) {
   }
 }
 
+uint64_t parse_seed(const std::string &flag, const std::string &s) {
+  const bool hex = s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
+  const std::string digits = hex ? s.substr(2) : s;
+  const char *allowed = hex ? "0123456789abcdefABCDEF" : "0123456789";
+  bool ok = !digits.empty() && digits.find_first_not_of(allowed) == std::string::npos;
+  uint64_t v = 0;
+  if (ok) {
+    try {
+      size_t used = 0;
+      v = std::stoull(digits, &used, hex ? 16 : 10);
+      ok = used == digits.size();
+    } catch (const std::out_of_range &) {
+      ok = false;
+    }
+  }
+  if (!ok)
+    throw UsageError(flag + ": '" + s + "' is not a seed (a whole number from 0 to 2^64 - 1, decimal or 0x hex)");
+  return v;
+}
+
 std::string utc_now() {
   const std::time_t now = std::time(nullptr);
   char buf[32];

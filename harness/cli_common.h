@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <stdexcept>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,9 @@ std::vector<std::string> split_list(const std::string &s);  // "a,b" -> {a, b}; 
 double parse_duration(const std::string &s);                // "90", "90s", "5m", "1h" -> seconds
 // parse_duration of a flag's value; the error names the flag: "--case-timeout: duration 'x' ...".
 double parse_duration_flag(const std::string &flag, const std::string &s);
+// A campaign seed: a whole number from 0 to 2^64 - 1, decimal or 0x hex; anything else (a sign,
+// a fraction, trailing text, overflow) is a UsageError naming the flag.
+uint64_t parse_seed(const std::string &flag, const std::string &s);
 std::string utc_now();  // ISO 8601
 
 struct Selection {

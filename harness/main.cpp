@@ -142,7 +142,7 @@ int run_fuzz(FuzzOptions o, const std::string &program, const std::string &comma
   CampaignConfig cfg;
   cfg.targets = select_targets(o.sel, backend);
   cfg.batch_invariant_mode = o.sel.batch_invariant_mode;
-  cfg.seed = o.seed.empty() ? std::random_device{}() : std::stoull(o.seed, nullptr, 0);
+  cfg.seed = o.seed.empty() ? std::random_device{}() : parse_seed("--seed", o.seed);
   cfg.budget_s = parse_duration_flag("--budget", o.budget);
   cfg.max_cases = o.cases;
   if (cfg.budget_s == 0 && cfg.max_cases == 0)
@@ -735,7 +735,6 @@ int detfuzz::cli_main(int argc, char **argv) {
   laps->add_option("--decode-steps", lo.decode_steps, "greedy tokens after the first")->default_val(lo.decode_steps);
   laps->add_option("--offered-load", lo.load, "arrival rate as a share of the instances' prefill capacity")
       ->default_val(lo.load);
-  laps->add_option("--load", lo.load, "(old name of --offered-load)")->group("");
   laps->add_option("--instances", lo.instances, "prefill instances")->default_val(lo.instances);
   laps->add_option("--threshold", lo.threshold, "short/long threshold (queues and router), prompt tokens")
       ->default_val(lo.threshold);
@@ -768,9 +767,18 @@ int detfuzz::cli_main(int argc, char **argv) {
 
   try {
     app.parse(argc, argv);
+  } catch (const CLI::CallForHelp &e) {
+    return app.exit(e) == 0 ? kExitOk : kExitUsage;
+  } catch (const CLI::CallForAllHelp &e) {
+    return app.exit(e) == 0 ? kExitOk : kExitUsage;
+  } catch (const CLI::CallForVersion &e) {
+    return app.exit(e) == 0 ? kExitOk : kExitUsage;
   } catch (const CLI::ParseError &e) {
-    const int code = app.exit(e);
-    return code == 0 ? kExitOk : kExitUsage;
+    // One line, like every other refusal, naming the --help that lists what the command takes.
+    std::string command = "detfuzz";
+    for (const CLI::App *sub : app.get_subcommands()) command += " " + sub->get_name();
+    std::cerr << "detfuzz: error: " << first_line(e.what()) << " (see: " << command << " --help)" << std::endl;
+    return kExitUsage;
   }
   try {
     fo.sel.ops = split_list(ops);

@@ -22,6 +22,15 @@ grep -q "mutant-splitk" "$work/out" && pass=$((pass + 1)) || { fail=$((fail + 1)
 check "help" 0 "$bin" --help
 check "no subcommand" 2 "$bin"
 check "unknown flag" 2 "$bin" fuzz --frobnicate
+one_line_error "not expected: --frobnicate (see: detfuzz fuzz --help)"
+check "not a number" 2 "$bin" scan --n abc
+one_line_error "--n = abc"
+check "negative seed" 2 "$bin" fuzz --backend cpu --op mm --budget 1s --seed -5 --out "$work/r1"
+one_line_error "--seed: '-5' is not a seed"
+check "seed past 64 bits" 2 "$bin" fuzz --backend cpu --op mm --budget 1s --seed 18446744073709551616 --out "$work/r1"
+one_line_error "is not a seed"
+check "hex seed" 0 "$bin" fuzz --backend cpu --op mm --impl invariant --property repeat --cases 3 --seed 0x1F --no-corpus --out "$work/hex"
+grep -q "seed=31 " "$work/out" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL --seed 0x1F is not seed 31"; head -2 "$work/out"; }
 
 check "unknown op" 2 "$bin" fuzz --backend cpu --op conv9d --out "$work/r1"
 one_line_error "unknown op 'conv9d'"
