@@ -180,6 +180,47 @@ BenchPlan plan_bench(const BenchConfig &cfg) {
   return plan;
 }
 
+std::string speedup_summary(const std::map<std::string, std::vector<SpeedupSample>> &speedups) {
+  // Geomean, lowest and count below 1.0x of the samples whose M passes `keep`.
+  struct Stats {
+    size_t n = 0, below_one = 0;
+    double geomean = NAN, lowest = NAN;
+  };
+  auto stats = [](const std::vector<SpeedupSample> &v, auto keep) {
+    Stats st;
+    double logsum = 0;
+    for (const SpeedupSample &x : v) {
+      if (!keep(x.m)) continue;
+      ++st.n;
+      logsum += std::log(x.speedup);
+      st.below_one += x.speedup < 1.0;
+      st.lowest = st.n == 1 ? x.speedup : std::min(st.lowest, x.speedup);
+    }
+    if (st.n) st.geomean = std::exp(logsum / st.n);
+    return st;
+  };
+  std::ostringstream out;
+  for (const auto &[key, v] : speedups) {
+    const Stats all = stats(v, [](int64_t) { return true; });
+    out << "  " << key << ": " << fmt(all.geomean, "%.3f") << "x over " << all.n << " shapes";
+    // Matmuls (ops benched over M, N and K) are also summed up by their M classes.
+    const std::string op = key.substr(0, key.find('/'));
+    const BenchDef *def = row_bench(op.substr(0, op.find('[')));
+    if (def && def->uses_k) {
+      const int64_t small_m = def->small_m;
+      const Stats small = stats(v, [small_m](int64_t m) { return m <= small_m; });
+      const Stats large = stats(v, [](int64_t m) { return m >= 128; });
+      if (small.n)
+        out << "; M <= " << small_m << ": " << fmt(small.geomean, "%.3f") << "x (lowest " << fmt(small.lowest, "%.3f")
+            << "x, " << small.below_one << " of " << small.n << " below 1.0x)";
+      if (large.n)
+        out << "; M >= 128: " << fmt(large.geomean, "%.3f") << "x (lowest " << fmt(large.lowest, "%.3f") << "x)";
+    }
+    out << "\n";
+  }
+  return out.str();
+}
+
 #ifndef DETFUZZ_WITH_CUDA
 std::string run_bench(const BenchConfig &, std::ostream &, std::string *) {
   throw std::invalid_argument("bench needs CUDA: this detfuzz was built without it");
@@ -429,47 +470,6 @@ std::string run_bench(const BenchConfig &cfg, std::ostream &log, std::string *st
   }
   log << "\ngeomean speedup vs baseline (cublas for mm, torch for reductions):\n" << speedup_summary(speedups);
   return csv.str();
-}
-
-std::string speedup_summary(const std::map<std::string, std::vector<SpeedupSample>> &speedups) {
-  // Geomean, lowest and count below 1.0x of the samples whose M passes `keep`.
-  struct Stats {
-    size_t n = 0, below_one = 0;
-    double geomean = NAN, lowest = NAN;
-  };
-  auto stats = [](const std::vector<SpeedupSample> &v, auto keep) {
-    Stats st;
-    double logsum = 0;
-    for (const SpeedupSample &x : v) {
-      if (!keep(x.m)) continue;
-      ++st.n;
-      logsum += std::log(x.speedup);
-      st.below_one += x.speedup < 1.0;
-      st.lowest = st.n == 1 ? x.speedup : std::min(st.lowest, x.speedup);
-    }
-    if (st.n) st.geomean = std::exp(logsum / st.n);
-    return st;
-  };
-  std::ostringstream out;
-  for (const auto &[key, v] : speedups) {
-    const Stats all = stats(v, [](int64_t) { return true; });
-    out << "  " << key << ": " << fmt(all.geomean, "%.3f") << "x over " << all.n << " shapes";
-    // Matmuls (ops benched over M, N and K) are also summed up by their M classes.
-    const std::string op = key.substr(0, key.find('/'));
-    const BenchDef *def = row_bench(op.substr(0, op.find('[')));
-    if (def && def->uses_k) {
-      const int64_t small_m = def->small_m;
-      const Stats small = stats(v, [small_m](int64_t m) { return m <= small_m; });
-      const Stats large = stats(v, [](int64_t m) { return m >= 128; });
-      if (small.n)
-        out << "; M <= " << small_m << ": " << fmt(small.geomean, "%.3f") << "x (lowest " << fmt(small.lowest, "%.3f")
-            << "x, " << small.below_one << " of " << small.n << " below 1.0x)";
-      if (large.n)
-        out << "; M >= 128: " << fmt(large.geomean, "%.3f") << "x (lowest " << fmt(large.lowest, "%.3f") << "x)";
-    }
-    out << "\n";
-  }
-  return out.str();
 }
 
 namespace {

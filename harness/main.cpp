@@ -28,9 +28,9 @@
 #include "harness/target_table.h"
 #include "harness/workers.h"
 #include "ops/torch/batch_invariant_mode.h"
+#include "ops/first_line.h"
 #ifdef DETFUZZ_WITH_CUDA
 #include "ops/device_memory.h"
-#include "ops/first_line.h"
 #endif
 #include "properties/properties.h"
 
