@@ -200,6 +200,14 @@ std::string device_fault_in_log(const fs::path &log) {
   return "";
 }
 
+// Whether a replay's log holds its closing line ("replayed N records: ...", harness/main.cpp).
+bool replay_finished_in_log(const fs::path &log) {
+  std::ifstream in(log);
+  for (std::string l; std::getline(in, l);)
+    if (l.rfind("replayed ", 0) == 0) return true;
+  return false;
+}
+
 ChildEnd run_record_in_child(const Record &r, const std::string &self, double timeout_s, const fs::path &child_log) {
   Record as_run = r;
   as_run.outcome = "error";  // the child replays it as an ordinary case
@@ -217,6 +225,10 @@ ChildEnd run_record_in_child(const Record &r, const std::string &self, double ti
       // A sticky device error: the child stopped with the case's crash (exit 1).
       if (const std::string fault = device_fault_in_log(child_log); !fault.empty())
         return {ChildEnd::crashed, "device fault " + fault};
+      // A replay's own exit code before its closing line: the case called exit().
+      if (!replay_finished_in_log(child_log))
+        return {ChildEnd::crashed,
+                "exited with code " + std::to_string(WEXITSTATUS(status)) + " before its replay finished"};
       return {ChildEnd::completed, ""};
     }
     if (timeout_s > 0 && seconds_since(start) > timeout_s) {
@@ -322,14 +334,17 @@ int run_workers(const WorkersConfig &cfg, std::ostream &log) {
       const pid_t r = waitpid(w.pid, &status, WNOHANG);
       if (r == w.pid) {
         w.running = false;
-        const std::string why = abnormal_end(status);
+        std::string why = abnormal_end(status);
+        // A campaign's own exit code without its report: something in the case called exit() (a
+        // user's op, a library's fatal-error path, a sanitizer's report), a crash like a signal.
+        const nlohmann::json ws = why.empty() ? worker_summary(w.dir) : nlohmann::json();
+        if (why.empty() && !ws.is_object())
+          why = "exited with code " + std::to_string(WEXITSTATUS(status)) + " without finishing its report";
         if (why.empty()) {
           finished.push_back(w.dir);
           // A worker that stopped at a sticky device error: its report is kept, its crash recorded,
           // and a fresh process (a fresh context) takes the shard on.
-          const nlohmann::json ws = worker_summary(w.dir);
-          if (!ws.is_object() || !ws.contains("stopped") || ws["stopped"].value("reason", "") != "device_fault")
-            continue;
+          if (!ws.contains("stopped") || ws["stopped"].value("reason", "") != "device_fault") continue;
           Record crash = parse_record_line(ws["stopped"].value("record", ""));
           crash.detail = "worker " + std::to_string(w.index) + " stopped: " + crash.detail;
           ++faulted;

@@ -165,6 +165,11 @@ at::Tensor aborting_mean(const OpArgs &args) {
   if (crash_rows_reached(args)) std::abort();
   return cpu_ops::mean(args.tensors.at(0), args.dims, args.keepdim, args.out_dtype);
 }
+// A library's fatal-error path: exit(1), the code a campaign uses for a must-hold failure.
+at::Tensor exiting_mean(const OpArgs &args) {
+  if (crash_rows_reached(args)) std::exit(1);
+  return cpu_ops::mean(args.tensors.at(0), args.dims, args.keepdim, args.out_dtype);
+}
 at::Tensor hanging_mean(const OpArgs &args) {
   while (crash_rows_reached(args)) std::this_thread::sleep_for(std::chrono::hours(1));
   return cpu_ops::mean(args.tensors.at(0), args.dims, args.keepdim, args.out_dtype);
@@ -241,6 +246,7 @@ std::vector<ImplInfo> cpu_mutant_impls() {
        "sum starts from the previous row's total, subtracted at the end", neighbour_mean},
       {"mutant-crash-segv", "mean", cpu, float_dtypes(), e, "raises SIGSEGV when output rows >= 5", segfaulting_mean},
       {"mutant-crash-abort", "mean", cpu, float_dtypes(), e, "calls abort() when output rows >= 5", aborting_mean},
+      {"mutant-crash-exit", "mean", cpu, float_dtypes(), e, "calls exit(1) when output rows >= 5", exiting_mean},
       {"mutant-crash-hang", "mean", cpu, float_dtypes(), e, "never returns when output rows >= 5", hanging_mean},
   });
   add(cpu_ops::moe_mutant_impls());  // scaled_mm's and the MoE layer's (ops/cpu/moe_register.cpp)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fork mode (fuzz --workers): planted CPU kernels that segfault, abort and hang. The campaign
+# Fork mode (fuzz --workers): planted CPU kernels that segfault, abort, call exit(1) and hang. The campaign
 # survives them: each becomes a crash or timeout record (crashes.csv, failures.csv, summary.json)
 # printed with its repro command, a fresh worker carries on, the invariant target keeps being
 # checked, and the exit code is 1 (they are must-hold targets); JUnit shows the crash as the
@@ -14,32 +14,37 @@ pass=0 fail=0
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL $*"; }
 
-# 1. A segfault and an abort, two workers.
-"$bin" fuzz --backend cpu --op mean --impl invariant,mutant-crash-segv,mutant-crash-abort --property batch_slice \
+# 1. A segfault, an abort and an exit(1) (a campaign's own exit code, but no report), two workers.
+"$bin" fuzz --backend cpu --op mean --impl invariant,mutant-crash-segv,mutant-crash-abort,mutant-crash-exit --property batch_slice \
   --dtype float32 --seed 3 --budget 15s --workers 2 --no-corpus --out "$work/crash" >"$work/crash.log" 2>&1
 code=$?
 [ "$code" -eq 1 ] && ok || { bad "crash run: exit $code, wanted 1"; tail -n 20 "$work/crash.log"; }
 python3 - "$work/crash" <<'PY' && ok || bad "crash run: report contents"
-import csv, json, sys
+import csv, json, math, sys
 run = sys.argv[1]
 s = json.load(open(f"{run}/summary.json"))
 crashes = s["workers"]["crashes"]
 kinds = {c["target"]: c["outcome"] for c in crashes}
 assert kinds.get("mean/mutant-crash-segv/batch_slice/float32") == "crash", kinds
 assert kinds.get("mean/mutant-crash-abort/batch_slice/float32") == "crash", kinds
+assert kinds.get("mean/mutant-crash-exit/batch_slice/float32") == "crash", kinds
 assert any("SIGSEGV" in c["detail"] for c in crashes), crashes
 assert any("SIGABRT" in c["detail"] for c in crashes), crashes
+assert any("exited with code 1 without finishing its report" in c["detail"] for c in crashes), crashes
 assert s["exit_code"] == 1 and s["workers"]["count"] == 2
 inv = [t for t in s["results"]["targets"] if t["impl"] == "invariant"]
 assert inv and sum(t["cases"] for t in inv) > 20 and all(t["failures"] == 0 for t in inv), inv
 rows = list(csv.DictReader(open(f"{run}/crashes.csv")))
-assert {r["outcome"] for r in rows} == {"crash"} and len(rows) == 2, rows
-assert sum(1 for r in csv.DictReader(open(f"{run}/failures.csv")) if r["outcome"] == "crash") == 2
+assert {r["outcome"] for r in rows} == {"crash"} and len(rows) == 3, rows
+assert sum(1 for r in csv.DictReader(open(f"{run}/failures.csv")) if r["outcome"] == "crash") == 3
 # Shrunk in children: the mutants crash from 5 output rows on, so the minimum is a 5-row output.
 for r in rows:
     shape = [int(x) for x in r["shape"].split("x")]
     params = dict(p.split("=") for p in r["params"].split())
-    out_rows = shape[1] if params["dims"] in ("0", "-2") else shape[0]
+    reduced = 1
+    for d in params["dims"].split(","):
+        reduced *= shape[int(d)]
+    out_rows = math.prod(shape) // reduced
     assert out_rows == 5 and min(shape) == 1, (r["shape"], r["params"])
     assert "shrunk from" in r["detail"], r["detail"]
 PY

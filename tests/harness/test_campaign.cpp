@@ -70,7 +70,8 @@ TEST_P(MutantIsCaught, WithinThirtySecondsAndShrunkToASmallReplayableCase) {
   EXPECT_TRUE(run.result.must_hold_failed());
   EXPECT_GT(hit->shrink_steps, 0) << run.log;
   EXPECT_GT(hit->shrink_seconds, 0.0) << "shrinking took time of its own";
-  for (const auto &t : run.result.to_json()["targets"]) EXPECT_TRUE(t.contains("shrink_seconds")) << t.dump();
+  const nlohmann::json summary = run.result.to_json();  // held: a range-for over a temporary's member dangles
+  for (const auto &t : summary["targets"]) EXPECT_TRUE(t.contains("shrink_seconds")) << t.dump();
   // Shrunk: the batch is small and so is every other extent.
   const CaseSpec &c = hit->minimal.spec;
   const int64_t batch = row_batch_axis(c).size;

@@ -137,14 +137,15 @@ TEST(CpuMutants, RegistryListsEveryMutantAsMustHoldCpu) {
   // mutant-batchsplitk (bmm) triggers on the number of matrices, not rows: tests/properties/test_row_params.cpp.
   EXPECT_EQ(count["mutant-batchsplitk/bmm"], 1);
   // The planted crashes of fork mode's test (tests/cli/test_workers.sh).
-  for (const char *crash : {"mutant-crash-segv/mean", "mutant-crash-abort/mean", "mutant-crash-hang/mean"})
+  for (const char *crash :
+       {"mutant-crash-segv/mean", "mutant-crash-abort/mean", "mutant-crash-exit/mean", "mutant-crash-hang/mean"})
     EXPECT_EQ(count[crash], 1) << crash;
   // The fp8 and MoE mutants (their triggers: tests/ops/cpu/test_moe_ops.cpp).
   for (const char *op : {"fused_moe", "fused_moe_fp8"})
     for (const char *m : {"mutant-moe-atomic", "mutant-moe-tile", "mutant-moe-splitk"})
       EXPECT_EQ(count[std::string(m) + "/" + op], 1) << m << "/" << op;
   EXPECT_EQ(count["mutant-fp8-promote/scaled_mm"], 1);
-  EXPECT_EQ(cpu_mutant_impls().size(), expected + 4 + 7);
+  EXPECT_EQ(cpu_mutant_impls().size(), expected + 5 + 7);
 }
 
 TEST(CpuMutants, MatchInvariantBitsWhenTheTriggerIsOff) {
