@@ -48,6 +48,30 @@ void expect_bitwise(const at::Tensor &expected, const at::Tensor &actual, const 
   EXPECT_TRUE(d.equal()) << what << ": " << d.summary();
 }
 
+// The launcher's parameters for C = A B, A [batch,] M x K and C [batch,] M x N contiguous, B a
+// contiguous K x N (kn) or the transpose of a contiguous N x K; no bias. ctas 0: the SM count.
+ck::GemmParams gemm_params(const at::Tensor &a, const at::Tensor &b, at::Tensor &c, bool kn, int ctas) {
+  const int64_t M = a.size(-2), K = a.size(-1), N = c.size(-1);
+  ck::GemmParams p;
+  p.dtype = kdt(a.scalar_type());
+  p.a = a.data_ptr();
+  p.lda = K;
+  p.batch_stride_a = M * K;
+  p.b = b.data_ptr();
+  p.b_kn = kn;
+  p.ldb = kn ? N : K;
+  p.batch_stride_b = K * N;
+  p.c = c.data_ptr();
+  p.ldc = N;
+  p.batch_stride_c = M * N;
+  p.M = M;
+  p.N = N;
+  p.K = K;
+  p.batch = a.dim() == 3 ? a.size(0) : 1;
+  p.num_ctas = ctas == 0 ? sms() : ctas;
+  return p;
+}
+
 TEST(CudaLaunchers, GemmWritesEveryElementOfAPoisonedOutput) {
   REQUIRE_GPU();
   uint64_t seed = 1;
@@ -59,27 +83,10 @@ TEST(CudaLaunchers, GemmWritesEveryElementOfAPoisonedOutput) {
         const at::Tensor b = kn ? rnd({batch, K, N}, dt, seed++) : rnd({batch, N, K}, dt, seed++).transpose(1, 2);
         const at::Tensor bias = rnd({N}, dt, seed++);
         at::Tensor c = poisoned({batch, M, N}, dt);
-        ck::GemmParams p;
-        p.dtype = kdt(dt);
-        p.a = a.data_ptr();
-        p.lda = K;
-        p.batch_stride_a = M * K;
-        p.b = b.data_ptr();
-        p.b_kn = kn;
-        p.ldb = kn ? N : K;
-        p.batch_stride_b = K * N;
-        p.c = c.data_ptr();
-        p.ldc = N;
-        p.batch_stride_c = M * N;
+        ck::GemmParams p = gemm_params(a, b, c, kn, ctas);
         p.bias = bias.data_ptr();
         p.bias_stride_n = 1;
-        p.alpha = 1.f;
         p.beta = 1.f;
-        p.M = M;
-        p.N = N;
-        p.K = K;
-        p.batch = batch;
-        p.num_ctas = ctas == 0 ? sms() : ctas;
         ASSERT_EQ(ck::gemm_check(p), "");
         ck::launch_gemm(p, at::cuda::getCurrentCUDAStream().stream());
         EXPECT_FALSE(c.isnan().any().item<bool>()) << "unwritten (NaN-poisoned) outputs remain, " << dt;
@@ -106,19 +113,7 @@ TEST(CudaLaunchers, HopperPersistentPathsGiveTheSameBitsWithFewerCtas) {
     for (GemmPath path : paths)
       for (int ctas : {1, 2, 5}) {
         at::Tensor c = poisoned({M, N}, dt);
-        ck::GemmParams p;
-        p.dtype = kdt(dt);
-        p.a = a.data_ptr();
-        p.lda = K;
-        p.b = b.data_ptr();
-        p.b_kn = true;
-        p.ldb = N;
-        p.c = c.data_ptr();
-        p.ldc = N;
-        p.M = M;
-        p.N = N;
-        p.K = K;
-        p.num_ctas = ctas;
+        ck::GemmParams p = gemm_params(a, b, c, true, ctas);
         p.path = path;
         ASSERT_EQ(ck::gemm_check(p), "");
         ck::launch_gemm(p, at::cuda::getCurrentCUDAStream().stream());
