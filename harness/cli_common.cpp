@@ -51,9 +51,7 @@ uint64_t parse_seed(const std::string &flag, const std::string &s) {
   uint64_t v = 0;
   if (ok) {
     try {
-      size_t used = 0;
-      v = std::stoull(digits, &used, hex ? 16 : 10);
-      ok = used == digits.size();
+      v = std::stoull(digits, nullptr, hex ? 16 : 10);  // digits only: all of them are read
     } catch (const std::out_of_range &) {
       ok = false;
     }

@@ -767,14 +767,9 @@ int detfuzz::cli_main(int argc, char **argv) {
 
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp &e) {
-    return app.exit(e) == 0 ? kExitOk : kExitUsage;
-  } catch (const CLI::CallForAllHelp &e) {
-    return app.exit(e) == 0 ? kExitOk : kExitUsage;
-  } catch (const CLI::CallForVersion &e) {
-    return app.exit(e) == 0 ? kExitOk : kExitUsage;
   } catch (const CLI::ParseError &e) {
-    // One line, like every other refusal, naming the --help that lists what the command takes.
+    if (e.get_exit_code() == 0) return app.exit(e) == 0 ? kExitOk : kExitUsage;  // --help, --help-all, --version
+    // Any other: one line, like every other refusal, naming the --help that lists what the command takes.
     std::string command = "detfuzz";
     for (const CLI::App *sub : app.get_subcommands()) command += " " + sub->get_name();
     std::cerr << "detfuzz: error: " << first_line(e.what()) << " (see: " << command << " --help)" << std::endl;

@@ -191,22 +191,22 @@ struct ChildEnd {
   std::string how;  // crashed: abnormal_end's text, or "device fault <name>"
 };
 
+// The rest of the first line of `log` that starts with `prefix`, or nullopt.
+std::optional<std::string> line_after(const fs::path &log, const std::string &prefix) {
+  std::ifstream in(log);
+  for (std::string l; std::getline(in, l);)
+    if (l.rfind(prefix, 0) == 0) return l.substr(prefix.size());
+  return std::nullopt;
+}
+
 // The sticky device error a replay printed ("  device fault: <name>: ..."), or "".
 std::string device_fault_in_log(const fs::path &log) {
-  std::ifstream in(log);
-  const std::string marker = "  device fault: ";
-  for (std::string l; std::getline(in, l);)
-    if (l.rfind(marker, 0) == 0) return device_error_name(l.substr(marker.size()));
-  return "";
+  const auto rest = line_after(log, "  device fault: ");
+  return rest ? device_error_name(*rest) : "";
 }
 
 // Whether a replay's log holds its closing line ("replayed N records: ...", harness/main.cpp).
-bool replay_finished_in_log(const fs::path &log) {
-  std::ifstream in(log);
-  for (std::string l; std::getline(in, l);)
-    if (l.rfind("replayed ", 0) == 0) return true;
-  return false;
-}
+bool replay_finished_in_log(const fs::path &log) { return line_after(log, "replayed ").has_value(); }
 
 ChildEnd run_record_in_child(const Record &r, const std::string &self, double timeout_s, const fs::path &child_log) {
   Record as_run = r;
