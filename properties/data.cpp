@@ -6,8 +6,11 @@
 #include <immintrin.h>
 #endif
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <stdexcept>
 #include <vector>
@@ -241,6 +244,26 @@ at::Tensor keyed_rows(const std::vector<uint64_t> &keys, const std::vector<uint6
 }
 
 at::Device device_of(Backend b) { return b == Backend::cpu ? at::Device(at::kCPU) : at::Device(at::kCUDA, 0); }
+
+void check_inputs_fit(double bytes, const at::Device &device, const std::string &what) {
+  double memory = 0;
+  std::string where = "the host's";
+#ifdef DETFUZZ_WITH_CUDA
+  if (device.is_cuda()) {
+    memory = static_cast<double>(at::cuda::getDeviceProperties(device.index())->totalGlobalMem);
+    where = "the CUDA device's";
+  }
+#endif
+  static const double host_memory =
+      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  if (!device.is_cuda()) memory = host_memory;
+  if (memory > 0 && bytes > memory) {
+    char text[160];
+    std::snprintf(text, sizeof text, "%s: its inputs need %.1f GiB, more than %s %.1f GiB of memory", what.c_str(),
+                  bytes / (1 << 30), where.c_str(), memory / (1 << 30));
+    throw std::invalid_argument(text);
+  }
+}
 
 at::Tensor with_layout(const at::Tensor &values, char layout, const at::Device &device) {
   const auto opts = values.options().device(device);

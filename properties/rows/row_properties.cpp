@@ -57,6 +57,15 @@ struct RowCase {
   std::vector<at::Tensor> values() const {
     const auto sizes = def.input_sizes(c);
     const at::Device device = device_of(c.backend);
+    double bytes = 0;  // in double: an impossible shape's element count may not fit 64 bits
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      const bool index = def.index_range && def.index_range(c, t) > 0;
+      const auto fixed = def.input_dtype ? def.input_dtype(t) : std::nullopt;
+      double n = static_cast<double>(c10::elementSize(index ? at::kLong : fixed.value_or(c.dtype)));
+      for (int64_t d : sizes[t]) n *= static_cast<double>(d);
+      bytes += n;
+    }
+    check_inputs_fit(bytes, device, "shape " + c.shape_string());
     std::vector<at::Tensor> v;
     for (size_t t = 0; t < sizes.size(); ++t) v.push_back(input(t, t, sizes[t], device));
     return v;

@@ -51,6 +51,9 @@ one_line_error "bad.csv"
 check "replay malformed" 2 "$bin" replay "$work/bad.csv"
 check "replay --case malformed" 2 "$bin" replay --case 'mm,invariant,batch_slice,cpu,float33,2x2x2,cc,normal,0x1,,pass,0,0,,,,0,0,'
 one_line_error "unknown dtype 'float33'"
+# A shape no memory can hold is a malformed record, for an observed impl too, not an op's error.
+check "replay impossible shape" 2 "$bin" replay --case 'mm,torch,batch_slice,cpu,float32,99999999999x99999999x2,cc,normal,0x1,,pass,0,0,,,,0,0,'
+one_line_error "shape 99999999999x99999999x2: its inputs need .* GiB, more than the host's"
 
 # libtorch's CPU mm: found, shrunk, saved; exit 0 because torch is observed.
 check "torch mm fuzz" 0 "$bin" fuzz --backend cpu --impl torch --op mm --dtype float32 --property batch_slice --budget 30s --seed 1 --stop-on-failure --out "$work/torch"
