@@ -253,13 +253,24 @@ Verdict check_attention_case(const CaseSpec &c) {
     throw std::invalid_argument("paged_attention case: impl " + c.impl + " does not take " + dtype_name(c.dtype));
   const auto props = attention_properties();
   require(std::find(props.begin(), props.end(), c.property) != props.end(), "unknown property '" + c.property + "'");
-  geometry(c);
+  const Geometry g = geometry(c);
   std::vector<Seq> seqs = sequences(c);
   const int64_t S = static_cast<int64_t>(seqs.size());
   const int64_t target = c.param_int("target", 0);
   require(target >= 0 && target < S, "target=" + std::to_string(target) + " out of range");
   const int64_t place = c.param_int("place", 0), extra = c.param_int("pool", 0);
   require(extra >= 0 && extra <= (1 << 20), "pool=" + std::to_string(extra) + " out of range");
+  // Q rows and the pages of K and V (the pool's extra pages too), before anything is made.
+  double kv_tokens = static_cast<double>(extra) * static_cast<double>(g.page_size), q_rows = 0;
+  for (const Seq &s : seqs) {
+    kv_tokens +=
+        std::ceil(static_cast<double>(s.kv_len) / static_cast<double>(g.page_size)) * static_cast<double>(g.page_size);
+    q_rows += static_cast<double>(s.q_len);
+  }
+  const double element = static_cast<double>(c10::elementSize(c.dtype));
+  check_inputs_fit(element * static_cast<double>(g.head_dim) *
+                       (q_rows * static_cast<double>(g.h_q) + 2 * kv_tokens * static_cast<double>(g.h_kv)),
+                   case_device(c), "paged_attention shape " + c.shape_string() + " with kv=" + c.param("kv"));
 
   try {
     SequenceRows data(c);  // every build below takes its sequences' rows from here
