@@ -258,10 +258,13 @@ void check_inputs_fit(double bytes, const at::Device &device, const std::string 
       static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
   if (!device.is_cuda()) memory = host_memory;
   if (memory > 0 && bytes > memory) {
-    char text[160];
-    std::snprintf(text, sizeof text, "%s: its inputs need %.1f GiB, more than %s %.1f GiB of memory", what.c_str(),
-                  bytes / (1 << 30), where.c_str(), memory / (1 << 30));
-    throw std::invalid_argument(text);
+    const auto gib = [](double b) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.1f GiB", b / (1 << 30));
+      return std::string(text);
+    };
+    throw std::invalid_argument(what + ": its inputs need " + gib(bytes) + ", more than " + where + " " + gib(memory) +
+                                " of memory");
   }
 }
 
