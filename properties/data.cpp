@@ -263,7 +263,7 @@ void check_inputs_fit(double bytes, const at::Device &device, const std::string 
       std::snprintf(text, sizeof text, "%.1f GiB", b / (1 << 30));
       return std::string(text);
     };
-    throw std::invalid_argument(what + ": its inputs need " + gib(bytes) + ", more than " + where + " " + gib(memory) +
+    throw std::invalid_argument(what + ": its tensors need " + gib(bytes) + ", more than " + where + " " + gib(memory) +
                                 " of memory");
   }
 }

@@ -21,6 +21,7 @@ OpDef addmm_def() {
     return std::vector<std::vector<int64_t>>{
         bias == 1 ? std::vector<int64_t>{s[1]} : std::vector<int64_t>{s[0], s[1]}, {s[0], s[2]}, {s[2], s[1]}};
   };
+  d.output_sizes = [](const CaseSpec &c) { return std::vector<int64_t>{c.shape[0], c.shape[1]}; };
   d.batch_axis = [](const CaseSpec &c) {
     BatchAxis ax{{{1, 0}}, 0, c.shape[0]};
     if (c.param_int("bias", 1) == 2) ax.inputs.push_back({0, 0});

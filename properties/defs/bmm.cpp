@@ -16,6 +16,7 @@ OpDef bmm_def() {
     const auto &s = c.shape;
     return std::vector<std::vector<int64_t>>{{s[0], s[1], s[3]}, {s[0], s[3], s[2]}};
   };
+  d.output_sizes = [](const CaseSpec &c) { return std::vector<int64_t>{c.shape[0], c.shape[1], c.shape[2]}; };
   d.batch_axis = [](const CaseSpec &c) {
     const std::string axis = c.param("axis", "matrices");
     if (axis == "matrices") return BatchAxis{{{0, 0}, {1, 0}}, 0, c.shape[0]};

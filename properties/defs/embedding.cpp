@@ -14,6 +14,7 @@ OpDef embedding_def() {
       throw std::invalid_argument("embedding needs a vocabulary of at least 1, got shape '" + c.shape_string() + "'");
     return std::vector<std::vector<int64_t>>{{c.shape[1], c.shape[2]}, {c.shape[0]}};
   };
+  d.output_sizes = [](const CaseSpec &c) { return std::vector<int64_t>{c.shape[0], c.shape[2]}; };
   d.batch_axis = [](const CaseSpec &c) { return BatchAxis{{{1, 0}}, 0, c.shape[0]}; };
   d.input_dtype = [](size_t t) { return t == 1 ? std::optional<at::ScalarType>(at::kLong) : std::nullopt; };
   d.index_range = [](const CaseSpec &c, size_t t) -> int64_t { return t == 1 ? std::max<int64_t>(1, c.shape[1]) : 0; };

@@ -15,6 +15,7 @@ OpDef mm_def() {
     const auto &s = c.shape;
     return std::vector<std::vector<int64_t>>{{s[0], s[2]}, {s[2], s[1]}};
   };
+  d.output_sizes = [](const CaseSpec &c) { return std::vector<int64_t>{c.shape[0], c.shape[1]}; };
   d.batch_axis = [](const CaseSpec &c) { return BatchAxis{{{0, 0}}, 0, c.shape[0]}; };
   d.gen = [](const Target &t) { return row_cases::gen_matmul(t, {false, 2, {}}); };
   d.reference = [](const OpArgs &a) { return at::mm(defs::f64(a.tensors.at(0)), defs::f64(a.tensors.at(1))); };

@@ -78,6 +78,9 @@ struct OpDef {
   // Input sizes of a case, in OpArgs order. Throws std::invalid_argument (naming the bad value)
   // when the case's shape or parameters do not fit the op.
   std::function<std::vector<std::vector<int64_t>>(const CaseSpec &)> input_sizes;
+  // The output's sizes where they can outgrow the inputs' (a matrix product, an embedding): the
+  // check that a replayed record fits the backend's memory counts them too. Empty for the others.
+  std::function<std::vector<int64_t>(const CaseSpec &)> output_sizes;
   // Where the batch lives; empty when the op has none (only repeat and variant_agree apply).
   // Throws std::invalid_argument for parameters that do not fit.
   std::function<BatchAxis(const CaseSpec &)> batch_axis;

@@ -152,6 +152,7 @@ OpDef scaled_mm_def() {
     if (has_bias(c)) sizes.push_back({n});
     return sizes;
   };
+  d.output_sizes = [](const CaseSpec &c) { return std::vector<int64_t>{c.shape[0], c.shape[1]}; };
   d.batch_axis = [](const CaseSpec &c) {
     if (mode_of(c) == cpu_ops::ScaleMode::tensor) return BatchAxis{{{0, 0}}, 0, c.shape[0]};
     return BatchAxis{{{0, 0}, {2, 0}}, 0, c.shape[0]};

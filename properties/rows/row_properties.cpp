@@ -65,6 +65,11 @@ struct RowCase {
       for (int64_t d : sizes[t]) n *= static_cast<double>(d);
       bytes += n;
     }
+    if (def.output_sizes) {
+      double n = static_cast<double>(c10::elementSize(c.dtype));
+      for (int64_t d : def.output_sizes(c)) n *= static_cast<double>(d);
+      bytes += n;
+    }
     check_inputs_fit(bytes, device, "shape " + c.shape_string());
     std::vector<at::Tensor> v;
     for (size_t t = 0; t < sizes.size(); ++t) v.push_back(input(t, t, sizes[t], device));

@@ -53,9 +53,12 @@ check "replay --case malformed" 2 "$bin" replay --case 'mm,invariant,batch_slice
 one_line_error "unknown dtype 'float33'"
 # A shape no memory can hold is a malformed record, for an observed impl too, not an op's error.
 check "replay impossible shape" 2 "$bin" replay --case 'mm,torch,batch_slice,cpu,float32,99999999999x99999999x2,cc,normal,0x1,,pass,0,0,,,,0,0,'
-one_line_error "shape 99999999999x99999999x2: its inputs need .* GiB, more than the host's"
+one_line_error "shape 99999999999x99999999x2: its tensors need .* GiB, more than the host's"
+# Inputs of 64 MiB, an output of 3.6 TiB.
+check "replay impossible output" 2 "$bin" replay --case 'mm,invariant,batch_slice,cpu,float32,999999x999999x16,cc,normal,0x1,,pass,0,0,,,,0,0,'
+one_line_error "shape 999999x999999x16: its tensors need"
 check "replay impossible attention" 2 "$bin" replay --case 'paged_attention,invariant,seq_alone_vs_batched,cpu,float32,2x2x128x64,c,normal,0x0,kv=999999999 place=0 pool=0 q=1 target=0,pass,0,0,,,,0,0,'
-one_line_error "paged_attention shape 2x2x128x64 with kv=999999999: its inputs need"
+one_line_error "paged_attention shape 2x2x128x64 with kv=999999999: its tensors need"
 
 # libtorch's CPU mm: found, shrunk, saved; exit 0 because torch is observed.
 check "torch mm fuzz" 0 "$bin" fuzz --backend cpu --impl torch --op mm --dtype float32 --property batch_slice --budget 30s --seed 1 --stop-on-failure --out "$work/torch"
