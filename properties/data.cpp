@@ -245,8 +245,10 @@ at::Tensor keyed_rows(const std::vector<uint64_t> &keys, const std::vector<uint6
 
 at::Device device_of(Backend b) { return b == Backend::cpu ? at::Device(at::kCPU) : at::Device(at::kCUDA, 0); }
 
-void check_inputs_fit(double bytes, const at::Device &device, const std::string &what) {
-  double memory = 0;
+void check_tensors_fit(double bytes, const at::Device &device, const std::string &what) {
+  static const double host_memory =
+      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  double memory = host_memory;
   std::string where = "the host's";
 #ifdef DETFUZZ_WITH_CUDA
   if (device.is_cuda()) {
@@ -254,10 +256,7 @@ void check_inputs_fit(double bytes, const at::Device &device, const std::string 
     where = "the CUDA device's";
   }
 #endif
-  static const double host_memory =
-      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
-  if (!device.is_cuda()) memory = host_memory;
-  if (memory > 0 && bytes > memory) {
+  if (memory > 0 && bytes > memory) {  // 0 or less: the host did not say
     const auto gib = [](double b) {
       char text[32];
       std::snprintf(text, sizeof text, "%.1f GiB", b / (1 << 30));

@@ -43,10 +43,10 @@ at::Tensor with_layout(const at::Tensor &values, char layout, const at::Device &
 
 at::Device device_of(Backend b);
 
-// Refuses (std::invalid_argument) inputs (and outputs, where they outgrow them) of `bytes` in all
-// that cannot fit `device`'s memory (the host's physical memory, or the CUDA device's): a record
-// with such a shape is malformed, refused before any allocation rather than run into an allocator
-// error. `what` names the case's shape.
-void check_inputs_fit(double bytes, const at::Device &device, const std::string &what);
+// Refuses (std::invalid_argument) a case's tensors (its inputs, and its output where that outgrows
+// them) of `bytes` in all that cannot fit `device`'s memory (the host's physical memory, or the
+// CUDA device's): a record with such a shape is malformed, refused before any allocation rather
+// than run into an allocator error. `what` names the case's shape.
+void check_tensors_fit(double bytes, const at::Device &device, const std::string &what);
 
 }  // namespace detfuzz

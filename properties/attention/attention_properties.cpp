@@ -268,9 +268,9 @@ Verdict check_attention_case(const CaseSpec &c) {
     q_rows += static_cast<double>(s.q_len);
   }
   const double element = static_cast<double>(c10::elementSize(c.dtype));
-  check_inputs_fit(element * static_cast<double>(g.head_dim) *
-                       (q_rows * static_cast<double>(g.h_q) + 2 * kv_tokens * static_cast<double>(g.h_kv)),
-                   case_device(c), "paged_attention shape " + c.shape_string() + " with kv=" + c.param("kv"));
+  check_tensors_fit(element * static_cast<double>(g.head_dim) *
+                        (q_rows * static_cast<double>(g.h_q) + 2 * kv_tokens * static_cast<double>(g.h_kv)),
+                    case_device(c), "paged_attention shape " + c.shape_string() + " with kv=" + c.param("kv"));
 
   try {
     SequenceRows data(c);  // every build below takes its sequences' rows from here

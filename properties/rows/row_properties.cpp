@@ -39,14 +39,18 @@ struct RowCase {
   const CaseSpec &c;
   const ImplInfo &impl;
 
+  // Input t's dtype: int64 for an index input, else its fixed dtype or the case's.
+  at::ScalarType input_dtype(size_t t) const {
+    if (def.index_range && def.index_range(c, t) > 0) return at::kLong;
+    const auto fixed = def.input_dtype ? def.input_dtype(t) : std::nullopt;
+    return fixed.value_or(c.dtype);
+  }
+
   // Input `t` drawn as tensor `tensor_id`: the case's data in the input's dtype, or indices in
   // [0, range) for an index input.
   at::Tensor input(size_t t, uint64_t tensor_id, at::IntArrayRef sizes, const at::Device &device) const {
     const int64_t range = def.index_range ? def.index_range(c, t) : 0;
-    if (range <= 0) {
-      const auto fixed = def.input_dtype ? def.input_dtype(t) : std::nullopt;
-      return make_values(c.seed, tensor_id, sizes, fixed.value_or(c.dtype), c.dist, device);
-    }
+    if (range <= 0) return make_values(c.seed, tensor_id, sizes, input_dtype(t), c.dist, device);
     at::Tensor v = at::empty(sizes, at::kLong);
     int64_t *p = v.data_ptr<int64_t>();
     for (int64_t e = 0; e < v.numel(); ++e) p[e] = static_cast<int64_t>(counter_bits(c.seed, tensor_id, e) % range);
@@ -57,20 +61,15 @@ struct RowCase {
   std::vector<at::Tensor> values() const {
     const auto sizes = def.input_sizes(c);
     const at::Device device = device_of(c.backend);
-    double bytes = 0;  // in double: an impossible shape's element count may not fit 64 bits
-    for (size_t t = 0; t < sizes.size(); ++t) {
-      const bool index = def.index_range && def.index_range(c, t) > 0;
-      const auto fixed = def.input_dtype ? def.input_dtype(t) : std::nullopt;
-      double n = static_cast<double>(c10::elementSize(index ? at::kLong : fixed.value_or(c.dtype)));
-      for (int64_t d : sizes[t]) n *= static_cast<double>(d);
-      bytes += n;
-    }
-    if (def.output_sizes) {
-      double n = static_cast<double>(c10::elementSize(c.dtype));
-      for (int64_t d : def.output_sizes(c)) n *= static_cast<double>(d);
-      bytes += n;
-    }
-    check_inputs_fit(bytes, device, "shape " + c.shape_string());
+    // In double: an impossible shape's element count may not fit 64 bits.
+    const auto bytes_of = [](const std::vector<int64_t> &dims, at::ScalarType dtype) {
+      double n = static_cast<double>(c10::elementSize(dtype));
+      for (int64_t d : dims) n *= static_cast<double>(d);
+      return n;
+    };
+    double bytes = def.output_sizes ? bytes_of(def.output_sizes(c), c.dtype) : 0;
+    for (size_t t = 0; t < sizes.size(); ++t) bytes += bytes_of(sizes[t], input_dtype(t));
+    check_tensors_fit(bytes, device, "shape " + c.shape_string());
     std::vector<at::Tensor> v;
     for (size_t t = 0; t < sizes.size(); ++t) v.push_back(input(t, t, sizes[t], device));
     return v;
