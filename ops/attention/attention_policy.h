@@ -130,12 +130,15 @@ inline bool decode_whole_rows_pays(bool wgmma_64_key_steps, int64_t head_dim, co
 inline bool split_groups_pays(bool wgmma, int64_t softmax_keys) { return wgmma && softmax_keys == 64; }
 
 // split_groups takes TMA boxes for pages smaller than a 64-key tile (KvLoads::tma's boxes: one per
-// page run) where its grid is one wave (ctas <= sms) and each consumer walks 2 splits or more: an
-// SM then streams a long run of tiles on its own, and the boxes keep it fed better than the
-// producer's cp.async (+2-5% at batch 1 and 16k-32k, batch 16 and 4k); with more waves or a split
-// per consumer they do not pay (docs/perf/attention.md).
-inline bool small_box_tma_pays(bool split_groups, int64_t splits_per_cta, int64_t ctas, int64_t sms) {
-  return split_groups && splits_per_cta >= 2 && ctas <= sms;
+// page run) where its grid is one wave (ctas <= sms), each consumer walks 2 splits or more, and a
+// CTA pulls more than its SM's share of the DRAM bandwidth (cta_pull >= 1, cta_pull_over_sm_share):
+// on an H100 an SM then streams a long run of tiles on its own, and the boxes keep it fed better
+// than the producer's cp.async (+2-5% at batch 1 and 16k-32k, batch 16 and 4k). On an H200 (cta_pull
+// 0.9) the producer's thread issues a tile's 16 boxes in about 1900 cycles against 1000 for the
+// warpgroup's cp.async, and the boxes lose 4-9% at the same rows; with more waves or a split per
+// consumer they do not pay on either (docs/perf/attention.md).
+inline bool small_box_tma_pays(bool split_groups, int64_t splits_per_cta, int64_t ctas, int64_t sms, double cta_pull) {
+  return split_groups && splits_per_cta >= 2 && ctas <= sms && cta_pull >= 1.0;
 }
 
 // whole_rows decode (decode_whole_rows_pays, or whole_rows forced on a decode batch) takes the

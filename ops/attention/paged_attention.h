@@ -106,7 +106,8 @@ struct CudaAttentionOptions {
   enum class Kernel { automatic, mma_sync, wgmma } kernel = Kernel::automatic;
   // How the Hopper kernels (wgmma, whole_rows and split_groups) load K/V tiles: automatic is TMA
   // for pages of 64 tokens or a multiple (a box per 64-key tile), and as tma for split_groups in
-  // one wave of CTAs whose consumers walk 2 splits or more (attention_policy::small_box_tma_pays)
+  // one wave of CTAs whose consumers walk 2 splits or more, on a device where a CTA pulls more than
+  // its SM's share of the bandwidth (an H100, not an H200: attention_policy::small_box_tma_pays)
   // and for whole_rows decode in 1-4 nearly full waves of rows of 4 splits or more
   // (whole_rows_small_box_tma_pays), cp.async otherwise; tma takes TMA wherever a box fits a page
   // run (pages of 8-64 dividing 64, or multiples of 64); cp_async never does.

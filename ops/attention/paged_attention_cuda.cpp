@@ -86,12 +86,12 @@ PagedAttentionCudaPlan::PagedAttentionCudaPlan(const at::Tensor &q, const at::Te
               "paged_attention (CUDA): the wgmma kernel needs an sm_90 GPU ", "and head dim 64 or 128 (head dim ",
               head_dim_, ")");
   wgmma_ = options.kernel == Kernel::wgmma || (options.kernel == Kernel::automatic && wgmma_runs);
-  whole_rows_ =
-      options.schedule == Schedule::whole_rows ||
-      (options.schedule == Schedule::automatic &&
-       (policy::whole_rows_pays(head_dim_, grid.full_tiles, h_kv_, sms) ||
-        policy::decode_whole_rows_pays(wgmma_ && options.softmax_keys == kKvTile, head_dim_, grid, h_kv_, sms,
-                                       policy::cta_pull_over_sm_share(dram_gb_per_s(q.device().index()), sms))));
+  const double cta_pull = policy::cta_pull_over_sm_share(dram_gb_per_s(q.device().index()), sms);
+  whole_rows_ = options.schedule == Schedule::whole_rows ||
+                (options.schedule == Schedule::automatic &&
+                 (policy::whole_rows_pays(head_dim_, grid.full_tiles, h_kv_, sms) ||
+                  policy::decode_whole_rows_pays(wgmma_ && options.softmax_keys == kKvTile, head_dim_, grid, h_kv_, sms,
+                                                 cta_pull)));
   TORCH_CHECK(!(whole_rows_ && head_dim_ > 128), "paged_attention (CUDA): the whole_rows schedule needs D <= 128, got ",
               head_dim_);
   TORCH_CHECK(!(whole_rows_ && options.softmax_keys != kKvTile),
@@ -124,7 +124,7 @@ PagedAttentionCudaPlan::PagedAttentionCudaPlan(const at::Tensor &q, const at::Te
                                                  : policy::split_group_consumers(split_groups_, grid_ctas(2), sms);
   early_merge_ = policy::early_merge_pays(split_groups_, max_splits_, grid_ctas(group_consumers_), num_q_ * h_q_, sms);
   small_box_tma_ =
-      policy::small_box_tma_pays(split_groups_, splits_per_cta_, grid_ctas(group_consumers_), sms) ||
+      policy::small_box_tma_pays(split_groups_, splits_per_cta_, grid_ctas(group_consumers_), sms, cta_pull) ||
       policy::whole_rows_small_box_tma_pays(whole_rows_ && grid.full_tiles == 0, max_splits_,
                                             h_kv_ * whole_rows_ws_ctas(static_cast<int>(q_tiles_)) * num_seqs_, sms);
 }

@@ -82,12 +82,16 @@ TEST(Schedule, WholeRowsForPrefillSplitsForDecode) {
   EXPECT_TRUE(split_groups_pays(true, 64));
   EXPECT_FALSE(split_groups_pays(true, 32));
   EXPECT_FALSE(split_groups_pays(false, 64));
-  // Small TMA boxes for split_groups in one wave of CTAs whose consumers walk 2 splits or more.
-  EXPECT_TRUE(small_box_tma_pays(true, 2, 128, kH100Sms));   // batch 1 at 16k
-  EXPECT_TRUE(small_box_tma_pays(true, 8, 128, kH100Sms));   // batch 16 at 4k
-  EXPECT_FALSE(small_box_tma_pays(true, 8, 512, kH100Sms));  // batch 64 at 4k: four waves
-  EXPECT_FALSE(small_box_tma_pays(true, 1, 8, kH100Sms));    // batch 1 at 512: a split per consumer
-  EXPECT_FALSE(small_box_tma_pays(false, 8, 128, kH100Sms));
+  // Small TMA boxes for split_groups in one wave of CTAs whose consumers walk 2 splits or more,
+  // where a CTA pulls more than its SM's share of the bandwidth (the H100, not the H200).
+  const double h100_pull = cta_pull_over_sm_share(3352.0, kH100Sms), h200_pull = cta_pull_over_sm_share(4800.0, 132);
+  EXPECT_TRUE(small_box_tma_pays(true, 2, 128, kH100Sms, h100_pull));   // batch 1 at 16k
+  EXPECT_TRUE(small_box_tma_pays(true, 8, 128, kH100Sms, h100_pull));   // batch 16 at 4k
+  EXPECT_FALSE(small_box_tma_pays(true, 8, 512, kH100Sms, h100_pull));  // batch 64 at 4k: four waves
+  EXPECT_FALSE(small_box_tma_pays(true, 1, 8, kH100Sms, h100_pull));    // batch 1 at 512: a split per consumer
+  EXPECT_FALSE(small_box_tma_pays(false, 8, 128, kH100Sms, h100_pull));
+  EXPECT_FALSE(small_box_tma_pays(true, 2, 128, 132, h200_pull));  // the H200: cp.async at batch 1 at 16k
+  EXPECT_FALSE(small_box_tma_pays(true, 8, 128, 132, h200_pull));  // and at batch 16 at 4k
   // And for whole_rows decode in nearly full waves whose rows walk 4 splits or more.
   EXPECT_TRUE(whole_rows_small_box_tma_pays(true, 16, 128, kH100Sms));    // batch 16 at 4k
   EXPECT_TRUE(whole_rows_small_box_tma_pays(true, 4, 128, kH100Sms));     // batch 16 at 1k
