@@ -1,15 +1,19 @@
 // Paged attention on Hopper (sm_90a), warp-specialised: the whole_rows schedule of the wgmma kernel
 // (prefill) and the split_groups schedule (decode, and any batch whole_rows is not taken for).
 //
-// Design. A CTA is three warpgroups: warpgroup 0 produces, warpgroups 1 and 2 consume. whole_rows:
+// Design. A CTA is producer warpgroups, then two consumer warpgroups. whole_rows has one producer;
+// split_groups two, producer c streaming consumer c's tiles (a warpgroup's K/V loads are paced by
+// the copies it has in flight: on an H200 one producer issued a 32 KiB stage by cp.async in about
+// 1000 cycles while the consumers waited on it half their time, and two producers stream decode
+// 4-10% faster: docs/perf/attention.md). whole_rows:
 // each consumer owns one 64-row query tile (paged_attention.cu's tile: 64 (query row, head) pairs
 // of one sequence and one KV head), the two tiles adjacent, so they read the same keys (the first
 // one's keys are a prefix of the second's under the causal mask), and the producer streams the
 // union of their keys. split_groups: both consumers own the same query tile, each a group of
 // splits_per_cta consecutive splits (consumer 1 the group after consumer 0's; where such CTAs would
 // fill under half the SMs, consumer 0 alone, in twice the CTAs: a CTA takes K/V in at a bounded
-// rate, attention_policy::split_group_consumers), and the producer streams the two groups' tiles
-// alternately, each consumer waiting only on its own; a finished split is written for the merge
+// rate, attention_policy::split_group_consumers), and each group's tiles come from its own producer
+// (the stages taken in turn), each consumer waiting only on its own; a finished split is written for the merge
 // kernel exactly as split_per_cta writes it (decode streams KV faster this way than with
 // split_per_cta's one warpgroup per CTA, which loads and computes in turn: docs/perf/attention.md).
 // The producer streams 64-key K and V tiles through the stages (5 for whole_rows, 6 for
@@ -40,7 +44,7 @@
 // alone steps a tile at a time). Across the two consumers, MMAs are issued in turns (ping-pong,
 // named barriers; CudaAttentionOptions::turns): one consumer's MMAs run while the other computes
 // its softmax statistics. split_groups lets the merge kernel launch at its start where both grids
-// fit on the SMs (PagedAttnLaunch::early_merge). The producer gives registers back (setmaxnreg) so
+// fit on the SMs (PagedAttnLaunch::early_merge). The producers give registers back (setmaxnreg) so
 // the consumers hold their accumulators without spilling.
 //
 // Arithmetic. Every tile of a row goes through the same tile_math functions, in the same key
@@ -66,7 +70,15 @@ namespace {
 using namespace tile_math;
 
 constexpr int kConsumers = 2;  // consumer warpgroups
-constexpr int kWsThreads = 128 * (1 + kConsumers);
+// Producer warpgroups: split_groups two (producer c feeds consumer c's stream), whole_rows one.
+template <bool kSplitGroups>
+constexpr int ws_producers() {
+  return kSplitGroups ? 2 : 1;
+}
+template <bool kSplitGroups>
+constexpr int ws_threads() {
+  return 128 * (ws_producers<kSplitGroups>() + kConsumers);
+}
 static_assert(kConsumers == 2, "whole_rows_ws_ctas pairs the query tiles");
 
 // Shared memory: the consumers' Q tiles, the K and V tiles of kStages stages, the consumers'
@@ -114,7 +126,7 @@ struct KvMaps {
 };
 
 template <typename T, int D, bool kSplitGroups>
-__global__ void __launch_bounds__(kWsThreads, 1)
+__global__ void __launch_bounds__(ws_threads<kSplitGroups>(), 1)
     paged_attention_ws_kernel(const PagedAttnLaunch p, const __grid_constant__ KvMaps kv_maps) {
 #if DETFUZZ_SM90A
   using S = WsSmem<D, kSplitGroups>;
@@ -190,8 +202,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   __syncthreads();
 
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
-  if (wg == 0) {
+  constexpr int kProducers = ws_producers<kSplitGroups>();
+  if (wg < kProducers) {
     sm90::release_registers<40>();
+    const int own = wg;  // split_groups: this producer's stream
     // A key's K (or V) row is D / 8 16-byte chunks; D / 8 consecutive threads copy one row, so a
     // warp's copy instruction reads whole rows (whole 32-byte sectors: half-used sectors would
     // double the L2 traffic, which bounds this kernel). Thread tid copies chunk tid % (D / 8) of
@@ -242,8 +256,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       sm90::prefetch_tensor_map(&kv_maps.k);
       sm90::prefetch_tensor_map(&kv_maps.v);
     }
+    if (kProducers == 2 && own == 1) read_page(t0_b, q_b, r_b);
     for (int load = 0; load < n_loads; ++load) {
       const int s = load % kStages, c = stream_of(load);
+      if (kProducers == 2 && c != own) continue;
       const int t0 = c ? t0_b : t0_a;
       const int lane_row = next_page * bs + next_slot;
       // The consumers released the stage (whole_rows' last stage: its first release is of Q).
@@ -284,7 +300,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         t0_b = t0 + kKeys, advance(q_b, r_b);
       else
         t0_a = t0 + kKeys, advance(q_a, r_a);
-      if (stream_of(load + 1))
+      if (kProducers == 2 ? c : stream_of(load + 1))
         read_page(t0_b, q_b, r_b);
       else
         read_page(t0_a, q_a, r_a);
@@ -293,10 +309,11 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     return;
   }
 
-  sm90::claim_registers<232>();  // 128 x 40 + 256 x 232 <= 64K registers
+  // 128 x 40 + 256 x 232 <= 64K registers (whole_rows); 256 x 40 + 256 x 216 (split_groups)
+  sm90::claim_registers<kProducers == 2 ? 216 : 232>();
   // The consumer, broadcast from lane 0 so that the compiler knows it is warp-uniform: the stage
   // addresses and MMA descriptors then live in uniform registers (no R2UR before each wgmma).
-  const int w = __shfl_sync(0xffffffffu, wg - 1, 0), warp = tid >> 5, lane = tid & 31;
+  const int w = __shfl_sync(0xffffffffu, wg - kProducers, 0), warp = tid >> 5, lane = tid & 31;
   const int q0 = tile_of(w) * rows_per_tile;
   const int live_rows = live_rows_of(w);
   const int first_visible = first_visible_of(w);  // keys seen by the tile's first query row
@@ -588,7 +605,7 @@ void launch_ws(const PagedAttnLaunch &p, cudaStream_t stream) {
   if (p.pool_blocks * p.block_size > INT32_MAX)  // the producer's 32-bit pool rows
     throw std::runtime_error("paged_attention: the warp-specialised kernel takes pools of up to 2^31 - 1 slots, not " +
                              std::to_string(p.pool_blocks * p.block_size));
-  kernel<<<dim3(static_cast<unsigned>(x), p.num_seqs), kWsThreads, S::kBytes, stream>>>(p, maps);
+  kernel<<<dim3(static_cast<unsigned>(x), p.num_seqs), ws_threads<kSplitGroups>(), S::kBytes, stream>>>(p, maps);
   DETFUZZ_LAUNCH_CHECK();
 }
 
