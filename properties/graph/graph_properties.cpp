@@ -8,6 +8,7 @@
 #include "properties/data.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <sstream>
 #include <stdexcept>
@@ -337,8 +338,26 @@ bool graph_property_applies(const std::string &impl, const std::string &property
   return p->runner;
 }
 
+// Bytes of the model's weights and of its KV cache over the case's pages (the scratch page too):
+// what a case makes before it runs anything, so a record that cannot fit is refused as malformed.
+double weights_and_cache_bytes(const GraphCase &g) {
+  const auto &m = g.config;
+  const auto d = [](int64_t v) { return static_cast<double>(v); };
+  const double layer = d(m.hidden) * d((m.q_heads + 2 * m.kv_heads) * m.head_dim) +  // qkv
+                       d(m.q_heads * m.head_dim) * d(m.hidden) +                     // o_proj
+                       d(m.hidden) * d(2 * m.mlp) + d(m.mlp) * d(m.hidden) +         // gate_up, down
+                       2 * d(m.hidden);                                              // the norms
+  const double weights = 2 * d(m.vocab) * d(m.hidden) + d(m.layers) * layer + d(m.hidden);
+  double pages = 1;
+  for (size_t s = 0; s < g.fresh.size(); ++s) pages += std::ceil(d(g.cached[s] + g.fresh[s]) / d(g.page));
+  const double cache = 2 * d(m.layers) * pages * d(g.page) * d(m.kv_heads) * d(m.head_dim);
+  return static_cast<double>(c10::elementSize(m.dtype)) * (weights + cache);
+}
+
 Verdict check_graph_case(const CaseSpec &c) {
   const GraphCase g = parse(c);
+  check_tensors_fit(weights_and_cache_bytes(g), device_of(c.backend),
+                    "prefill_graph shape " + c.shape_string() + " (" + g.config.describe() + ")");
   if (!find_impl("prefill_graph", c.impl, c.backend))
     throw std::invalid_argument("prefill_graph case: unknown impl '" + c.impl + "' on backend " + to_string(c.backend));
   const auto props = graph_properties();

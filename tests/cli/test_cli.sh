@@ -59,6 +59,10 @@ check "replay impossible output" 2 "$bin" replay --case 'mm,invariant,batch_slic
 one_line_error "shape 999999x999999x16: its tensors need"
 check "replay impossible attention" 2 "$bin" replay --case 'paged_attention,invariant,seq_alone_vs_batched,cpu,float32,2x2x128x64,c,normal,0x0,kv=999999999 place=0 pool=0 q=1 target=0,pass,0,0,,,,0,0,'
 one_line_error "paged_attention shape 2x2x128x64 with kv=999999999: its tensors need"
+check "replay impossible model" 2 "$bin" replay --case 'prefill_graph,eager,seq_alone_vs_batched,cpu,float16,64000x409600x1x4x2x32x32,c,normal,0x0,bs=1.2 cached=6.6 len=16 new=1.1 page=1 target=0,pass,0,0,,,,0,0,'
+one_line_error "prefill_graph shape 64000x409600x1x4x2x32x32 (vocab=64000 .*): its tensors need"
+check "replay impossible cache" 2 "$bin" replay --case 'prefill_graph,eager,seq_alone_vs_batched,cpu,float16,64x32x1x4x2x32x32,c,normal,0x0,bs=1.2 cached=99999999999.6 len=16 new=1.1 page=1 target=0,pass,0,0,,,,0,0,'
+one_line_error "prefill_graph shape 64x32x1x4x2x32x32 .*: its tensors need"
 
 # libtorch's CPU mm: found, shrunk, saved; exit 0 because torch is observed.
 check "torch mm fuzz" 0 "$bin" fuzz --backend cpu --impl torch --op mm --dtype float32 --property batch_slice --budget 30s --seed 1 --stop-on-failure --out "$work/torch"
