@@ -153,9 +153,9 @@ class CaseRunner {
     ReplayResult rr;
     try {
       rr = replay_record(rec, cfg_.batch_invariant_mode);
-    } catch (const std::invalid_argument &) {  // a malformed record: a usage error, as before
+    } catch (const std::invalid_argument &e) {  // a malformed record: a usage error, as before
       watchdog_.end();
-      throw;
+      throw refused_record(rec, e);
     } catch (const std::exception &ex) {  // e.g. a poisoned context failing the case's data or diff
       rr.expectation = e;
       rr.verdict = Verdict::error(ex.what());

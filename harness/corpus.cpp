@@ -98,11 +98,13 @@ std::vector<Record> read_with(Reader &in, const std::string &name, bool header) 
                     "max_ulp", "detail");
     while (in.read_row(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10], f[11], f[12], f[13], f[14],
                        f[15], f[16], f[17], f[18])) {
+      const std::string origin = name + ":" + std::to_string(in.get_file_line());
       try {
         out.push_back(record_from_fields(f));
       } catch (const std::invalid_argument &e) {
-        throw CorpusError(name + ":" + std::to_string(in.get_file_line()) + ": malformed record: " + e.what());
+        throw CorpusError(origin + ": malformed record: " + e.what());
       }
+      out.back().origin = header ? origin : name;
     }
   } catch (const io::error::base &e) {
     std::string what = e.what();
@@ -121,6 +123,10 @@ Record make_record(const CaseSpec &c, const Verdict &v) {
   r.diff = v.diff;
   r.detail = v.detail;
   return r;
+}
+
+std::invalid_argument refused_record(const Record &r, const std::invalid_argument &e) {
+  return std::invalid_argument(r.origin.empty() ? std::string(e.what()) : r.origin + ": malformed record: " + e.what());
 }
 
 const std::string &record_header() {

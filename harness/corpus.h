@@ -22,6 +22,7 @@ struct Record {
   std::string outcome = "pass";  // pass | fail | error, as seen when recorded
   DiffStats diff;
   std::string detail;
+  std::string origin;  // "file:line" of a record read from a file (empty for --case); not written out
 };
 
 // A malformed record or an unreadable corpus file; what() is one line naming file and line.
@@ -30,6 +31,9 @@ struct CorpusError : std::runtime_error {
 };
 
 Record make_record(const CaseSpec &c, const Verdict &v);
+// A record refused while it runs (a shape no memory holds, a parameter its op rejects): the
+// refusal as a malformed-record error naming where the record came from.
+std::invalid_argument refused_record(const Record &r, const std::invalid_argument &e);
 // Outcomes only a fork-mode parent records (`fuzz --workers`): the worker died on the case
 // ("crash") or was killed after --case-timeout ("timeout"). `replay` runs such records in a child.
 inline bool is_crash_outcome(const std::string &outcome) { return outcome == "crash" || outcome == "timeout"; }

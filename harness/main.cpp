@@ -429,8 +429,8 @@ int run_replay(const ReplayOptions &o, const std::string &program) {
     ReplayResult rr;
     try {
       rr = replay_record(r, batch_invariant);
-    } catch (const std::invalid_argument &) {
-      throw;
+    } catch (const std::invalid_argument &e) {
+      throw refused_record(r, e);
     } catch (const std::exception &e) {  // e.g. a poisoned device failing the case's data
       rr.verdict = Verdict::error(e.what());
     }

@@ -61,6 +61,14 @@ check "replay impossible attention" 2 "$bin" replay --case 'paged_attention,inva
 one_line_error "paged_attention shape 2x2x128x64 with kv=999999999: its tensors need"
 check "replay impossible model" 2 "$bin" replay --case 'prefill_graph,eager,seq_alone_vs_batched,cpu,float16,64000x409600x1x4x2x32x32,c,normal,0x0,bs=1.2 cached=6.6 len=16 new=1.1 page=1 target=0,pass,0,0,,,,0,0,'
 one_line_error "prefill_graph shape 64000x409600x1x4x2x32x32 (vocab=64000 .*): its tensors need"
+# Refused while it runs, a record from a file is named by file and line, in replay and in a campaign's corpus.
+{ echo 'op,impl,property,backend,dtype,shape,layout,dist,seed,params,outcome,differing,numel,first_diff,expected_bits,actual_bits,max_abs_diff,max_ulp,detail'
+  echo 'prefill_graph,eager,seq_alone_vs_batched,cpu,float16,64000x409600x1x4x2x32x32,c,normal,0x0,bs=1.2 cached=6.6 len=16 new=1.1 page=1 target=0,pass,0,0,,,,0,0,'; } >"$work/huge.csv"
+check "replay impossible model from a file" 2 "$bin" replay "$work/huge.csv"
+one_line_error "huge.csv:2: malformed record: prefill_graph shape 64000x409600x1x4x2x32x32"
+check "corpus impossible model" 2 "$bin" fuzz --backend cpu --op prefill_graph --budget 1s --corpus "$work/huge.csv" --out "$work/r2"
+one_line_error "huge.csv:2: malformed record: prefill_graph shape"
+[ ! -e "$work/r2" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL a refused corpus record left a report"; }
 check "replay impossible cache" 2 "$bin" replay --case 'prefill_graph,eager,seq_alone_vs_batched,cpu,float16,64x32x1x4x2x32x32,c,normal,0x0,bs=1.2 cached=99999999999.6 len=16 new=1.1 page=1 target=0,pass,0,0,,,,0,0,'
 one_line_error "prefill_graph shape 64x32x1x4x2x32x32 .*: its tensors need"
 
