@@ -22,7 +22,7 @@ struct Record {
   std::string outcome = "pass";  // pass | fail | error, as seen when recorded
   DiffStats diff;
   std::string detail;
-  std::string origin;  // "file:line" of a record read from a file (empty for --case); not written out
+  std::string origin;  // where it was read: "file:line", or "--case"; empty when made in code; not written out
 };
 
 // A malformed record or an unreadable corpus file; what() is one line naming file and line.

@@ -246,7 +246,11 @@ __global__ void __launch_bounds__(ws_threads<kSplitGroups>(), 1)
       next_page = t0 + lane_key < kv_len ? table[q] : 0;
       next_slot = r;
     };
-    read_page(t0_a, q_a, r_a);
+    // The lane's key of this producer's first load: stream a's, or split_groups' producer 1 stream b's.
+    if (kProducers == 2 && own == 1)
+      read_page(t0_b, q_b, r_b);
+    else
+      read_page(t0_a, q_a, r_a);
     // A tile whose 64 keys all lie below kv_len is loaded by TMA where the page size allows it
     // (box_rows > 0): thread 0 issues one box per page run and column block, the copy engine
     // writes the same swizzled layout, and the stage's `full` barrier counts its bytes; the other
@@ -257,7 +261,6 @@ __global__ void __launch_bounds__(ws_threads<kSplitGroups>(), 1)
       sm90::prefetch_tensor_map(&kv_maps.k);
       sm90::prefetch_tensor_map(&kv_maps.v);
     }
-    if (kProducers == 2 && own == 1) read_page(t0_b, q_b, r_b);
     for (int load = 0; load < n_loads; ++load) {
       const int s = load % kStages, c = stream_of(load);
       if (kProducers == 2 && c != own) continue;

@@ -15,6 +15,8 @@ namespace {
 using namespace attention_policy;
 
 constexpr int64_t kH100Sms = 132;
+// How many times an SM's share of DRAM bandwidth one CTA pulls: H100 (3.35 TB/s) and H200 (4.8 TB/s).
+const double kH100Pull = cta_pull_over_sm_share(3352.0, kH100Sms), kH200Pull = cta_pull_over_sm_share(4800.0, 132);
 
 // A batch as the kernel's metadata: query offsets and kv lengths.
 struct Batch {
@@ -84,14 +86,13 @@ TEST(Schedule, WholeRowsForPrefillSplitsForDecode) {
   EXPECT_FALSE(split_groups_pays(false, 64));
   // Small TMA boxes for split_groups in one wave of CTAs whose consumers walk 2 splits or more,
   // where a CTA pulls more than its SM's share of the bandwidth (the H100, not the H200).
-  const double h100_pull = cta_pull_over_sm_share(3352.0, kH100Sms), h200_pull = cta_pull_over_sm_share(4800.0, 132);
-  EXPECT_TRUE(small_box_tma_pays(true, 2, 128, kH100Sms, h100_pull));   // batch 1 at 16k
-  EXPECT_TRUE(small_box_tma_pays(true, 8, 128, kH100Sms, h100_pull));   // batch 16 at 4k
-  EXPECT_FALSE(small_box_tma_pays(true, 8, 512, kH100Sms, h100_pull));  // batch 64 at 4k: four waves
-  EXPECT_FALSE(small_box_tma_pays(true, 1, 8, kH100Sms, h100_pull));    // batch 1 at 512: a split per consumer
-  EXPECT_FALSE(small_box_tma_pays(false, 8, 128, kH100Sms, h100_pull));
-  EXPECT_FALSE(small_box_tma_pays(true, 2, 128, 132, h200_pull));  // the H200: cp.async at batch 1 at 16k
-  EXPECT_FALSE(small_box_tma_pays(true, 8, 128, 132, h200_pull));  // and at batch 16 at 4k
+  EXPECT_TRUE(small_box_tma_pays(true, 2, 128, kH100Sms, kH100Pull));   // batch 1 at 16k
+  EXPECT_TRUE(small_box_tma_pays(true, 8, 128, kH100Sms, kH100Pull));   // batch 16 at 4k
+  EXPECT_FALSE(small_box_tma_pays(true, 8, 512, kH100Sms, kH100Pull));  // batch 64 at 4k: four waves
+  EXPECT_FALSE(small_box_tma_pays(true, 1, 8, kH100Sms, kH100Pull));    // batch 1 at 512: a split per consumer
+  EXPECT_FALSE(small_box_tma_pays(false, 8, 128, kH100Sms, kH100Pull));
+  EXPECT_FALSE(small_box_tma_pays(true, 2, 128, 132, kH200Pull));  // the H200: cp.async at batch 1 at 16k
+  EXPECT_FALSE(small_box_tma_pays(true, 8, 128, 132, kH200Pull));  // and at batch 16 at 4k
   // And for whole_rows decode in nearly full waves whose rows walk 4 splits or more.
   EXPECT_TRUE(whole_rows_small_box_tma_pays(true, 16, 128, kH100Sms));    // batch 16 at 4k
   EXPECT_TRUE(whole_rows_small_box_tma_pays(true, 4, 128, kH100Sms));     // batch 16 at 1k
@@ -113,11 +114,10 @@ TEST(Schedule, WholeRowsForPrefillSplitsForDecode) {
 // Decode batches take whole_rows on the wgmma kernel where its CTAs, one per (sequence, KV head),
 // stream the batch within a tenth of the split schedules' time (in split-times: see the rule).
 TEST(Schedule, WholeRowsForDecodeThatFillsTheSms) {
-  const double h100_pull = cta_pull_over_sm_share(3352.0, kH100Sms), h200_pull = cta_pull_over_sm_share(4800.0, 132);
-  EXPECT_NEAR(h100_pull, 1.29, 0.01);
-  EXPECT_NEAR(h200_pull, 0.90, 0.01);
+  EXPECT_NEAR(kH100Pull, 1.29, 0.01);
+  EXPECT_NEAR(kH200Pull, 0.90, 0.01);
   EXPECT_DOUBLE_EQ(cta_pull_over_sm_share(0, kH100Sms), 1.3);  // bandwidth unknown: the H100's
-  auto pays = [&](const Batch &b) { return decode_whole_rows_pays(true, 128, llama_grid(b), 8, kH100Sms, h100_pull); };
+  auto pays = [&](const Batch &b) { return decode_whole_rows_pays(true, 128, llama_grid(b), 8, kH100Sms, kH100Pull); };
   EXPECT_TRUE(pays(Batch().add(1, 512, 16)));    // 128 CTAs of 2 splits against 32 x 8 / 132 = 1.9
   EXPECT_TRUE(pays(Batch().add(1, 4096, 16)));   // 128 CTAs of 16 splits
   EXPECT_TRUE(pays(Batch().add(1, 16384, 16)));  // 64 splits each
@@ -136,12 +136,12 @@ TEST(Schedule, WholeRowsForDecodeThatFillsTheSms) {
   EXPECT_FALSE(pays(Batch().add(1, 512, 15).add(1, 32768)));
   // Not for prefill work, the mma.sync kernel or 32-key steps, or D = 256.
   EXPECT_FALSE(pays(Batch().add(16, 4096, 16)));  // full tiles: whole_rows_pays decides
-  EXPECT_FALSE(decode_whole_rows_pays(false, 128, llama_grid(Batch().add(1, 4096, 16)), 8, kH100Sms, h100_pull));
-  EXPECT_FALSE(decode_whole_rows_pays(true, 256, llama_grid(Batch().add(1, 4096, 16)), 8, kH100Sms, h100_pull));
-  EXPECT_FALSE(decode_whole_rows_pays(true, 128, llama_grid(Batch().add(0, 0, 16)), 8, kH100Sms, h100_pull));
+  EXPECT_FALSE(decode_whole_rows_pays(false, 128, llama_grid(Batch().add(1, 4096, 16)), 8, kH100Sms, kH100Pull));
+  EXPECT_FALSE(decode_whole_rows_pays(true, 256, llama_grid(Batch().add(1, 4096, 16)), 8, kH100Sms, kH100Pull));
+  EXPECT_FALSE(decode_whole_rows_pays(true, 128, llama_grid(Batch().add(0, 0, 16)), 8, kH100Sms, kH100Pull));
   // An H200: a CTA pulls under an SM's share of its bandwidth, so split_groups' two streams per SM stay.
-  EXPECT_FALSE(decode_whole_rows_pays(true, 128, llama_grid(Batch().add(1, 4096, 16)), 8, 132, h200_pull));
-  EXPECT_FALSE(decode_whole_rows_pays(true, 128, llama_grid(Batch().add(1, 16384, 64)), 8, 132, h200_pull));
+  EXPECT_FALSE(decode_whole_rows_pays(true, 128, llama_grid(Batch().add(1, 4096, 16)), 8, 132, kH200Pull));
+  EXPECT_FALSE(decode_whole_rows_pays(true, 128, llama_grid(Batch().add(1, 16384, 64)), 8, 132, kH200Pull));
 }
 
 TEST(EarlyMerge, WhereTheSplitAndMergeGridsFitTogether) {
