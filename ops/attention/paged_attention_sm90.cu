@@ -518,11 +518,15 @@ __global__ void __launch_bounds__(ws_threads<kSplitGroups>(), 1)
       float m[2], l[2];
       start_state(starts, st.m, st.l, m, l);
       softmax_stats<0, 8>(m, l, s, p.scale_log2, a);
-      // The next tile's stage is waited for here, before the P V: besides hiding that wait, its
-      // spin loop keeps ptxas from hoisting the wait for the P V above the statistics.
-      if (it + 1 < my_tiles) wait_full(it + 1);
+      // Tile it - 1's stage is released as soon as its P V is done, before the wait for tile it + 1:
+      // a split_groups stream holds 3 stages, and keeping tile it - 1's until tile it + 1 lands left the
+      // producer one load in flight while this consumer waits. The wait on tile it's own `full`
+      // (long complete) is a spin loop that keeps ptxas from hoisting the P V's wait above the
+      // statistics.
+      wait_full(it);
       after_pv(load_of(it - 1), starts, t0, m, l, a);
       pack_p<kBf16, 0, 8>(s, pa);
+      if (it + 1 < my_tiles) wait_full(it + 1);
     }
     // The last tile's P V.
     wait_turn(issue);
