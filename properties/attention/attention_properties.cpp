@@ -36,11 +36,6 @@ std::vector<int64_t> parse_lengths(const CaseSpec &c, const std::string &key) {
   return out;
 }
 
-// Where a case's tensors live: the current CUDA device, or the CPU.
-at::Device case_device(const CaseSpec &c) {
-  return c.backend == Backend::cuda ? at::Device(at::kCUDA) : at::Device(at::kCPU);
-}
-
 }  // namespace
 
 std::string join(const std::vector<int64_t> &v) {
@@ -81,7 +76,7 @@ std::vector<Seq> sequences(const CaseSpec &c) {
 }
 
 SequenceRows::SequenceRows(const CaseSpec &c)
-    : seed_(c.seed), width_{0, 0, 0}, dtype_(c.dtype), device_(case_device(c)) {
+    : seed_(c.seed), width_{0, 0, 0}, dtype_(c.dtype), device_(device_of(c.backend)) {
   const Geometry g = geometry(c);
   width_[0] = g.h_q * g.head_dim;
   width_[1] = width_[2] = g.h_kv * g.head_dim;
@@ -163,7 +158,7 @@ Batch build(const CaseSpec &c, const std::vector<Seq> &seqs, int64_t place_seed,
     q_runs.push_back(data.rows(s.uid, 0, s.kv_len - s.q_len, s.kv_len));
     r += s.q_len;
   }
-  const at::Device dev = case_device(c);
+  const at::Device dev = device_of(c.backend);
   const at::Tensor kh = at::cat(k_runs, 0).view({tokens, g.h_kv, D});
   const at::Tensor vh = at::cat(v_runs, 0).view({tokens, g.h_kv, D});
   const at::Tensor qh = at::cat(q_runs, 0).view({t_q, g.h_q, D});
@@ -270,7 +265,7 @@ Verdict check_attention_case(const CaseSpec &c) {
   const double element = static_cast<double>(c10::elementSize(c.dtype));
   check_tensors_fit(element * static_cast<double>(g.head_dim) *
                         (q_rows * static_cast<double>(g.h_q) + 2 * kv_tokens * static_cast<double>(g.h_kv)),
-                    case_device(c), "paged_attention shape " + c.shape_string() + " with kv=" + c.param("kv"));
+                    device_of(c.backend), "paged_attention shape " + c.shape_string() + " with kv=" + c.param("kv"));
 
   try {
     SequenceRows data(c);  // every build below takes its sequences' rows from here
