@@ -162,13 +162,29 @@ inline int64_t split_group_consumers(bool split_groups, int64_t two_consumer_cta
 }
 
 // split_groups: the merge kernel's CTAs launched at the split kernel's start (they wait there for
-// it to finish) instead of when it ends, where both grids fit on the SMs at once: the merge then
-// starts as soon as the last split is written, without its launch latency. Measured on an H100,
-// batch 1 at 512: the merge cost 2.4 us after the split kernel. Where the grids do not fit,
-// waiting merge CTAs take SMs the split kernel needs (batch 1 at 16k: 44 us against 38 us).
-inline bool early_merge_pays(bool split_groups, int64_t max_splits, int64_t split_ctas, int64_t merge_ctas,
-                             int64_t sms) {
-  return split_groups && max_splits > 1 && split_ctas + merge_ctas <= sms;
+// it to finish) instead of when it ends, wherever a row has more than one split: the merge then
+// starts as soon as the last split is written, without its launch latency. Its CTAs ask for shared
+// memory they do not use (merge_spread_smem), so that those placed on the SMs a one-wave split
+// grid leaves free, or as the split kernel's CTAs finish, spread over the SMs: packed onto the few
+// free SMs, they folded long rows on those SMs' load bandwidth (batch 1 at 32k: 53.9 against 50.1
+// us on an H200). On an H200, against launching early only where both grids fit at once (three
+// interleaved rounds, bf16): batch 16 at 1k / 2k / 4k 26.5 / 43.0 / 78.7 against 27.5 / 44.1 /
+// 79.5 us, batch 8 at 4k 44.1 against 44.9, batch 1 at 16k / 32k 28.8 / 49.4 against 29.4 / 50.1;
+// batch 1 at 512 and 4k, batch 16 at 16k and batch 32 and 64 at 4k within the rounds' spread.
+inline bool early_merge_pays(bool split_groups, int64_t max_splits) { return split_groups && max_splits > 1; }
+
+// The dynamic shared memory an early merge's CTA asks for (none used): enough that an SM holds
+// ceil(merge_ctas / sms) of them and no more. smem_per_sm, per_cta_max, reserved_per_cta: the
+// device's; static_smem: the merge kernel's own. 0 where a CTA per SM would not fit in
+// shared memory anyway.
+inline int64_t merge_spread_smem(int64_t merge_ctas, int64_t sms, int64_t smem_per_sm, int64_t per_cta_max,
+                                 int64_t reserved_per_cta, int64_t static_smem) {
+  if (merge_ctas <= 0 || sms <= 0) return 0;
+  const int64_t per_sm = (merge_ctas + sms - 1) / sms;
+  int64_t bytes = smem_per_sm / per_sm - reserved_per_cta - static_smem;
+  if (bytes > per_cta_max - static_smem) bytes = per_cta_max - static_smem;
+  bytes = bytes / 128 * 128;
+  return bytes > 0 ? bytes : 0;
 }
 
 // CTA slots of a split schedule: split_groups runs one CTA of two consumers per SM, a consumer

@@ -372,6 +372,36 @@ void launch_kernel(const PagedAttnLaunch &p, cudaStream_t stream) {
   DETFUZZ_LAUNCH_CHECK();
 }
 
+// An early merge's CTAs wait on the SMs they are placed on, and a CTA placed there runs its fold
+// on that SM: packed many to an SM (the few SMs a one-wave split grid leaves free hold all of them)
+// they share its load bandwidth. A CTA asks for shared memory it does not use, so that an SM
+// holds only ceil(CTAs / SMs) of them and the rest are placed as the split kernel's CTAs finish
+// (attention_policy::merge_spread_smem). Device facts asked once per device.
+template <typename T>
+size_t merge_spread_smem(int64_t merge_ctas) {
+  struct Facts {
+    int sms, per_sm, per_cta_max, reserved, static_smem;
+  };
+  static Facts facts[64];
+  static std::once_flag asked[64];
+  int device = 0;
+  DETFUZZ_CUDA_CHECK(cudaGetDevice(&device));
+  Facts &f = facts[device % 64];
+  std::call_once(asked[device % 64], [&] {
+    DETFUZZ_CUDA_CHECK(cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, device));
+    DETFUZZ_CUDA_CHECK(cudaDeviceGetAttribute(&f.per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+    DETFUZZ_CUDA_CHECK(cudaDeviceGetAttribute(&f.per_cta_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    DETFUZZ_CUDA_CHECK(cudaDeviceGetAttribute(&f.reserved, cudaDevAttrReservedSharedMemoryPerBlock, device));
+    cudaFuncAttributes fa{};
+    DETFUZZ_CUDA_CHECK(cudaFuncGetAttributes(&fa, paged_attention_merge_kernel<T>));
+    f.static_smem = static_cast<int>(fa.sharedSizeBytes);
+    DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(
+        paged_attention_merge_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, f.per_cta_max - f.static_smem));
+  });
+  return static_cast<size_t>(
+      attention_policy::merge_spread_smem(merge_ctas, f.sms, f.per_sm, f.per_cta_max, f.reserved, f.static_smem));
+}
+
 // The merge of split_per_cta and split_groups, when some row has more than one split: a
 // programmatic dependent of the attention kernel just launched on `stream`.
 template <typename T, int D>
@@ -381,6 +411,7 @@ void launch_merge(const PagedAttnLaunch &p, cudaStream_t stream) {
   config.gridDim = dim3(p.num_rows, p.h_q);
   config.blockDim = dim3(D);
   config.stream = stream;
+  if (p.early_merge) config.dynamicSmemBytes = merge_spread_smem<T>(static_cast<int64_t>(p.num_rows) * p.h_q);
   cudaLaunchAttribute attribute[1];
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute[0].val.programmaticStreamSerializationAllowed = 1;

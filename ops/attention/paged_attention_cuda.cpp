@@ -122,7 +122,7 @@ PagedAttentionCudaPlan::PagedAttentionCudaPlan(const at::Tensor &q, const at::Te
               options.group_consumers, " is not 0, 1 or 2");
   group_consumers_ = options.group_consumers > 0 ? options.group_consumers
                                                  : policy::split_group_consumers(split_groups_, grid_ctas(2), sms);
-  early_merge_ = policy::early_merge_pays(split_groups_, max_splits_, grid_ctas(group_consumers_), num_q_ * h_q_, sms);
+  early_merge_ = policy::early_merge_pays(split_groups_, max_splits_);
   small_box_tma_ =
       policy::small_box_tma_pays(split_groups_, splits_per_cta_, grid_ctas(group_consumers_), sms, cta_pull) ||
       policy::whole_rows_small_box_tma_pays(whole_rows_ && grid.full_tiles == 0, max_splits_,

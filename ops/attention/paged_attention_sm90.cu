@@ -44,8 +44,8 @@
 // a step at 4k-8k, with the fifth stage it needs to keep the next pair's loads ahead; a consumer
 // alone steps a tile at a time). Across the two consumers, MMAs are issued in turns (ping-pong,
 // named barriers; CudaAttentionOptions::turns): one consumer's MMAs run while the other computes
-// its softmax statistics. split_groups lets the merge kernel launch at its start where both grids
-// fit on the SMs (PagedAttnLaunch::early_merge). The producers give registers back (setmaxnreg) so
+// its softmax statistics. split_groups lets the merge kernel launch at its start
+// (PagedAttnLaunch::early_merge). The producers give registers back (setmaxnreg) so
 // the consumers hold their accumulators without spilling.
 //
 // Arithmetic. Every tile of a row goes through the same tile_math functions, in the same key

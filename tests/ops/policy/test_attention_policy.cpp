@@ -144,13 +144,27 @@ TEST(Schedule, WholeRowsForDecodeThatFillsTheSms) {
   EXPECT_FALSE(decode_whole_rows_pays(true, 128, llama_grid(Batch().add(1, 16384, 64)), 8, 132, kH200Pull));
 }
 
-TEST(EarlyMerge, WhereTheSplitAndMergeGridsFitTogether) {
-  EXPECT_TRUE(early_merge_pays(true, 2, 16, 32, kH100Sms));     // batch 1 at 512: 16 + 32 CTAs
-  EXPECT_TRUE(early_merge_pays(true, 8, 64, 32, kH100Sms));     // batch 1 at 2k
-  EXPECT_FALSE(early_merge_pays(true, 16, 128, 32, kH100Sms));  // batch 1 at 4k: 160 CTAs on 132 SMs
-  EXPECT_FALSE(early_merge_pays(true, 64, 128, 32, kH100Sms));  // batch 1 at 16k: the merge would wait on SMs
-  EXPECT_FALSE(early_merge_pays(true, 1, 16, 32, kH100Sms));    // one split: no merge
-  EXPECT_FALSE(early_merge_pays(false, 2, 16, 32, kH100Sms));   // split_per_cta
+TEST(EarlyMerge, WhereverARowHasSeveralSplitsOfSplitGroups) {
+  EXPECT_TRUE(early_merge_pays(true, 2));    // batch 1 at 512
+  EXPECT_TRUE(early_merge_pays(true, 64));   // batch 1 at 16k: the merge's CTAs spread (below)
+  EXPECT_FALSE(early_merge_pays(true, 1));   // one split: no merge
+  EXPECT_FALSE(early_merge_pays(false, 2));  // split_per_cta
+}
+
+TEST(EarlyMerge, ItsCtasSpreadOverTheSms) {
+  // An H200: 228 KiB of shared memory per SM, 227 KiB per CTA at most, 1 KiB reserved per CTA;
+  // the merge kernel's own 512 bytes.
+  constexpr int64_t kSmemPerSm = 233472, kPerCta = 232448, kReserved = 1024, kStatic = 512;
+  // Batch 1 (32 CTAs): one per SM, the most a CTA may ask for.
+  EXPECT_EQ(merge_spread_smem(32, 132, kSmemPerSm, kPerCta, kReserved, kStatic), kPerCta - kStatic);
+  // Batch 16 (512 CTAs): 4 per SM, and a fifth does not fit.
+  const int64_t four = merge_spread_smem(512, 132, kSmemPerSm, kPerCta, kReserved, kStatic);
+  EXPECT_LE(4 * (four + kReserved + kStatic), kSmemPerSm);
+  EXPECT_GT(5 * (four + kReserved + kStatic), kSmemPerSm);
+  EXPECT_EQ(four % 128, 0);
+  // So many CTAs that an SM's shared memory would not hold that many: nothing asked.
+  EXPECT_EQ(merge_spread_smem(132 * 300, 132, kSmemPerSm, kPerCta, kReserved, kStatic), 0);
+  EXPECT_EQ(merge_spread_smem(0, 132, kSmemPerSm, kPerCta, kReserved, kStatic), 0);
 }
 
 TEST(SplitSlots, TwoConsumersPerSmOrTheKernelsOccupancy) {
