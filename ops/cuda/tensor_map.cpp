@@ -39,9 +39,12 @@ MatrixMap encode_matrix_map(const char *who, CUtensorMapDataType type, const voi
                                  static_cast<cuuint64_t>(batch_stride) * elem_bytes};
   const cuuint32_t box[3] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows), 1};
   const cuuint32_t elem[3] = {1, 1, 1};
+  // L2 fills of 128 bytes, a swizzled box row's own bytes. With 256-byte fills (the row's next 128
+  // bytes too, which a later box reads anyway) the H200's decode over N = 128256 ran at 0.94x
+  // cuBLAS, against 1.01-1.03x with 128 (docs/perf/matmul.md).
+  const CUtensorMapL2promotion promo = CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
   const CUresult r = encode_tiled()(&m.map, type, r3 ? 3 : 2, const_cast<void *>(base), dims, strides, box, elem,
-                                    CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, promo, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     throw std::runtime_error(std::string(who) + ": cuTensorMapEncodeTiled failed (CUresult " +
                              std::to_string(static_cast<int>(r)) + ") for a " + std::to_string(rows) + " x " +
