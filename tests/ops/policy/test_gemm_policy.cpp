@@ -312,8 +312,18 @@ TEST(F32Path, SplitTilesWithAWorkspace) {
   EXPECT_EQ(f32(shape(512, 4096, 4096), true), F32Path::split_large);
   EXPECT_EQ(f32(shape(128, 4096, 4096), true), F32Path::split_large);
   EXPECT_EQ(f32(shape(512, 1024, 8192), true), F32Path::split_large);
-  // M = 128, N = 1024, K = 8192: 64 large (tile, chunk) CTAs, under half a CTA per SM.
-  EXPECT_EQ(f32(shape(128, 1024, 8192), true), F32Path::split_small);
+  // M = 33-128: the column stream's split form where the large (tile, chunk) CTAs keep under 9/10
+  // of the SMs' time busy: 64 CTAs on 132 SMs (N = 1024, K = 8192), 192 (N = 6144: two on 60 SMs),
+  // 448 (N = 14336: 85%); not 128 (N = 4096) or 256 (K = 14336) or 4008 (N = 128256).
+  EXPECT_EQ(f32(shape(128, 1024, 8192), true), F32Path::column_stream_split);
+  EXPECT_EQ(f32(shape(128, 6144, 4096), true), F32Path::column_stream_split);
+  EXPECT_EQ(f32(shape(128, 14336, 4096), true), F32Path::column_stream_split);
+  EXPECT_EQ(f32(shape(64, 1024, 8192), true), F32Path::column_stream_split);
+  EXPECT_EQ(f32(shape(128, 4096, 14336), true), F32Path::split_large);
+  EXPECT_EQ(f32(shape(128, 128256, 4096), true), F32Path::split_large);
+  // Above 128 rows the large split stays; without a workspace there is no split form.
+  EXPECT_EQ(f32(shape(129, 1024, 8192), true), F32Path::split_large);
+  EXPECT_NE(f32(shape(128, 1024, 8192), false), F32Path::column_stream_split);
   // M = 512, N = 128256 would take 1 GiB of workspace: a path without one.
   EXPECT_GT(f32_split_workspace_bytes(shape(512, 128256, 4096)), kSplitWorkspaceCap);
   EXPECT_EQ(f32(shape(512, 128256, 4096), true), f32(shape(512, 128256, 4096), false));
