@@ -248,10 +248,12 @@ void LaunchShape<T, CONSUMERS, GATE_UP, COLS>::run(const MoeSm90Gemm &p, int dev
   args.col_tiles = n_out / COLS;
   args.kblocks = static_cast<int>(p.cols / BK);
   args.row_blocks = p.rows / 128;
+  // L2 fills of 256 bytes, as the 16-bit MoE kernel asks (fused_moe_sm90.cu).
   const MatrixMap ma = matrix_map("fused_moe_fp8_sm90", CU_TENSOR_MAP_DATA_TYPE_UINT16, p.a, p.cols, p.pairs, p.cols, 1,
-                                  0, 64, G::tile_m, CU_TENSOR_MAP_SWIZZLE_128B);
-  const MatrixMap mw = matrix_map("fused_moe_fp8_sm90", CU_TENSOR_MAP_DATA_TYPE_UINT8, p.w, p.cols, p.rows, p.cols,
-                                  p.experts, p.rows * p.cols, BK, 64, CU_TENSOR_MAP_SWIZZLE_128B);
+                                  0, 64, G::tile_m, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+  const MatrixMap mw =
+      matrix_map("fused_moe_fp8_sm90", CU_TENSOR_MAP_DATA_TYPE_UINT8, p.w, p.cols, p.rows, p.cols, p.experts,
+                 p.rows * p.cols, BK, 64, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
   args.w_rank3 = mw.rank3;
   // Padded row tiles included: the CTAs share the live ones among them.
   const int grid = static_cast<int>(std::min<int64_t>(args.col_tiles * p.row_tiles, sms));

@@ -168,10 +168,12 @@ void LaunchShape<T, CONSUMERS, GATE_UP, COLS>::run(const MoeSm90Gemm &p, int dev
   const int64_t n_out = GATE_UP ? p.rows / 2 : p.rows;
   args.col_tiles = (n_out + COLS - 1) / COLS;
   args.kblocks = static_cast<int>((p.cols + BK - 1) / BK);
+  // L2 fills of 256 bytes: 128 moved bf16 fused_moe by nothing measurable on an H200 (docs/perf/matmul.md).
   const MatrixMap ma = matrix_map("fused_moe_sm90", CU_TENSOR_MAP_DATA_TYPE_UINT16, p.a, p.cols, p.pairs, p.cols, 1, 0,
-                                  BK, G::tile_m, CU_TENSOR_MAP_SWIZZLE_128B);
-  const MatrixMap mw = matrix_map("fused_moe_sm90", CU_TENSOR_MAP_DATA_TYPE_UINT16, p.w, p.cols, p.rows, p.cols,
-                                  p.experts, p.rows * p.cols, BK, 64, CU_TENSOR_MAP_SWIZZLE_128B);
+                                  BK, G::tile_m, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+  const MatrixMap mw =
+      matrix_map("fused_moe_sm90", CU_TENSOR_MAP_DATA_TYPE_UINT16, p.w, p.cols, p.rows, p.cols, p.experts,
+                 p.rows * p.cols, BK, 64, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
   args.w_rank3 = mw.rank3;
   // Padded row tiles included: the CTAs share the live ones among them.
   const int grid = static_cast<int>(std::min<int64_t>(args.col_tiles * p.row_tiles, sms));

@@ -286,10 +286,11 @@ __global__ void __launch_bounds__(StreamShape<G, R, C>::THREADS, 2)
 CUtensorMap f32_map(const void *base, int64_t cols, int64_t rows, int64_t ld, int64_t batch, int64_t batch_stride,
                     int box_cols, int box_rows, bool swizzle128, int *rank3) {
   // K = 0 has no step to load, but a map needs sizes >= 1 and a row pitch of >= 16 bytes.
-  const MatrixMap m =
-      matrix_map("gemm_f32 column-stream", CU_TENSOR_MAP_DATA_TYPE_FLOAT32, base, std::max<int64_t>(cols, 1),
-                 std::max<int64_t>(rows, 1), std::max<int64_t>(ld, 4), batch, batch_stride, box_cols, box_rows,
-                 swizzle128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE);
+  // L2 fills of 128 bytes: float32 at M <= 32 ran 2-4% faster than with 256 on an H200 (docs/perf/matmul.md).
+  const MatrixMap m = matrix_map(
+      "gemm_f32 column-stream", CU_TENSOR_MAP_DATA_TYPE_FLOAT32, base, std::max<int64_t>(cols, 1),
+      std::max<int64_t>(rows, 1), std::max<int64_t>(ld, 4), batch, batch_stride, box_cols, box_rows,
+      swizzle128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
   *rank3 = m.rank3;
   return m.map;
 }

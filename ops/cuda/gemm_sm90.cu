@@ -554,11 +554,16 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
 #endif
 }
 
+// L2 fills of 128 bytes, a box row's own. With 256 (the row's next 128 bytes too, which a later
+// box reads anyway) an H200 ran decode over N = 128256 at 0.94x cuBLAS, against 1.01-1.03x, and
+// the 42 shapes at 1.034x against 1.058x in bf16 (docs/perf/matmul.md).
+constexpr CUtensorMapL2promotion kL2Fill = CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
+
 // A 128-byte-swizzled map over a 16-bit operand (tensor_map.h keeps recent ones).
 CUtensorMap make_map(const void *base, int64_t cols, int64_t rows, int64_t ld, int64_t batch, int64_t batch_stride,
                      int box_cols, int box_rows, int *rank3) {
   const MatrixMap m = matrix_map("gemm_sm90", CU_TENSOR_MAP_DATA_TYPE_UINT16, base, cols, rows, ld, batch, batch_stride,
-                                 box_cols, box_rows, CU_TENSOR_MAP_SWIZZLE_128B);
+                                 box_cols, box_rows, CU_TENSOR_MAP_SWIZZLE_128B, kL2Fill);
   *rank3 = m.rank3;
   return m.map;
 }

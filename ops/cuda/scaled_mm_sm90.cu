@@ -231,6 +231,11 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
 #endif
 }
 
+// L2 fills of 256 bytes (a box row and the next 128 bytes of K). On an H200 the 42 shapes ran at
+// 1.038x cuBLASLt's fp8 with them and 0.954x with 128-byte fills, one run each
+// (docs/perf/matmul.md); the 16-bit kernel measured the other way.
+constexpr CUtensorMapL2promotion kL2Fill = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+
 template <typename Out, Fp8Scale MODE, int CONSUMERS, int BN>
 void launch_shape(const ScaledMmParams &p, int dev, int sms, cudaStream_t stream) {
   using G = Geometry<CONSUMERS, BN>;
@@ -250,9 +255,9 @@ void launch_shape(const ScaledMmParams &p, int dev, int sms, cudaStream_t stream
   const int a_box_rows = p.M >= G::tile_m ? G::tile_m : static_cast<int>((p.M + 7) / 8 * 8);
   args.stage_tx_bytes = a_box_rows * BK + BN * BK;
   const MatrixMap ma = matrix_map("scaled_mm_sm90", CU_TENSOR_MAP_DATA_TYPE_UINT8, p.a, p.K, p.M, p.lda, 1, 0, BK,
-                                  a_box_rows, CU_TENSOR_MAP_SWIZZLE_128B);
+                                  a_box_rows, CU_TENSOR_MAP_SWIZZLE_128B, kL2Fill);
   const MatrixMap mb = matrix_map("scaled_mm_sm90", CU_TENSOR_MAP_DATA_TYPE_UINT8, p.b, p.K, p.N, p.ldb, 1, 0, BK, BN,
-                                  CU_TENSOR_MAP_SWIZZLE_128B);
+                                  CU_TENSOR_MAP_SWIZZLE_128B, kL2Fill);
   const int grid = static_cast<int>(std::min<int64_t>(args.tiles, sms));
   kernel<<<grid, kThreads<CONSUMERS>, G::smem_bytes, stream>>>(ma.map, mb.map, args);
   DETFUZZ_LAUNCH_CHECK();

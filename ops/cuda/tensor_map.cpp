@@ -26,7 +26,7 @@ namespace {
 
 MatrixMap encode_matrix_map(const char *who, CUtensorMapDataType type, const void *base, int64_t cols, int64_t rows,
                             int64_t ld, int64_t batch, int64_t batch_stride, int box_cols, int box_rows,
-                            CUtensorMapSwizzle swizzle) {
+                            CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2_fill) {
   const cuuint64_t elem_bytes = type == CU_TENSOR_MAP_DATA_TYPE_FLOAT32 ? 4
                                 : type == CU_TENSOR_MAP_DATA_TYPE_UINT8 ? 1
                                                                         : 2;
@@ -39,12 +39,8 @@ MatrixMap encode_matrix_map(const char *who, CUtensorMapDataType type, const voi
                                  static_cast<cuuint64_t>(batch_stride) * elem_bytes};
   const cuuint32_t box[3] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows), 1};
   const cuuint32_t elem[3] = {1, 1, 1};
-  // L2 fills of 128 bytes, a swizzled box row's own bytes. With 256-byte fills (the row's next 128
-  // bytes too, which a later box reads anyway) the H200's decode over N = 128256 ran at 0.94x
-  // cuBLAS, against 1.01-1.03x with 128 (docs/perf/matmul.md).
-  const CUtensorMapL2promotion promo = CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
   const CUresult r = encode_tiled()(&m.map, type, r3 ? 3 : 2, const_cast<void *>(base), dims, strides, box, elem,
-                                    CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, promo, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, l2_fill, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     throw std::runtime_error(std::string(who) + ": cuTensorMapEncodeTiled failed (CUresult " +
                              std::to_string(static_cast<int>(r)) + ") for a " + std::to_string(rows) + " x " +
@@ -56,16 +52,18 @@ MatrixMap encode_matrix_map(const char *who, CUtensorMapDataType type, const voi
 
 MatrixMap matrix_map(const char *who, CUtensorMapDataType type, const void *base, int64_t cols, int64_t rows,
                      int64_t ld, int64_t batch, int64_t batch_stride, int box_cols, int box_rows,
-                     CUtensorMapSwizzle swizzle) {
+                     CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2_fill) {
   struct Key {
     CUtensorMapDataType type;
     const void *base;
     int64_t cols, rows, ld, batch, batch_stride;
     int box_cols, box_rows;
     CUtensorMapSwizzle swizzle;
+    CUtensorMapL2promotion l2_fill;
     bool operator==(const Key &o) const {
       return type == o.type && base == o.base && cols == o.cols && rows == o.rows && ld == o.ld && batch == o.batch &&
-             batch_stride == o.batch_stride && box_cols == o.box_cols && box_rows == o.box_rows && swizzle == o.swizzle;
+             batch_stride == o.batch_stride && box_cols == o.box_cols && box_rows == o.box_rows &&
+             swizzle == o.swizzle && l2_fill == o.l2_fill;
     }
   };
   struct Entry {
@@ -76,11 +74,11 @@ MatrixMap matrix_map(const char *who, CUtensorMapDataType type, const void *base
   constexpr int kEntries = 64;
   thread_local Entry cache[kEntries] = {};
   thread_local int next = 0;
-  const Key key{type, base, cols, rows, ld, batch, batch_stride, box_cols, box_rows, swizzle};
+  const Key key{type, base, cols, rows, ld, batch, batch_stride, box_cols, box_rows, swizzle, l2_fill};
   for (const Entry &e : cache)
     if (e.used && e.key == key) return e.map;
   const MatrixMap m =
-      encode_matrix_map(who, type, base, cols, rows, ld, batch, batch_stride, box_cols, box_rows, swizzle);
+      encode_matrix_map(who, type, base, cols, rows, ld, batch, batch_stride, box_cols, box_rows, swizzle, l2_fill);
   cache[next] = Entry{key, m, true};
   next = (next + 1) % kEntries;
   return m;

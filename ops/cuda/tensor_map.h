@@ -26,9 +26,10 @@ struct MatrixMap {
 // launch, and at decode sizes the host time of a call shows in its latency; a model's weights and
 // the allocator's reused activation buffers give the same pointers and shapes call after call. A
 // map holds only these parameters (no data), so a hit is exact. Throws std::runtime_error, naming
-// `who`, when the driver refuses the map.
+// `who`, when the driver refuses the map. l2_fill: how much the L2 fetches for a box row's miss,
+// the kernel's own choice (measured per kernel: docs/perf/matmul.md).
 MatrixMap matrix_map(const char *who, CUtensorMapDataType type, const void *base, int64_t cols, int64_t rows,
                      int64_t ld, int64_t batch, int64_t batch_stride, int box_cols, int box_rows,
-                     CUtensorMapSwizzle swizzle);
+                     CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2_fill);
 
 }  // namespace detfuzz::cuda_kernels
