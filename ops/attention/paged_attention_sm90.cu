@@ -45,8 +45,8 @@
 // alone steps a tile at a time). Across the two consumers, MMAs are issued in turns (ping-pong,
 // named barriers; CudaAttentionOptions::turns): one consumer's MMAs run while the other computes
 // its softmax statistics. split_groups lets the merge kernel launch at its start
-// (PagedAttnLaunch::early_merge). The producers give registers back (setmaxnreg) so
-// the consumers hold their accumulators without spilling.
+// (PagedAttnLaunch::early_merge). The producers give registers back (setmaxnreg) so the consumers
+// hold their accumulators without spilling.
 //
 // Arithmetic. Every tile of a row goes through the same tile_math functions, in the same key
 // order, split boundaries and merge order, as in paged_attention.cu's wgmma kernel with either
