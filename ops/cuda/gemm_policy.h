@@ -319,8 +319,8 @@ F32Path f32_auto_path(const GemmShape &s, bool with_workspace, Device &&device) 
     // 0.94x cuBLAS where the rule took 0.75 / 0.77 / 0.91x (N = 1024, K = 8192; N = 6144 and
     // 14336, K = 4096: 48% / 73% / 85% busy), and lost where the large split fills its waves (N =
     // 4096: 0.86-0.87 against 0.89-0.92x; N = 128256: 0.85 against 0.91x).
-    const int64_t busiest = waves(large_units, s.sms);
-    if (s.M > 32 && s.M <= 128 && 10 * large_units < 9 * busiest * s.sms && device.cluster_capable() &&
+    const int64_t busiest = waves(large_units, slots);
+    if (s.M > 32 && s.M <= 128 && 10 * large_units < 9 * busiest * slots && device.cluster_capable() &&
         f32_stream_fits(s))
       return F32Path::column_stream_split;
     if ((small_m || 2 * large_units < slots) && f32_per_chunk_fits(s, kF32Small)) return F32Path::split_small;
