@@ -164,7 +164,7 @@ inline int64_t split_group_consumers(bool split_groups, int64_t two_consumer_cta
 // split_groups: the merge kernel's CTAs launched at the split kernel's start (they wait there for
 // it to finish) instead of when it ends, wherever a row has more than one split: the merge then
 // starts as soon as the last split is written, without its launch latency. Its CTAs ask for shared
-// memory they do not use (merge_spread_smem), so that those placed on the SMs a one-wave split
+// memory sized to spread them (merge_spread_smem), so that those placed on the SMs a one-wave split
 // grid leaves free, or as the split kernel's CTAs finish, spread over the SMs: packed onto the few
 // free SMs, they folded long rows on those SMs' load bandwidth (batch 1 at 32k: 53.9 against 50.1
 // us on an H200). On an H200, against launching early only where both grids fit at once (three
@@ -173,7 +173,8 @@ inline int64_t split_group_consumers(bool split_groups, int64_t two_consumer_cta
 // batch 1 at 512 and 4k, batch 16 at 16k and batch 32 and 64 at 4k within the rounds' spread.
 inline bool early_merge_pays(bool split_groups, int64_t max_splits) { return split_groups && max_splits > 1; }
 
-// The dynamic shared memory an early merge's CTA asks for (none used): enough that an SM holds
+// The dynamic shared memory an early merge's CTA asks for (where a row's splits fit in it, the merge
+// copies them there; paged_attention.cu): enough that an SM holds
 // ceil(merge_ctas / sms) of them and no more. smem_per_sm, per_cta_max, reserved_per_cta: the
 // device's; static_smem: the merge kernel's own. 0 where a CTA per SM would not fit in
 // shared memory anyway.

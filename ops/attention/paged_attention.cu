@@ -258,11 +258,45 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
 
 // split_per_cta's merge: grid (T_q, H_q), D threads (one per output element). Rows with a
 // single split were written by the attention kernel. The fold over the splits is sequential
-// (split 0, then 1, 2, ...: the order whole_rows folds in), but its loads are not: the splits come
-// in batches of kMergeBatch, every load of a batch issued before the previous batch is folded, so
-// a long context (hundreds of splits at batch 1) waits for about one round trip to memory, not
-// one per batch or per handful of splits.
+// (split 0, then 1, 2, ...: the order whole_rows folds in), but its loads are not:
+//  - where the launch's dynamic shared memory holds every split of the row (an early merge asks
+//    for room to spread its CTAs: merge_spread_smem), the whole row is copied in at once by
+//    cp.async, one round trip to memory, and the fold reads it there;
+//  - elsewhere the splits come in batches of kMergeBatch, every load of a batch issued before the
+//    previous batch is folded.
+// The fold is the same either way, so are the bits (LongRowsMergeAsWholeRowsFold). In batches, a
+// row of 128 splits (batch 1 at 32k keys) waited on a round trip per batch: on an H200 the
+// decode took 50 us against 45 us with the whole row at once (docs/perf/attention.md).
 constexpr int kMergeBatch = 32;
+
+// The shared memory the whole-row merge takes per split: its partial output and its (m, l).
+__host__ __device__ constexpr int merge_bytes_per_split(int head_dim) { return head_dim * 4 + 8; }
+
+// The whole-row merge (see above): splits * merge_bytes_per_split(D) bytes of dynamic shared
+// memory. Returns the row's output element d.
+__device__ __forceinline__ float merge_whole_row(const float *part, const float2 *ml, int splits, int D, int d) {
+  extern __shared__ float4 merge_smem[];
+  float *o_s = reinterpret_cast<float *>(merge_smem);
+  float2 *ml_s = reinterpret_cast<float2 *>(o_s + splits * D);
+  const uint32_t o_at = static_cast<uint32_t>(__cvta_generic_to_shared(o_s)),
+                 ml_at = static_cast<uint32_t>(__cvta_generic_to_shared(ml_s));
+  for (int c = d; c < splits * D / 4; c += blockDim.x) cp_async16(o_at + 16 * c, part + 4 * c, true);
+  for (int c = d; c < splits; c += blockDim.x)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(ml_at + 8 * c), "l"(ml + c) : "memory");
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+  float M = ml_s[0].x, L = ml_s[0].y, O = o_s[d];
+#pragma unroll 8
+  for (int j = 1; j < splits; ++j) {
+    const float2 mlj = ml_s[j];
+    const MergeWeights w = merge_weights(M, mlj.x);
+    L = merged(L, mlj.y, w);
+    O = merged(O, o_s[j * D + d], w);
+    M = w.m;
+  }
+  return __fdiv_rn(O, L);
+}
 
 template <typename T>
 __global__ void paged_attention_merge_kernel(const PagedAttnLaunch p) {
@@ -286,6 +320,13 @@ __global__ void paged_attention_merge_kernel(const PagedAttnLaunch p) {
   asm volatile("griddepcontrol.wait;" ::: "memory");
   const int64_t base = (static_cast<int64_t>(row) * p.h_q + h) * p.max_splits;
   const float2 *ml = reinterpret_cast<const float2 *>(p.part_ml) + base;
+  uint32_t dyn_smem = 0;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn_smem));
+  uint16_t *out = static_cast<uint16_t *>(p.out) + (static_cast<int64_t>(row) * p.h_q + h) * p.head_dim + d;
+  if (static_cast<int64_t>(splits) * merge_bytes_per_split(p.head_dim) <= dyn_smem) {
+    *out = from_f<T>(merge_whole_row(p.part_acc + base * p.head_dim, ml, splits, p.head_dim, d));
+    return;
+  }
   const float *acc = p.part_acc + base * p.head_dim + d;
   // Batch b's (m, l) in ml_s[b % 2]. Batch b + 1's loads are issued before batch b is folded, into
   // registers (its (m, l) too: a shared-memory store would wait for its load), so a long row waits
@@ -326,7 +367,7 @@ __global__ void paged_attention_merge_kernel(const PagedAttnLaunch p) {
       for (int i = 0; i < kMergeBatch; ++i) o[i] = o_next[i];
     }
   }
-  static_cast<uint16_t *>(p.out)[(static_cast<int64_t>(row) * p.h_q + h) * p.head_dim + d] = from_f<T>(__fdiv_rn(O, L));
+  *out = from_f<T>(__fdiv_rn(O, L));
 }
 
 // The kernel's shared-memory size set on the current device, once per instantiation and device
@@ -374,9 +415,10 @@ void launch_kernel(const PagedAttnLaunch &p, cudaStream_t stream) {
 
 // An early merge's CTAs wait on the SMs they are placed on, and a CTA placed there runs its fold
 // on that SM: packed many to an SM (the few SMs a one-wave split grid leaves free hold all of them)
-// they share its load bandwidth. A CTA asks for shared memory it does not use, so that an SM
-// holds only ceil(CTAs / SMs) of them and the rest are placed as the split kernel's CTAs finish
-// (attention_policy::merge_spread_smem). Device facts asked once per device.
+// they share its load bandwidth. A CTA asks for shared memory enough that an SM holds only
+// ceil(CTAs / SMs) of them and the rest are placed as the split kernel's CTAs finish
+// (attention_policy::merge_spread_smem); where a row's splits fit in it, the merge copies them
+// there at once. Device facts asked once per device.
 template <typename T>
 size_t merge_spread_smem(int64_t merge_ctas) {
   struct Facts {

@@ -168,6 +168,51 @@ TEST(PagedAttentionCuda, SchedulesGiveTheSameBits) {
   if (at::cuda::getCurrentDeviceProperties()->major == 9) EXPECT_GT(compared_groups, 20);
 }
 
+// The merge kernel folds a row's splits in batches of 32 loads: rows of more than 32 and 64 splits
+// (decode, three sequences of different lengths, pages in shuffled order, scores scaled up so the
+// running maximum moves often) get the bits of whole_rows, which folds each split as it finishes,
+// from split_per_cta and split_groups alike.
+TEST(PagedAttentionCuda, LongRowsMergeAsWholeRowsFold) {
+  NEED_GPU();
+  using Schedule = attention::CudaAttentionOptions::Schedule;
+  at::manual_seed(20261128);
+  const auto f32 = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
+  const auto i32 = at::TensorOptions().dtype(at::kInt);
+  constexpr int64_t hq = 8, hkv = 2, d = 128, page = 16;
+  for (at::ScalarType dt : {at::kBFloat16, at::kHalf})
+    for (int64_t split_tokens : {int64_t{64}, attention::kKvSplit}) {
+      const std::vector<int64_t> lens = {split_tokens * 33 + 5, split_tokens * 70 - 1, split_tokens * 97};
+      int64_t blocks = 0, max_blocks = 0;
+      for (int64_t l : lens) {
+        blocks += (l + page - 1) / page;
+        max_blocks = std::max(max_blocks, (l + page - 1) / page);
+      }
+      const at::Tensor order = at::randperm(blocks, at::TensorOptions().dtype(at::kLong));
+      at::Tensor table = at::zeros({static_cast<int64_t>(lens.size()), max_blocks}, i32);
+      at::Tensor cu = at::arange(static_cast<int64_t>(lens.size()) + 1, i32), seq = at::zeros({3}, i32);
+      for (int64_t s = 0, next = 0; s < 3; ++s) {
+        seq[s] = static_cast<int32_t>(lens[s]);
+        for (int64_t b = 0; b < (lens[s] + page - 1) / page; ++b) table[s][b] = order[next++].item<int64_t>();
+      }
+      const at::Tensor q = (at::randn({3, hq, d}, f32) * 4).to(dt);
+      const at::Tensor k = at::randn({blocks, page, hkv, d}, f32).to(dt),
+                       v = at::randn({blocks, page, hkv, d}, f32).to(dt);
+      auto run = [&](Schedule schedule) {
+        attention::CudaAttentionOptions o;
+        o.split_tokens = split_tokens;
+        o.schedule = schedule;
+        return attention::paged_attention_cuda(q, k, v, cu.cuda(), seq.cuda(), table.cuda(), 0.0, o);
+      };
+      const at::Tensor whole = run(Schedule::whole_rows);
+      ASSERT_TRUE(whole.isfinite().all().item<bool>());
+      EXPECT_TRUE(run(Schedule::split_per_cta).view(at::kShort).equal(whole.view(at::kShort)))
+          << "split_per_cta, splits of " << split_tokens << ", " << dt;
+      if (attention::PagedAttentionCudaPlan(q, k, v, cu.cuda(), seq.cuda(), table.cuda()).wgmma())
+        EXPECT_TRUE(run(Schedule::split_groups).view(at::kShort).equal(whole.view(at::kShort)))
+            << "split_groups, splits of " << split_tokens << ", " << dt;
+    }
+}
+
 // The Hopper prefill kernel loads K/V tiles by TMA or by cp.async (KvLoads), and its consumers
 // issue freely or take turns (ping-pong): the shared memory and the arithmetic, and so every bit,
 // must be the same, including tiles past kv_len (cp.async zero-fills them in either mode), pages
