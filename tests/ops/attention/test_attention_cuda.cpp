@@ -168,10 +168,11 @@ TEST(PagedAttentionCuda, SchedulesGiveTheSameBits) {
   if (at::cuda::getCurrentDeviceProperties()->major == 9) EXPECT_GT(compared_groups, 20);
 }
 
-// The merge kernel folds a row's splits in batches of 32 loads: rows of more than 32 and 64 splits
-// (decode, three sequences of different lengths, pages in shuffled order, scores scaled up so the
-// running maximum moves often) get the bits of whole_rows, which folds each split as it finishes,
-// from split_per_cta and split_groups alike.
+// The merge kernel folds a row's splits from batches of 32 loads (split_per_cta's merge) or from
+// the whole row copied into its shared memory at once (split_groups' early merge): rows of more
+// than 32 and 64 splits (decode, three sequences of different lengths, pages in shuffled order,
+// scores scaled up so the running maximum moves often) get the bits of whole_rows, which folds each
+// split as it finishes, either way.
 TEST(PagedAttentionCuda, LongRowsMergeAsWholeRowsFold) {
   NEED_GPU();
   using Schedule = attention::CudaAttentionOptions::Schedule;
