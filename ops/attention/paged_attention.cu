@@ -269,6 +269,15 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
 // decode took 50 us against 45 us with the whole row at once (docs/perf/attention.md).
 constexpr int kMergeBatch = 32;
 
+// One split folded into the merge's running maximum M, sum L and output element O: both forms
+// below fold each split through this.
+__device__ __forceinline__ void merge_split(float &M, float &L, float &O, float2 ml_j, float o_j) {
+  const MergeWeights w = merge_weights(M, ml_j.x);
+  L = merged(L, ml_j.y, w);
+  O = merged(O, o_j, w);
+  M = w.m;
+}
+
 // The shared memory the whole-row merge takes per split: its partial output and its (m, l).
 __host__ __device__ constexpr int merge_bytes_per_split(int head_dim) { return head_dim * 4 + 8; }
 
@@ -288,13 +297,7 @@ __device__ __forceinline__ float merge_whole_row(const float *part, const float2
   __syncthreads();
   float M = ml_s[0].x, L = ml_s[0].y, O = o_s[d];
 #pragma unroll 8
-  for (int j = 1; j < splits; ++j) {
-    const float2 mlj = ml_s[j];
-    const MergeWeights w = merge_weights(M, mlj.x);
-    L = merged(L, mlj.y, w);
-    O = merged(O, o_s[j * D + d], w);
-    M = w.m;
-  }
+  for (int j = 1; j < splits; ++j) merge_split(M, L, O, ml_s[j], o_s[j * D + d]);
   return __fdiv_rn(O, L);
 }
 
@@ -356,10 +359,7 @@ __global__ void paged_attention_merge_kernel(const PagedAttnLaunch p) {
         M = ml_s[0][0].x, L = ml_s[0][0].y, O = o[0];
         continue;
       }
-      const MergeWeights w = merge_weights(M, ml_s[b][i].x);
-      L = merged(L, ml_s[b][i].y, w);
-      O = merged(O, o[i], w);
-      M = w.m;
+      merge_split(M, L, O, ml_s[b][i], o[i]);
     }
     if (more) {
       if (d < kMergeBatch) ml_s[b ^ 1][d] = ml_next;
