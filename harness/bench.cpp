@@ -177,6 +177,9 @@ BenchPlan plan_bench(const BenchConfig &cfg) {
     if (!anywhere)
       throw std::invalid_argument("bench: impl '" + impl + "' is not a CUDA impl of any selected op" + hint);
   }
+  for (const auto &s : cfg.shapes.empty() ? default_bench_shapes() : cfg.shapes)
+    if (row_bench(s.op) && std::find(cfg.ops.begin(), cfg.ops.end(), s.op) != cfg.ops.end())
+      plan.row_shapes.push_back(s);
   return plan;
 }
 
@@ -299,7 +302,6 @@ std::string run_bench(const BenchConfig &cfg, std::ostream &log, std::string *st
     benchmark::Initialize(&argc, argv);
     initialised = true;
   }
-  const auto shapes = cfg.shapes.empty() ? default_bench_shapes() : cfg.shapes;
   const BenchClock clock;
   at::Generator gen = at::cuda::detail::createCUDAGenerator();
   gen.set_current_seed(20261121);
@@ -332,12 +334,9 @@ std::string run_bench(const BenchConfig &cfg, std::ostream &log, std::string *st
   };
   std::map<std::string, std::vector<SpeedupSample>> speedups;  // "op/impl/dtype" -> (M, speedup) per shape
   try {
-    size_t done = 0, total = 0;
-    for (const auto &s : shapes)
-      if (std::find(cfg.ops.begin(), cfg.ops.end(), s.op) != cfg.ops.end()) total += cfg.dtypes.size();
-
-    for (const auto &s : shapes) {
-      if (std::find(cfg.ops.begin(), cfg.ops.end(), s.op) == cfg.ops.end()) continue;
+    const size_t total = plan.row_shapes.size() * cfg.dtypes.size();
+    size_t done = 0;
+    for (const auto &s : plan.row_shapes) {
       const BenchDef &def = *row_bench(s.op);
       const std::string &baseline = def.baseline;
       for (at::ScalarType dtype : cfg.dtypes) {

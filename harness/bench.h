@@ -65,6 +65,9 @@ std::vector<BenchShape> read_bench_shapes(const std::string &path);  // throws s
 struct BenchPlan {
   std::vector<std::pair<std::string, std::string>> pairs;  // (op, impl), baselines excluded
   std::vector<std::string> notes;                          // one line per skipped pair
+  // The row ops' shapes to time: the selected ops' rows of cfg.shapes (or of the default set). A
+  // family's rows (paged_attention_decode, prefill_graph, ...) go to the family's own bench.
+  std::vector<BenchShape> row_shapes;
   bool times(const std::string &op, const std::string &impl) const;
 };
 BenchPlan plan_bench(const BenchConfig &cfg);

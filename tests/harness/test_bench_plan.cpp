@@ -30,6 +30,23 @@ TEST(BenchPlan, ValidatesTheWholeSelectionFirst) {
   }
 }
 
+// A shape file's rows of a family's own kind (prefill_graph, whose kind is also its op's name)
+// go to that family's bench, never to the row-op bench, which has no definition to time them by.
+TEST(BenchPlan, FamilyRowsAreNotRowShapes) {
+  BenchConfig cfg;
+  cfg.ops = {"prefill_graph"};
+  cfg.impls = {"invariant"};
+  cfg.shapes = {
+      {"prefill_graph", 8, 16, 0, 16}, {"paged_attention_decode", 16, 4096, 128, 16}, {"mm", 8, 4096, 4096, 16}};
+  EXPECT_TRUE(plan_bench(cfg).row_shapes.empty());
+  cfg.ops = {"mm", "prefill_graph"};
+  const BenchPlan plan = plan_bench(cfg);
+  ASSERT_EQ(plan.row_shapes.size(), 1u);
+  EXPECT_EQ(plan.row_shapes[0].op, "mm");
+  cfg.shapes.clear();  // the default set: the selected row ops' shapes only
+  for (const auto &s : plan_bench(cfg).row_shapes) EXPECT_EQ(s.op, "mm");
+}
+
 TEST(BenchPlan, SkipsOpsLackingAnImpl) {
 #ifndef DETFUZZ_WITH_CUDA
   GTEST_SKIP() << "built without CUDA: there are no CUDA impls to plan";
