@@ -49,6 +49,21 @@ double median_us(const std::function<void()> &fn, int reps, const BenchClock &cl
   return t[t.size() / 2];
 }
 
+std::vector<double> interleaved_medians_us(const std::vector<std::function<void()>> &fns, int reps,
+                                           const BenchClock &clock) {
+  for (int w = 0; w < 3; ++w)
+    for (const auto &fn : fns) fn();
+  std::vector<std::vector<double>> t(fns.size());
+  for (int r = 0; r < reps; ++r)
+    for (size_t i = 0; i < fns.size(); ++i) t[i].push_back(time_one_call_us(fns[i], clock));
+  std::vector<double> medians;
+  for (auto &times : t) {
+    std::sort(times.begin(), times.end());
+    medians.push_back(times[times.size() / 2]);
+  }
+  return medians;
+}
+
 double median_graph_us(const std::function<void()> &fn, int reps, const BenchClock &clock) {
   fn();  // first use (kernel attributes, allocator) outside the capture
   C10_CUDA_CHECK(cudaStreamSynchronize(clock.stream));

@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #ifdef DETFUZZ_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -32,6 +33,11 @@ struct BenchClock {
 double time_one_call_us(const std::function<void()> &fn, const BenchClock &clock);
 // Median of `reps` device times of fn (after 3 warm-up calls), in microseconds.
 double median_us(const std::function<void()> &fn, int reps, const BenchClock &clock);
+// Medians of `reps` device times of each of fns (after 3 warm-up calls each), the calls taken in
+// turn, repetition by repetition, so that a drift of the GPU's clocks reaches every fn alike
+// rather than their ratios.
+std::vector<double> interleaved_medians_us(const std::vector<std::function<void()>> &fns, int reps,
+                                           const BenchClock &clock);
 // Median device time of one call of fn replayed from a CUDA graph: the events see the kernels
 // only, not the host's launch cost.
 double median_graph_us(const std::function<void()> &fn, int reps, const BenchClock &clock);

@@ -1,5 +1,12 @@
 #include "ops/graph/buffer_registry.h"
 
+#ifdef DETFUZZ_WITH_CUDA
+#include "ops/cuda/row_copies.h"
+
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#endif
+
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -72,28 +79,69 @@ bool BufferRegistry::has(const std::string &name) const {
   return false;
 }
 
+const at::Tensor &BufferRegistry::view(size_t i, int64_t rows) const {
+  at::Tensor &v = views_[{i, rows}];
+  if (!v.defined()) v = slots_[i].buffer.narrow(0, 0, rows);
+  return v;
+}
+
 void BufferRegistry::fill_from(const ForwardBatch &batch) {
   TORCH_CHECK(batch.batch_size <= max_bs_ && batch.num_tokens <= max_tokens_, "buffer registry: a batch of ",
               batch.batch_size, " sequences and ", batch.num_tokens, " tokens exceeds the capacity of ", max_bs_,
               " sequences and ", max_tokens_, " tokens");
-  for (auto &slot : slots_) {
+#ifdef DETFUZZ_WITH_CUDA
+  // On CUDA the slots whose field has the slot's dtype and rows laid out as its buffer's (the
+  // usual case) are copied in one launch; any other field goes through copy_ as on the CPU.
+  cuda_kernels::RowCopy fused[cuda_kernels::kMaxRowCopies];
+  int n_fused = 0;
+#endif
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot &slot = slots_[i];
     if (slot.computed) continue;
     const auto &field = batch_field(batch, slot.name);
     if (!field) continue;  // absent this batch: extract_buffer carries it as absent
     const int64_t n = rows(slot.axis, batch.batch_size, batch.num_tokens);
     TORCH_CHECK(field->size(0) == n, "buffer registry: field ", slot.name, " has ", field->size(0), " rows, expected ",
                 n);
-    at::Tensor dst = slot.buffer.narrow(0, 0, n);
-    if (field->dim() == 2 && field->size(1) < dst.size(1)) {  // block_table: the batch's columns, then zeros
+    const at::Tensor &buffer = slot.buffer;
+    // block_table: the batch's columns, then zeros.
+    const bool narrower = field->dim() == 2 && buffer.dim() == 2 && field->size(1) < buffer.size(1);
+#ifdef DETFUZZ_WITH_CUDA
+    if (buffer.is_cuda() && field->device() == buffer.device() && field->scalar_type() == buffer.scalar_type() &&
+        field->dim() == buffer.dim() && field->is_contiguous() && n_fused < cuda_kernels::kMaxRowCopies) {
+      bool same_inner = true;
+      for (int64_t d = narrower ? 2 : 1; d < buffer.dim(); ++d)
+        same_inner = same_inner && field->size(d) == buffer.size(d);
+      const int64_t bytes = static_cast<int64_t>(buffer.element_size());
+      cuda_kernels::RowCopy c;
+      c.src = field->data_ptr();
+      c.dst = buffer.data_ptr();
+      c.rows = n;
+      c.src_row_bytes = (n > 0 ? field->numel() / n : 0) * bytes;
+      c.dst_row_bytes = buffer.stride(0) * bytes;
+      if (same_inner && (narrower || c.src_row_bytes == c.dst_row_bytes) && cuda_kernels::row_copy_fits(c)) {
+        fused[n_fused++] = c;
+        continue;
+      }
+    }
+#endif
+    at::Tensor dst = view(i, n);
+    if (narrower) {
       dst.narrow(1, field->size(1), dst.size(1) - field->size(1)).zero_();
       dst = dst.narrow(1, 0, field->size(1));
     }
     dst.copy_(*field);
   }
-  for (auto &slot : slots_) {
-    if (!slot.computed) continue;
-    at::Tensor view = slot.buffer.narrow(0, 0, rows(slot.axis, batch.batch_size, batch.num_tokens));
-    slot.post_fill(view, batch);
+#ifdef DETFUZZ_WITH_CUDA
+  if (n_fused > 0) {
+    const c10::cuda::CUDAGuard guard(device_);
+    cuda_kernels::launch_row_copies(fused, n_fused, at::cuda::getCurrentCUDAStream());
+  }
+#endif
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    if (!slots_[i].computed) continue;
+    at::Tensor v = view(i, rows(slots_[i].axis, batch.batch_size, batch.num_tokens));
+    slots_[i].post_fill(v, batch);
   }
 }
 
@@ -104,10 +152,11 @@ ForwardBatch BufferRegistry::extract_buffer(int64_t padded_bs, int64_t padded_to
   ForwardBatch out = forward_batch_template;
   out.batch_size = padded_bs;
   out.num_tokens = padded_tokens;
-  for (const auto &slot : slots_) {
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot &slot = slots_[i];
     // A plain slot whose field is absent this batch is carried (absent) from the template.
     if (!slot.computed && !batch_field(forward_batch_template, slot.name)) continue;
-    batch_field(out, slot.name) = slot.buffer.narrow(0, 0, rows(slot.axis, padded_bs, padded_tokens));
+    batch_field(out, slot.name) = view(i, rows(slot.axis, padded_bs, padded_tokens));
   }
   return out;
 }
@@ -126,7 +175,7 @@ BufferRegistry build_prefill_registry(const Model &model, int64_t max_bs, int64_
   // The row of each sequence's last token: cu_seqlens_q[1:] - 1, on the device, no host sync.
   r.add_computed("logits_index", SlotAxis::seqs, at::kLong, [](at::Tensor &view, const ForwardBatch &b) {
     TORCH_CHECK(b.cu_seqlens_q.has_value(), "buffer registry: logits_index needs cu_seqlens_q");
-    view.copy_(b.cu_seqlens_q->narrow(0, 1, b.batch_size).to(at::kLong) - 1);
+    view.copy_(b.cu_seqlens_q->narrow(0, 1, b.batch_size)).sub_(1);
   });
   if (options.register_global_num_tokens)
     r.add_computed("global_num_tokens", SlotAxis::seqs, at::kLong,

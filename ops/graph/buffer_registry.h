@@ -21,6 +21,7 @@
 #include "ops/graph/model.h"
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -57,9 +58,13 @@ class BufferRegistry {
     at::Tensor buffer;
   };
   int64_t rows(SlotAxis axis, int64_t bs, int64_t tokens) const;
+  // The first `rows` rows of slot i's buffer, made once per (slot, rows) and kept: a narrow costs
+  // microseconds of host time, and an eager forward of a short prompt waits on the host.
+  const at::Tensor &view(size_t i, int64_t rows) const;
   at::Device device_;
   int64_t max_bs_, max_tokens_;
   std::vector<Slot> slots_;
+  mutable std::map<std::pair<size_t, int64_t>, at::Tensor> views_;
 };
 
 // The slot of a ForwardBatch field by name ("input_ids", "positions", ...); throws

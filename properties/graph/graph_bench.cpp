@@ -143,7 +143,7 @@ void graph_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostream &
       for (int64_t bs : {1, 2, 4, 8})
         for (int64_t fresh : {16, 64, 128, 256}) rows.push_back({bs, fresh, cached, 16});
   if (rows.empty()) return;
-  const int reps = std::max(5, cfg.repetitions * 4);
+  const int reps = std::max(5, cfg.repetitions * 8);
   for (at::ScalarType dtype : cfg.dtypes) {
     if (dtype != at::kBFloat16 && dtype != at::kHalf) continue;
     const graph::ModelConfig config = bench_config(dtype);
@@ -203,12 +203,12 @@ void graph_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostream &
         const bool verified = same_bits(eager.logprobs, replay.logprobs) &&
                               same_bits(eager.logprobs, registry.logprobs) &&
                               same_bits(eager.logprobs, direct.logprobs);
-        const double eager_us = median_us([&] { graph::run_eager(model, cache, seqs, max_pages); }, reps, clock);
-        const double graph_us = median_us([&] { runner.run(seqs); }, reps, clock);
-        const double registry_us =
-            median_us([&] { graph::run_eager(model, cache, seqs, max_pages, &through); }, reps, clock);
-        const double no_copy_us =
-            median_us([&] { graph::run_eager(model, cache, seqs, max_pages, &no_copy); }, reps, clock);
+        const std::vector<double> us =
+            interleaved_medians_us({[&] { graph::run_eager(model, cache, seqs, max_pages); }, [&] { runner.run(seqs); },
+                                    [&] { graph::run_eager(model, cache, seqs, max_pages, &through); },
+                                    [&] { graph::run_eager(model, cache, seqs, max_pages, &no_copy); }},
+                                   reps, clock);
+        const double eager_us = us[0], graph_us = us[1], registry_us = us[2], no_copy_us = us[3];
         const double flops = forward_flops(config, r);
         const auto row = [&](const char *impl, double us, const char *baseline, double baseline_us) {
           csv << kKind << ',' << impl << ',' << dtype_name(dtype) << ',' << r.bs << ',' << r.fresh << ',' << r.cached

@@ -7,6 +7,10 @@
 
 #include <gtest/gtest.h>
 
+#ifdef DETFUZZ_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
+
 #include <cstdlib>
 
 using namespace detfuzz;
@@ -126,5 +130,41 @@ TEST(EagerInputs, NoCopyFromTheEnvironment) {
   EXPECT_FALSE(eager_input_no_copy_from_env());
   ::unsetenv("DETFUZZ_EAGER_INPUT_NO_COPY");
 }
+
+#ifdef DETFUZZ_WITH_CUDA
+// On CUDA the slots are filled in one launch: after each of three fills, every slot must hold
+// what a CPU registry holds after the same fills, including the block-table columns a narrower
+// batch leaves (zeroed), and fields that take copy_ instead (another dtype, a strided view).
+TEST(BufferRegistryCuda, OneLaunchFillsAsTheCpuDoes) {
+  if (!at::cuda::is_available()) GTEST_SKIP() << "needs a CUDA GPU: none found";
+  const Model cpu_model = tiny_model();
+  const Model cuda_model(cpu_model.config(), Backend::cuda, invariant_kernels(Backend::cuda));
+  BufferRegistry gpu = build_prefill_registry(cuda_model, 4, 16, {6, true, true});
+  BufferRegistry cpu = build_prefill_registry(cpu_model, 4, 16, {6, true, true});
+  const SequenceInput a{{3, 4, 5, 6, 7}, 0, {1, 5, 2}}, b{{7}, 2, {2}}, c{{9, 10}, 0, {3}};
+  const ForwardBatch wide = pack_batch({a, b, c}, 4, 6, at::kCPU);
+  const ForwardBatch narrow = pack_batch({b, c}, 4, 2, at::kCPU);
+  ForwardBatch odd = pack_batch({c, a}, 4, 3, at::kCPU);
+  odd.input_ids = odd.input_ids->to(at::kInt);
+  odd.positions = at::stack({*odd.positions, *odd.positions * 3}, 1).select(1, 0);
+  ASSERT_FALSE(odd.positions->is_contiguous());
+  const std::vector<std::string> names = {"input_ids", "positions",   "out_cache_loc", "cu_seqlens_q",
+                                          "seq_lens",  "block_table", "logits_index",  "global_num_tokens"};
+  for (const ForwardBatch *batch : std::vector<const ForwardBatch *>{&wide, &narrow, &odd}) {
+    ForwardBatch on_gpu = *batch;
+    for (const auto &name : names)
+      if (auto &field = batch_field(on_gpu, name)) field = field->cuda();
+    gpu.fill_from(on_gpu);
+    cpu.fill_from(*batch);
+    const ForwardBatch g = gpu.extract_buffer(batch->batch_size, batch->num_tokens, on_gpu),
+                       h = cpu.extract_buffer(batch->batch_size, batch->num_tokens, *batch);
+    for (const auto &name : names) {
+      ASSERT_TRUE(batch_field(g, name).has_value() && batch_field(h, name).has_value()) << name;
+      EXPECT_TRUE(batch_field(g, name)->cpu().equal(*batch_field(h, name)))
+          << name << " after the batch of " << batch->batch_size << " sequences";
+    }
+  }
+}
+#endif
 
 }  // namespace
