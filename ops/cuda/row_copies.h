@@ -9,13 +9,21 @@
 
 namespace detfuzz::cuda_kernels {
 
-// Copies `rows` rows of src_row_bytes bytes (rows src_row_bytes apart) to dst (rows dst_row_bytes
-// apart) and zeroes each dst row's bytes past src_row_bytes. Pointers and byte counts are
-// multiples of 4; src and dst do not overlap.
+// What a RowCopy writes into each dst row.
+enum class RowOp {
+  copy,             // the src row's bytes, then zeros up to dst_row_bytes
+  widen_int32_add,  // each int32 of the src row as an int64 plus `value` (dst_row_bytes = 2 src_row_bytes)
+  fill_int64,       // `value` as every int64 of the row (src unused)
+};
+
+// `rows` rows: src's rows src_row_bytes apart, dst's dst_row_bytes apart. Pointers and byte
+// counts are multiples of 4 (of 8 for int64 destinations); src and dst do not overlap.
 struct RowCopy {
   const void *src = nullptr;
   void *dst = nullptr;
   int64_t rows = 0, src_row_bytes = 0, dst_row_bytes = 0;
+  RowOp op = RowOp::copy;
+  int64_t value = 0;
 };
 
 constexpr int kMaxRowCopies = 16;

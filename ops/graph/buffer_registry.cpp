@@ -4,10 +4,12 @@
 #include "ops/cuda/row_copies.h"
 
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
 #endif
 
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -60,17 +62,19 @@ void BufferRegistry::add_plain(const std::string &name, SlotAxis axis, at::Scala
   TORCH_CHECK(!has(name), "buffer registry: slot '", name, "' registered twice");
   std::vector<int64_t> sizes{rows(axis, max_bs_, max_tokens_)};
   sizes.insert(sizes.end(), inner.begin(), inner.end());
-  slots_.push_back({name, axis, false, {}, at::zeros(sizes, at::TensorOptions().dtype(dtype).device(device_))});
+  slots_.push_back({name, axis, false, {}, at::zeros(sizes, at::TensorOptions().dtype(dtype).device(device_)), {}});
 }
 
 void BufferRegistry::add_computed(const std::string &name, SlotAxis axis, at::ScalarType dtype, PostFill post_fill,
-                                  std::vector<int64_t> inner) {
+                                  std::vector<int64_t> inner, RowFill row_fill) {
   batch_field(ForwardBatch{}, name);
   TORCH_CHECK(!has(name), "buffer registry: slot '", name, "' registered twice");
+  TORCH_CHECK(row_fill.kind == RowFill::Kind::none || (dtype == at::kLong && inner.empty()),
+              "buffer registry: a row fill writes int64 rows of one element, not slot '", name, "'");
   std::vector<int64_t> sizes{rows(axis, max_bs_, max_tokens_)};
   sizes.insert(sizes.end(), inner.begin(), inner.end());
-  slots_.push_back(
-      {name, axis, true, std::move(post_fill), at::zeros(sizes, at::TensorOptions().dtype(dtype).device(device_))});
+  slots_.push_back({name, axis, true, std::move(post_fill),
+                    at::zeros(sizes, at::TensorOptions().dtype(dtype).device(device_)), std::move(row_fill)});
 }
 
 bool BufferRegistry::has(const std::string &name) const {
@@ -85,15 +89,34 @@ const at::Tensor &BufferRegistry::view(size_t i, int64_t rows) const {
   return v;
 }
 
+#ifdef DETFUZZ_WITH_CUDA
+// Host fields go to the device in one copy: packed into `host` (pinned), copied to `device`, and
+// from there into their slots by the row-copy launch. `copied` marks the copy's end: `host` is
+// rewritten only after it.
+struct BufferRegistry::Staging {
+  at::Tensor host, device;
+  at::cuda::CUDAEvent copied;
+  bool pending = false;
+};
+#endif
+
 void BufferRegistry::fill_from(const ForwardBatch &batch) {
   TORCH_CHECK(batch.batch_size <= max_bs_ && batch.num_tokens <= max_tokens_, "buffer registry: a batch of ",
               batch.batch_size, " sequences and ", batch.num_tokens, " tokens exceeds the capacity of ", max_bs_,
               " sequences and ", max_tokens_, " tokens");
 #ifdef DETFUZZ_WITH_CUDA
-  // On CUDA the slots whose field has the slot's dtype and rows laid out as its buffer's (the
-  // usual case) are copied in one launch; any other field goes through copy_ as on the CPU.
   cuda_kernels::RowCopy fused[cuda_kernels::kMaxRowCopies];
   int n_fused = 0;
+  std::map<std::string, const void *> on_device;  // a fused field's rows as the launch reads them
+  int64_t staged = 0;                             // bytes of host fields packed into the staging buffer
+  const bool cuda = device_.is_cuda();
+  if (cuda && !staging_) {
+    int64_t capacity = 0;
+    for (const Slot &slot : slots_) capacity += (slot.buffer.nbytes() + 15) / 16 * 16;
+    staging_ = std::make_shared<Staging>();
+    staging_->host = at::empty({capacity}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+    staging_->device = at::empty({capacity}, at::TensorOptions().dtype(at::kByte).device(device_));
+  }
 #endif
   for (size_t i = 0; i < slots_.size(); ++i) {
     const Slot &slot = slots_[i];
@@ -107,19 +130,27 @@ void BufferRegistry::fill_from(const ForwardBatch &batch) {
     // block_table: the batch's columns, then zeros.
     const bool narrower = field->dim() == 2 && buffer.dim() == 2 && field->size(1) < buffer.size(1);
 #ifdef DETFUZZ_WITH_CUDA
-    if (buffer.is_cuda() && field->device() == buffer.device() && field->scalar_type() == buffer.scalar_type() &&
-        field->dim() == buffer.dim() && field->is_contiguous() && n_fused < cuda_kernels::kMaxRowCopies) {
+    const bool here = field->device() == buffer.device(), host = field->is_cpu();
+    if (cuda && (here || host) && field->scalar_type() == buffer.scalar_type() && field->dim() == buffer.dim() &&
+        field->is_contiguous() && n_fused < cuda_kernels::kMaxRowCopies) {
       bool same_inner = true;
       for (int64_t d = narrower ? 2 : 1; d < buffer.dim(); ++d)
         same_inner = same_inner && field->size(d) == buffer.size(d);
       const int64_t bytes = static_cast<int64_t>(buffer.element_size());
       cuda_kernels::RowCopy c;
-      c.src = field->data_ptr();
+      c.src = here ? field->data_ptr() : staging_->device.data_ptr<uint8_t>() + staged;
       c.dst = buffer.data_ptr();
       c.rows = n;
       c.src_row_bytes = (n > 0 ? field->numel() / n : 0) * bytes;
       c.dst_row_bytes = buffer.stride(0) * bytes;
       if (same_inner && (narrower || c.src_row_bytes == c.dst_row_bytes) && cuda_kernels::row_copy_fits(c)) {
+        if (host) {
+          if (staging_->pending) staging_->copied.synchronize();  // the last copy out of `host` is done
+          staging_->pending = false;
+          std::memcpy(staging_->host.data_ptr<uint8_t>() + staged, field->data_ptr(), field->nbytes());
+          staged += (static_cast<int64_t>(field->nbytes()) + 15) / 16 * 16;
+        }
+        on_device[slot.name] = c.src;
         fused[n_fused++] = c;
         continue;
       }
@@ -132,14 +163,54 @@ void BufferRegistry::fill_from(const ForwardBatch &batch) {
     }
     dst.copy_(*field);
   }
+  std::vector<size_t> post_fills;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot &slot = slots_[i];
+    if (!slot.computed) continue;
+#ifdef DETFUZZ_WITH_CUDA
+    const RowFill &f = slot.row_fill;
+    const auto from = on_device.find(f.field);
+    const bool rows_from_field = f.kind == RowFill::Kind::field_rows_plus && from != on_device.end() &&
+                                 batch_field(batch, f.field)->scalar_type() == at::kInt &&
+                                 batch_field(batch, f.field)->dim() == 1;
+    if (cuda && n_fused < cuda_kernels::kMaxRowCopies && (rows_from_field || f.kind == RowFill::Kind::token_count)) {
+      cuda_kernels::RowCopy c;
+      c.dst = slot.buffer.data_ptr();
+      c.rows = rows(slot.axis, batch.batch_size, batch.num_tokens);
+      c.dst_row_bytes = 8;
+      if (rows_from_field) {
+        TORCH_CHECK(batch_field(batch, f.field)->size(0) >= f.first_row + c.rows, "buffer registry: ", slot.name,
+                    " needs ", f.first_row + c.rows, " rows of ", f.field);
+        c.op = cuda_kernels::RowOp::widen_int32_add;
+        c.src = static_cast<const int32_t *>(from->second) + f.first_row;
+        c.src_row_bytes = 4;
+        c.value = f.add;
+      } else {
+        c.op = cuda_kernels::RowOp::fill_int64;
+        c.value = batch.num_tokens;
+      }
+      if (cuda_kernels::row_copy_fits(c)) {
+        fused[n_fused++] = c;
+        continue;
+      }
+    }
+#endif
+    post_fills.push_back(i);
+  }
 #ifdef DETFUZZ_WITH_CUDA
   if (n_fused > 0) {
     const c10::cuda::CUDAGuard guard(device_);
-    cuda_kernels::launch_row_copies(fused, n_fused, at::cuda::getCurrentCUDAStream());
+    const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+    if (staged > 0) {
+      C10_CUDA_CHECK(cudaMemcpyAsync(staging_->device.data_ptr(), staging_->host.data_ptr(), staged,
+                                     cudaMemcpyHostToDevice, stream));
+      staging_->copied.record(at::cuda::getCurrentCUDAStream());
+      staging_->pending = true;
+    }
+    cuda_kernels::launch_row_copies(fused, n_fused, stream);
   }
 #endif
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    if (!slots_[i].computed) continue;
+  for (size_t i : post_fills) {
     at::Tensor v = view(i, rows(slots_[i].axis, batch.batch_size, batch.num_tokens));
     slots_[i].post_fill(v, batch);
   }
@@ -173,13 +244,16 @@ BufferRegistry build_prefill_registry(const Model &model, int64_t max_bs, int64_
   r.add_plain("seq_lens", SlotAxis::seqs, at::kInt);
   r.add_plain("block_table", SlotAxis::seqs, at::kInt, {options.max_blocks});
   // The row of each sequence's last token: cu_seqlens_q[1:] - 1, on the device, no host sync.
-  r.add_computed("logits_index", SlotAxis::seqs, at::kLong, [](at::Tensor &view, const ForwardBatch &b) {
-    TORCH_CHECK(b.cu_seqlens_q.has_value(), "buffer registry: logits_index needs cu_seqlens_q");
-    view.copy_(b.cu_seqlens_q->narrow(0, 1, b.batch_size)).sub_(1);
-  });
+  r.add_computed("logits_index", SlotAxis::seqs, at::kLong,
+                 [](at::Tensor &view, const ForwardBatch &b) {
+                   TORCH_CHECK(b.cu_seqlens_q.has_value(), "buffer registry: logits_index needs cu_seqlens_q");
+                   view.copy_(b.cu_seqlens_q->narrow(0, 1, b.batch_size)).sub_(1);
+                 },
+                 {}, {RowFill::Kind::field_rows_plus, "cu_seqlens_q", 1, -1});
   if (options.register_global_num_tokens)
     r.add_computed("global_num_tokens", SlotAxis::seqs, at::kLong,
-                   [](at::Tensor &view, const ForwardBatch &b) { view.fill_(b.num_tokens); });
+                   [](at::Tensor &view, const ForwardBatch &b) { view.fill_(b.num_tokens); }, {},
+                   {RowFill::Kind::token_count, "", 0, 0});
   return r;
 }
 

@@ -22,6 +22,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,16 @@ namespace detfuzz::graph {
 // What a slot's leading dimension counts.
 enum class SlotAxis { tokens, seqs, seqs_plus_one };
 
+// A computed slot's fill as a row op of the registry's one CUDA launch, where its post-fill has
+// that form: int64 rows taken from another field's int32 rows (from `first_row` on) plus `add`,
+// or the batch's token count in every row. Either must give exactly what the post-fill writes.
+struct RowFill {
+  enum class Kind { none, field_rows_plus, token_count };
+  Kind kind = Kind::none;
+  std::string field;
+  int64_t first_row = 0, add = 0;
+};
+
 class BufferRegistry {
  public:
   using PostFill = std::function<void(at::Tensor &view, const ForwardBatch &batch)>;
@@ -37,14 +48,16 @@ class BufferRegistry {
   BufferRegistry(at::Device device, int64_t max_bs, int64_t max_tokens);
   void add_plain(const std::string &name, SlotAxis axis, at::ScalarType dtype, std::vector<int64_t> inner = {});
   void add_computed(const std::string &name, SlotAxis axis, at::ScalarType dtype, PostFill post_fill,
-                    std::vector<int64_t> inner = {});
+                    std::vector<int64_t> inner = {}, RowFill row_fill = {});
   bool has(const std::string &name) const;
   int64_t max_bs() const { return max_bs_; }
   int64_t max_tokens() const { return max_tokens_; }
 
   // Copies every plain slot whose field is present on the batch into the first rows of its
   // buffer (inner columns past the field's are set to 0), then runs the post-fills. The batch's
-  // batch_size and num_tokens must fit the capacity (TORCH_CHECK).
+  // batch_size and num_tokens must fit the capacity (TORCH_CHECK). On CUDA the copies and the
+  // row fills are one kernel launch, fields on the host first going over in one copy through a
+  // pinned staging buffer; a field of another dtype or layout goes through copy_.
   void fill_from(const ForwardBatch &batch);
   ForwardBatch extract_buffer(int64_t padded_bs, int64_t padded_tokens,
                               const ForwardBatch &forward_batch_template) const;
@@ -56,7 +69,9 @@ class BufferRegistry {
     bool computed;
     PostFill post_fill;
     at::Tensor buffer;
+    RowFill row_fill;
   };
+  struct Staging;  // CUDA: the pinned and device staging buffers of host fields
   int64_t rows(SlotAxis axis, int64_t bs, int64_t tokens) const;
   // The first `rows` rows of slot i's buffer, made once per (slot, rows) and kept: a narrow costs
   // microseconds of host time, and an eager forward of a short prompt waits on the host.
@@ -65,6 +80,7 @@ class BufferRegistry {
   int64_t max_bs_, max_tokens_;
   std::vector<Slot> slots_;
   mutable std::map<std::pair<size_t, int64_t>, at::Tensor> views_;
+  std::shared_ptr<Staging> staging_;
 };
 
 // The slot of a ForwardBatch field by name ("input_ids", "positions", ...); throws

@@ -132,9 +132,11 @@ TEST(EagerInputs, NoCopyFromTheEnvironment) {
 }
 
 #ifdef DETFUZZ_WITH_CUDA
-// On CUDA the slots are filled in one launch: after each of three fills, every slot must hold
-// what a CPU registry holds after the same fills, including the block-table columns a narrower
-// batch leaves (zeroed), and fields that take copy_ instead (another dtype, a strided view).
+// On CUDA the slots are filled in one launch, host fields through one staged copy: after each of
+// three batches, given once on the device and once on the host, every slot must hold what a CPU
+// registry holds after the same batch, including the block-table columns a narrower batch leaves
+// (zeroed), the computed slots (logits_index, global_num_tokens), and fields that take copy_
+// instead (another dtype, a strided view).
 TEST(BufferRegistryCuda, OneLaunchFillsAsTheCpuDoes) {
   if (!at::cuda::is_available()) GTEST_SKIP() << "needs a CUDA GPU: none found";
   const Model cpu_model = tiny_model();
@@ -154,14 +156,17 @@ TEST(BufferRegistryCuda, OneLaunchFillsAsTheCpuDoes) {
     ForwardBatch on_gpu = *batch;
     for (const auto &name : names)
       if (auto &field = batch_field(on_gpu, name)) field = field->cuda();
-    gpu.fill_from(on_gpu);
     cpu.fill_from(*batch);
-    const ForwardBatch g = gpu.extract_buffer(batch->batch_size, batch->num_tokens, on_gpu),
-                       h = cpu.extract_buffer(batch->batch_size, batch->num_tokens, *batch);
-    for (const auto &name : names) {
-      ASSERT_TRUE(batch_field(g, name).has_value() && batch_field(h, name).has_value()) << name;
-      EXPECT_TRUE(batch_field(g, name)->cpu().equal(*batch_field(h, name)))
-          << name << " after the batch of " << batch->batch_size << " sequences";
+    const ForwardBatch h = cpu.extract_buffer(batch->batch_size, batch->num_tokens, *batch);
+    for (const ForwardBatch *given : std::vector<const ForwardBatch *>{&on_gpu, batch}) {
+      gpu.fill_from(*given);
+      const ForwardBatch g = gpu.extract_buffer(batch->batch_size, batch->num_tokens, *given);
+      for (const auto &name : names) {
+        ASSERT_TRUE(batch_field(g, name).has_value() && batch_field(h, name).has_value()) << name;
+        EXPECT_TRUE(batch_field(g, name)->cpu().equal(*batch_field(h, name)))
+            << name << " after the batch of " << batch->batch_size << " sequences, given on the "
+            << (given == batch ? "host" : "device");
+      }
     }
   }
 }
