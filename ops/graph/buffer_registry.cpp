@@ -110,13 +110,6 @@ void BufferRegistry::fill_from(const ForwardBatch &batch) {
   std::map<std::string, const void *> on_device;  // a fused field's rows as the launch reads them
   int64_t staged = 0;                             // bytes of host fields packed into the staging buffer
   const bool cuda = device_.is_cuda();
-  if (cuda && !staging_) {
-    int64_t capacity = 0;
-    for (const Slot &slot : slots_) capacity += (slot.buffer.nbytes() + 15) / 16 * 16;
-    staging_ = std::make_shared<Staging>();
-    staging_->host = at::empty({capacity}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
-    staging_->device = at::empty({capacity}, at::TensorOptions().dtype(at::kByte).device(device_));
-  }
 #endif
   for (size_t i = 0; i < slots_.size(); ++i) {
     const Slot &slot = slots_[i];
@@ -136,6 +129,13 @@ void BufferRegistry::fill_from(const ForwardBatch &batch) {
       bool same_inner = true;
       for (int64_t d = narrower ? 2 : 1; d < buffer.dim(); ++d)
         same_inner = same_inner && field->size(d) == buffer.size(d);
+      if (host && !staging_) {  // made when a host field first comes (the eager path's fields never do)
+        int64_t capacity = 0;
+        for (const Slot &s : slots_) capacity += (s.buffer.nbytes() + 15) / 16 * 16;
+        staging_ = std::make_shared<Staging>();
+        staging_->host = at::empty({capacity}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+        staging_->device = at::empty({capacity}, at::TensorOptions().dtype(at::kByte).device(device_));
+      }
       const int64_t bytes = static_cast<int64_t>(buffer.element_size());
       cuda_kernels::RowCopy c;
       c.src = here ? field->data_ptr() : staging_->device.data_ptr<uint8_t>() + staged;
