@@ -48,6 +48,7 @@
 #include "ops/attention/paged_attention_kernel.h"
 #include "ops/attention/paged_attention_tile.cuh"
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/griddep.cuh"
 
 #include <atomic>
 #include <cstdint>
@@ -85,6 +86,8 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
   constexpr bool kWhole = kSchedule == KvSchedule::whole_rows;
   constexpr bool kBf16 = std::is_same<T, __nv_bfloat16>::value;
   extern __shared__ __align__(128) unsigned char smem[];
+  // Where no merge kernel follows, let the next kernel (a programmatic dependent) launch now.
+  if (kWhole || p.max_splits <= 1) cuda_kernels::griddep::launch_dependents();
   const uint32_t q_s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const uint32_t k_s = q_s + L::kQBytes;
   const uint32_t v_s = k_s + kStages * L::kTileBytes;
@@ -320,7 +323,8 @@ __global__ void paged_attention_merge_kernel(const PagedAttnLaunch p) {
   // batch's (read while that grid runs); its partials are that grid's, so wait here until it has
   // finished and its writes are visible (the launch itself overlapped its tail, or, where
   // PagedAttnLaunch::early_merge, came at its start).
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  cuda_kernels::griddep::wait();
+  cuda_kernels::griddep::launch_dependents();
   const int64_t base = (static_cast<int64_t>(row) * p.h_q + h) * p.max_splits;
   const float2 *ml = reinterpret_cast<const float2 *>(p.part_ml) + base;
   uint32_t dyn_smem = 0;

@@ -55,6 +55,7 @@
 #include "ops/attention/paged_attention_kernel.h"
 #include "ops/attention/paged_attention_tile.cuh"
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/griddep.cuh"
 #include "ops/cuda/tensor_map.h"
 
 #include <cuda.h>
@@ -139,8 +140,10 @@ __global__ void __launch_bounds__(ws_threads<kSplitGroups>(), 1)
   if ((base & 1023) != 0) __trap();  // the swizzled blocks must be 1024-byte aligned (see paged_attention.cu)
   const uint32_t k_s = base + S::kK, v_s = base + S::kV;
   const uint32_t full = base + S::kBars, empty = full + kStages * 8;
-  // split_groups: let the merge kernel (a programmatic dependent) launch now; it waits for this grid.
-  if (kSplitGroups && p.early_merge) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  // Let the next kernel, where it is a programmatic dependent, launch now (it waits for this grid):
+  // split_groups' merge where early_merge, else whatever follows the attention when no merge does
+  // (a short matmul's CTAs then start while this grid ends).
+  if (!kSplitGroups || p.early_merge || p.max_splits <= 1) cuda_kernels::griddep::launch_dependents();
 
   // whole_rows: blockIdx.x = kvh + h_kv * (reversed tile pair), consumer c on query tile
   // first_tile + c, one stream of keys for both. split_groups: blockIdx.x = kvh + h_kv * (group_cta

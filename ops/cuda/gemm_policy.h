@@ -186,6 +186,15 @@ inline bool split_pays(const GemmShape &s, int consumers, bool half_width, int64
   return 2 * waves(tiles, clusters) * 3 < persistent_cost;
 }
 
+// Whether a Hopper kernel is launched as a programmatic dependent of the kernel before it
+// (gemm_sm90.cu: its CTAs start while that kernel ends and wait for it before they read A): the
+// 64-row ones (one consumer warpgroup: M <= 64, or few tiles), short products whose launch weighs on
+// them. Measured in the prefill_graph forward on an H200 (docs/perf/graph.md): replays of 16-64 tokens
+// 2-4% faster; with the 128-row kernels dependents too, the 128- and 512-token ones ran 2-4% slower.
+inline bool programmatic_launch_pays(Sm90Kernel k) {
+  return k == Sm90Kernel::persistent_64x64 || k == Sm90Kernel::persistent_64x128 || k == Sm90Kernel::split_64x128;
+}
+
 // The launch for `path` (automatic, or a forced sm90 path). c_storable_by_tma: C's rows and
 // matrices are 16-byte aligned, so TMA can store it (the staged epilogue; else 128-row tiles store
 // from registers, and a forced 128 x 192 path runs 128 x 128 tiles). clusters(consumers, chunks):

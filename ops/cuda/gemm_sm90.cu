@@ -53,12 +53,19 @@
 // where there is no bias (register stores: and the tile lies inside N); the checked form, a bounds
 // test, a bias term and a 64-bit index per value, runs elsewhere. Same rounding either way.
 //
+// Launch. The 64-row kernels (gemm_policy::programmatic_launch_pays) are programmatic dependents
+// of the kernel before them on the stream (griddep.cuh): their CTAs start while that kernel ends,
+// set up their barriers, and wait (griddepcontrol.wait, a no-op after a normal launch) before they
+// load A or store C. A model's forward of short batches, one small kernel after another, hides
+// each product's launch this way.
+//
 // Which path runs a problem (tile height and width, persistent or split) is chosen by the pure
 // host functions of gemm_policy.h; the measurements behind the kernel's choices are in
 // docs/perf/matmul.md.
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/gemm.cuh"
 #include "ops/cuda/gemm_common.cuh"
+#include "ops/cuda/griddep.cuh"
 #include "ops/cuda/mma_sm80.cuh"
 #include "ops/cuda/ptx_sm90.cuh"
 #include "ops/cuda/tensor_map.h"
@@ -347,6 +354,9 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
     cluster_sync();
   else
     __syncthreads();
+  // A (and a bias) may come from the kernel before this one, and C may be memory it still reads.
+  griddep::wait();
+  griddep::launch_dependents();
   const uint32_t rank = PAIR ? cluster_ctarank() : 0;  // PAIR: this CTA's tile of the pair
   // The other CTA's empty barriers (PAIR), where this CTA's consumers also release a stage.
   const uint32_t peer_empty_bar = PAIR ? map_dsmem(empty_bar, rank ^ 1) : 0;
@@ -581,20 +591,28 @@ auto prepared_kernel(int dev) {
   return kernel;
 }
 
+// In a cluster of `cluster` CTAs where cluster > 1; a programmatic dependent of the kernel before
+// it on the stream (griddep.cuh) where `programmatic` (gemm_policy::programmatic_launch_pays).
 template <int CONSUMERS, int BN, bool STAGED>
-cudaLaunchConfig_t launch_config(int grid, int cluster, cudaStream_t stream, cudaLaunchAttribute *attr) {
+cudaLaunchConfig_t launch_config(int grid, int cluster, bool programmatic, cudaStream_t stream,
+                                 cudaLaunchAttribute (&attr)[2]) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(grid);
   cfg.blockDim = dim3(kThreads<CONSUMERS>);
   cfg.dynamicSmemBytes = Geometry<CONSUMERS, BN, STAGED>::smem_bytes;
   cfg.stream = stream;
+  cfg.attrs = attr;
+  if (programmatic) {
+    attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[cfg.numAttrs].val.programmaticStreamSerializationAllowed = 1;
+    ++cfg.numAttrs;
+  }
   if (cluster > 1) {
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    attr[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
+    attr[cfg.numAttrs].val.clusterDim.x = static_cast<unsigned>(cluster);
+    attr[cfg.numAttrs].val.clusterDim.y = 1;
+    attr[cfg.numAttrs].val.clusterDim.z = 1;
+    ++cfg.numAttrs;
   }
   return cfg;
 }
@@ -657,7 +675,7 @@ int max_active_pairs(int dev) {
 // A persistent grid takes at most p.num_ctas CTAs. PAIR: clusters of two CTAs on pairs of tiles, at
 // most max_active_pairs of them and p.num_ctas / 2 (one pair at least).
 template <typename T, bool B_KN, int SCHED, int CONSUMERS, int BN, bool STAGED = false, bool PAIR = false>
-void launch_one(const GemmParams &p, int dev, cudaStream_t stream) {
+void launch_one(const GemmParams &p, int dev, cudaStream_t stream, bool programmatic) {
   const Launch l = prepare(p, Geometry<CONSUMERS, BN, STAGED>::tile_m, BN, STAGED, PAIR);
   const int64_t slots = p.num_ctas;
   int64_t grid = SCHED == kCluster ? l.args.tiles * l.args.chunks : std::min<int64_t>(l.args.tiles, slots);
@@ -670,9 +688,9 @@ void launch_one(const GemmParams &p, int dev, cudaStream_t stream) {
     return prepared_kernel<T, B_KN, SCHED, CONSUMERS, BN, STAGED, true, PAIR>(dev);
   }();
   const int cluster_size = SCHED == kCluster ? l.args.chunks : PAIR ? 2 : 1;
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
   const cudaLaunchConfig_t cfg =
-      launch_config<CONSUMERS, BN, STAGED>(static_cast<int>(grid), cluster_size, stream, attr);
+      launch_config<CONSUMERS, BN, STAGED>(static_cast<int>(grid), cluster_size, programmatic, stream, attr);
   DETFUZZ_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, l.ma, l.mb, l.mc, l.args));
   DETFUZZ_LAUNCH_CHECK();
 }
@@ -686,16 +704,20 @@ void dispatch(const GemmParams &p, GemmPath path, int dev, cudaStream_t stream) 
         return consumers == 1 ? max_active_clusters<T, B_KN, 1>(dev, chunks)
                               : max_active_clusters<T, B_KN, 2>(dev, chunks);
       });
+  const bool pdl = gemm_policy::programmatic_launch_pays(kernel);
   switch (kernel) {
-    case Sm90Kernel::split_64x128: return launch_one<T, B_KN, kCluster, 1, 128>(p, dev, stream);
-    case Sm90Kernel::split_128x128: return launch_one<T, B_KN, kCluster, 2, 128>(p, dev, stream);
-    case Sm90Kernel::persistent_64x64: return launch_one<T, B_KN, kPersistent, 1, 64>(p, dev, stream);
-    case Sm90Kernel::persistent_64x128: return launch_one<T, B_KN, kPersistent, 1, 128>(p, dev, stream);
-    case Sm90Kernel::persistent_64x256: return launch_one<T, B_KN, kPersistent, 2, 256>(p, dev, stream);
-    case Sm90Kernel::persistent_128x128: return launch_one<T, B_KN, kPersistent, 2, 128>(p, dev, stream);
-    case Sm90Kernel::persistent_128x128_staged: return launch_one<T, B_KN, kPersistent, 2, 128, true>(p, dev, stream);
-    case Sm90Kernel::persistent_128x192_staged: return launch_one<T, B_KN, kPersistent, 2, 192, true>(p, dev, stream);
-    case Sm90Kernel::paired_128x192_staged: return launch_one<T, B_KN, kPersistent, 2, 192, true, true>(p, dev, stream);
+    case Sm90Kernel::split_64x128: return launch_one<T, B_KN, kCluster, 1, 128>(p, dev, stream, pdl);
+    case Sm90Kernel::split_128x128: return launch_one<T, B_KN, kCluster, 2, 128>(p, dev, stream, pdl);
+    case Sm90Kernel::persistent_64x64: return launch_one<T, B_KN, kPersistent, 1, 64>(p, dev, stream, pdl);
+    case Sm90Kernel::persistent_64x128: return launch_one<T, B_KN, kPersistent, 1, 128>(p, dev, stream, pdl);
+    case Sm90Kernel::persistent_64x256: return launch_one<T, B_KN, kPersistent, 2, 256>(p, dev, stream, pdl);
+    case Sm90Kernel::persistent_128x128: return launch_one<T, B_KN, kPersistent, 2, 128>(p, dev, stream, pdl);
+    case Sm90Kernel::persistent_128x128_staged:
+      return launch_one<T, B_KN, kPersistent, 2, 128, true>(p, dev, stream, pdl);
+    case Sm90Kernel::persistent_128x192_staged:
+      return launch_one<T, B_KN, kPersistent, 2, 192, true>(p, dev, stream, pdl);
+    case Sm90Kernel::paired_128x192_staged:
+      return launch_one<T, B_KN, kPersistent, 2, 192, true, true>(p, dev, stream, pdl);
   }
 }
 

@@ -13,6 +13,7 @@
 // silu_and_mul, rope: one thread per output element (pair, for rope), grid-stride.
 #include "ops/cuda/activation.cuh"
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/griddep.cuh"
 #include "ops/cuda/transformer_ops.cuh"
 
 #include <cuda_bf16.h>
@@ -59,6 +60,7 @@ __device__ void store<__nv_bfloat16>(__nv_bfloat16 *p, int64_t i, float v) {
 
 template <typename T>
 __global__ void rms_norm_kernel(const T *x, const T *w, T *y, int64_t h, float eps) {
+  griddep::launch_dependents();
   extern __shared__ float partials[];  // one per block of kRmsBlock elements
   __shared__ float inv_rms;
   const int64_t row = blockIdx.x;
@@ -87,6 +89,7 @@ __global__ void rms_norm_kernel(const T *x, const T *w, T *y, int64_t h, float e
 
 template <typename T>
 __global__ void silu_and_mul_kernel(const T *x, T *y, int64_t rows, int64_t i) {
+  griddep::launch_dependents();
   const int64_t n = rows * i;
   for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {

@@ -127,6 +127,26 @@ TEST(TransformerOpsCuda, MatchTheReferenceAndRmsNormMatchesTheCpuBits) {
     EXPECT_TRUE(bitwise_equal(cuda_ops::embedding(table.cuda(), tok.cuda()), table.index_select(0, tok)));
   }
 }
+
+// A short product starts while the rms_norm before it still runs (a programmatic dependent,
+// gemm_sm90.cu) and must still read the rows it writes: the same bits as with the GPU idle in
+// between, even where the rows' memory held NaN just before.
+TEST(TransformerOpsCuda, AProductReadsWhatTheRmsNormBeforeItWrote) {
+  NEED_GPU();
+  const int64_t k = 65536;  // long rows: the rms_norm runs for a while
+  const at::Tensor w = make_values(7, 1, {k}, at::kBFloat16, "normal").cuda();
+  const at::Tensor b = data({k, 64}, at::kBFloat16, 8).cuda();
+  for (int64_t m : {16, 256}) {
+    const at::Tensor x = data({m, k}, at::kBFloat16, m).cuda();
+    const at::Tensor normed = cuda_ops::rms_norm(x, w, 1e-6);
+    at::cuda::device_synchronize();
+    const at::Tensor apart = cuda_ops::mm(normed, b);
+    at::cuda::device_synchronize();
+    at::full({m, k}, NAN, x.options());  // freed at once: the next rms_norm's rows likely reuse it
+    const at::Tensor chained = cuda_ops::mm(cuda_ops::rms_norm(x, w, 1e-6), b);
+    EXPECT_TRUE(bitwise_equal(chained, apart)) << "M=" << m;
+  }
+}
 #endif
 
 }  // namespace

@@ -101,6 +101,18 @@ TEST(Sm90Kernel, DecodeOverTheVocabularyTakesSideBySideTiles) {
 // 64-row split runs 16 clusters of 8 in two waves of 15 (12 half-chunks). The split rule once
 // weighed the 64 x 128 tiles instead (16 half-chunks) and took that slower split. The 128-row
 // split runs 8 clusters of 8 in one wave (6 half-chunks): it runs.
+TEST(Sm90Launch, The64RowKernelsLaunchAsProgrammaticDependents) {
+  for (Sm90Kernel k : {Sm90Kernel::persistent_64x64, Sm90Kernel::persistent_64x128, Sm90Kernel::split_64x128})
+    EXPECT_TRUE(programmatic_launch_pays(k));
+  for (Sm90Kernel k : {Sm90Kernel::persistent_64x256, Sm90Kernel::persistent_128x128, Sm90Kernel::split_128x128,
+                       Sm90Kernel::persistent_128x128_staged, Sm90Kernel::persistent_128x192_staged,
+                       Sm90Kernel::paired_128x192_staged})
+    EXPECT_FALSE(programmatic_launch_pays(k));
+  // A forward's products at 16 tokens run 64-row kernels, at 512 tokens 128-row ones.
+  EXPECT_TRUE(programmatic_launch_pays(automatic(shape(16, 4096, 4096))));
+  EXPECT_FALSE(programmatic_launch_pays(automatic(shape(512, 4096, 4096))));
+}
+
 TEST(Sm90Kernel, MidMNarrowNTakesThe128RowSplitWhereItIsOneWave) {
   const GemmShape s = shape(128, 1024, 8192);
   EXPECT_TRUE(sm90_narrow_pays(s));
