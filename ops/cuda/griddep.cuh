@@ -3,9 +3,13 @@
 // stream still runs, once every CTA of that kernel has called launch_dependents() (or exited).
 // Before it reads anything that kernel wrote, or writes anything it may still read, it calls
 // wait(), which returns when that kernel has finished and its writes are visible (at once for a
-// normal launch). Work that needs neither, such as pulling constant weights towards the L2, can
-// run before the wait.
+// normal launch). Work that needs neither (setting up barriers, fetching tensor maps) can run
+// before the wait.
 #pragma once
+
+#include "ops/cuda/cuda_check.h"
+
+#include <cuda_runtime.h>
 
 namespace detfuzz::cuda_kernels::griddep {
 
@@ -19,6 +23,23 @@ __device__ __forceinline__ void wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+}
+
+// Launches `kernel` on `stream` as a programmatic dependent of the kernel before it there; the
+// kernel calls wait() before it reads what that kernel wrote.
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  DETFUZZ_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
 }
 
 }  // namespace detfuzz::cuda_kernels::griddep

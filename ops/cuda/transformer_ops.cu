@@ -61,6 +61,7 @@ __device__ void store<__nv_bfloat16>(__nv_bfloat16 *p, int64_t i, float v) {
 template <typename T>
 __global__ void rms_norm_kernel(const T *x, const T *w, T *y, int64_t h, float eps) {
   griddep::launch_dependents();
+  griddep::wait();
   extern __shared__ float partials[];  // one per block of kRmsBlock elements
   __shared__ float inv_rms;
   const int64_t row = blockIdx.x;
@@ -90,6 +91,7 @@ __global__ void rms_norm_kernel(const T *x, const T *w, T *y, int64_t h, float e
 template <typename T>
 __global__ void silu_and_mul_kernel(const T *x, T *y, int64_t rows, int64_t i) {
   griddep::launch_dependents();
+  griddep::wait();
   const int64_t n = rows * i;
   for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -101,6 +103,8 @@ __global__ void silu_and_mul_kernel(const T *x, T *y, int64_t rows, int64_t i) {
 template <typename T>
 __global__ void rope_kernel(const T *x, const int64_t *positions, T *y, int64_t t_len, int64_t heads, int64_t d,
                             double theta) {
+  griddep::launch_dependents();
+  griddep::wait();
   const int64_t half = d / 2, n = t_len * heads * half;
   for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -144,9 +148,8 @@ void launch_rms_norm(DType dtype, const void *x, const void *w, void *y, int64_t
     if (smem > 48 * 1024)
       DETFUZZ_CUDA_CHECK(
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    kernel<<<static_cast<unsigned>(rows), kRmsThreads, smem, stream>>>(
-        static_cast<const T *>(x), static_cast<const T *>(w), static_cast<T *>(y), h, eps);
-    DETFUZZ_LAUNCH_CHECK();
+    griddep::launch(kernel, static_cast<unsigned>(rows), kRmsThreads, smem, stream, static_cast<const T *>(x),
+                    static_cast<const T *>(w), static_cast<T *>(y), h, eps);
   });
 }
 
@@ -154,9 +157,8 @@ void launch_silu_and_mul(DType dtype, const void *x, void *y, int64_t rows, int6
   if (rows * i == 0) return;
   by_dtype(dtype, "silu_and_mul", [&](auto tag) {
     using T = decltype(tag);
-    silu_and_mul_kernel<T>
-        <<<elementwise_blocks(rows * i), 256, 0, stream>>>(static_cast<const T *>(x), static_cast<T *>(y), rows, i);
-    DETFUZZ_LAUNCH_CHECK();
+    griddep::launch(silu_and_mul_kernel<T>, elementwise_blocks(rows * i), 256, 0, stream, static_cast<const T *>(x),
+                    static_cast<T *>(y), rows, i);
   });
 }
 
@@ -165,9 +167,8 @@ void launch_rope(DType dtype, const void *x, const int64_t *positions, void *y, 
   if (t * heads * d == 0) return;
   by_dtype(dtype, "rope", [&](auto tag) {
     using T = decltype(tag);
-    rope_kernel<T><<<elementwise_blocks(t * heads * d / 2), 256, 0, stream>>>(static_cast<const T *>(x), positions,
-                                                                              static_cast<T *>(y), t, heads, d, theta);
-    DETFUZZ_LAUNCH_CHECK();
+    griddep::launch(rope_kernel<T>, elementwise_blocks(t * heads * d / 2), 256, 0, stream, static_cast<const T *>(x),
+                    positions, static_cast<T *>(y), t, heads, d, theta);
   });
 }
 
