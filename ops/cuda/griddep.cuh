@@ -11,6 +11,8 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
+
 namespace detfuzz::cuda_kernels::griddep {
 
 __device__ __forceinline__ void launch_dependents() {
@@ -25,8 +27,23 @@ __device__ __forceinline__ void wait() {
 #endif
 }
 
-// Launches `kernel` on `stream` as a programmatic dependent of the kernel before it there; the
-// kernel calls wait() before it reads what that kernel wrote.
+// Whether the current device takes programmatic launches (compute capability 9.0 or later), asked
+// once per device.
+inline bool device_supported() {
+  static std::atomic<int> major[64];  // 0: not asked yet
+  int dev = 0;
+  DETFUZZ_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev >= 64) return false;
+  int m = major[dev].load(std::memory_order_relaxed);
+  if (m == 0) {
+    DETFUZZ_CUDA_CHECK(cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev));
+    major[dev].store(m, std::memory_order_relaxed);
+  }
+  return m >= 9;
+}
+
+// Launches `kernel` on `stream` as a programmatic dependent of the kernel before it there (a plain
+// launch before Hopper); the kernel calls wait() before it reads what that kernel wrote.
 template <typename... Params, typename... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {
   cudaLaunchAttribute attr[1];
@@ -38,7 +55,7 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaS
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = device_supported() ? 1 : 0;
   DETFUZZ_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
 }
 

@@ -11,6 +11,8 @@
 // depend on its length H alone: not on the number of rows, the grid or the stream. (The
 // sequential final sum costs H/64 dependent adds per row: fine for the model sizes detfuzz runs.)
 // silu_and_mul, rope: one thread per output element (pair, for rope), grid-stride.
+// Each launches as a programmatic dependent of the kernel before it and waits for it before it
+// reads (griddep.cuh): in a forward of short kernels its launch overlaps that kernel's end.
 #include "ops/cuda/activation.cuh"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/griddep.cuh"
