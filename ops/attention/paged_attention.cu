@@ -453,17 +453,8 @@ size_t merge_spread_smem(int64_t merge_ctas) {
 template <typename T, int D>
 void launch_merge(const PagedAttnLaunch &p, cudaStream_t stream) {
   if (p.max_splits <= 1) return;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(p.num_rows, p.h_q);
-  config.blockDim = dim3(D);
-  config.stream = stream;
-  if (p.early_merge) config.dynamicSmemBytes = merge_spread_smem<T>(static_cast<int64_t>(p.num_rows) * p.h_q);
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = 1;
-  DETFUZZ_CUDA_CHECK(cudaLaunchKernelEx(&config, paged_attention_merge_kernel<T>, p));
+  const size_t smem = p.early_merge ? merge_spread_smem<T>(static_cast<int64_t>(p.num_rows) * p.h_q) : 0;
+  cuda_kernels::griddep::launch(paged_attention_merge_kernel<T>, dim3(p.num_rows, p.h_q), dim3(D), smem, stream, p);
 }
 
 template <typename T, int D, bool kWgmma>

@@ -602,11 +602,7 @@ cudaLaunchConfig_t launch_config(int grid, int cluster, bool programmatic, cudaS
   cfg.dynamicSmemBytes = Geometry<CONSUMERS, BN, STAGED>::smem_bytes;
   cfg.stream = stream;
   cfg.attrs = attr;
-  if (programmatic) {
-    attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[cfg.numAttrs].val.programmaticStreamSerializationAllowed = 1;
-    ++cfg.numAttrs;
-  }
+  if (programmatic) attr[cfg.numAttrs++] = griddep::dependent_attribute();
   if (cluster > 1) {
     attr[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
     attr[cfg.numAttrs].val.clusterDim.x = static_cast<unsigned>(cluster);

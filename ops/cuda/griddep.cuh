@@ -42,13 +42,20 @@ inline bool device_supported() {
   return m >= 9;
 }
 
+// The launch attribute that makes a kernel a programmatic dependent of the kernel before it on its
+// stream (for launches that also carry other attributes, such as a cluster's).
+inline cudaLaunchAttribute dependent_attribute() {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  return attr;
+}
+
 // Launches `kernel` on `stream` as a programmatic dependent of the kernel before it there (a plain
 // launch before Hopper); the kernel calls wait() before it reads what that kernel wrote.
 template <typename... Params, typename... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr[1] = {dependent_attribute()};
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
