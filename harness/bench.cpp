@@ -81,11 +81,11 @@ std::vector<BenchShape> read_bench_shapes(const std::string &path) {
     kinds.insert(kinds.end(), f.bench_shape_kinds.begin(), f.bench_shape_kinds.end());
   std::vector<BenchShape> out;
   try {
-    io::CSVReader<5, io::trim_chars<' ', '\t'>> in(path);
-    in.read_header(io::ignore_missing_column, "op", "M", "N", "K", "page");
+    io::CSVReader<6, io::trim_chars<' ', '\t'>> in(path);
+    in.read_header(io::ignore_missing_column, "op", "M", "N", "K", "page", "kv_heads");
     std::string op;
-    int64_t m = 0, n = 0, k = 0, page = 16;
-    while (in.read_row(op, m, n, k, page)) {
+    int64_t m = 0, n = 0, k = 0, page = 16, kv_heads = 0;
+    while (in.read_row(op, m, n, k, page, kv_heads)) {
       const std::string where = path + ":" + std::to_string(in.get_file_line()) + ": ";
       const BenchDef *row = row_bench(op);
       const PropertyFamily *family = row ? nullptr : family_with_shape_kind(op);
@@ -98,7 +98,7 @@ std::vector<BenchShape> read_bench_shapes(const std::string &path) {
         if (m <= 0 || n <= 0 || (row->uses_k && k <= 0)) throw std::invalid_argument(where + "sizes must be positive");
         out.push_back({op, m, n, row->uses_k ? k : 0, 16});
       } else {
-        const BenchShape shape{op, m, n, k, page};
+        const BenchShape shape{op, m, n, k, page, kv_heads};
         try {
           family->check_bench_shape(shape);
         } catch (const std::invalid_argument &e) {
@@ -108,6 +108,7 @@ std::vector<BenchShape> read_bench_shapes(const std::string &path) {
       }
       k = 0;
       page = 16;
+      kv_heads = 0;
     }
   } catch (const io::error::base &e) {
     std::string what = e.what();
@@ -309,7 +310,7 @@ std::string run_bench(const BenchConfig &cfg, std::ostream &log, std::string *st
   std::ostringstream csv;
   csv << "op,impl,dtype,M,N,K,median_us,tflops,gbps,baseline_impl,cublas_median_us,speedup_vs_cublas,invariant_"
          "verified,"
-         "d2d_gbps,bandwidth_share_of_d2d,page\n";
+         "d2d_gbps,bandwidth_share_of_d2d,page,kv_heads\n";
   // The dispatcher rows: impl `torch` (at::mm, ...) run with the batch-invariant mode on, made
   // per op on first use.
   std::map<std::string, std::unique_ptr<ImplInfo>> dispatch_impls;
@@ -440,7 +441,7 @@ std::string run_bench(const BenchConfig &cfg, std::ostream &log, std::string *st
                   : verified[name] ? "yes"
                                    : "no")
               << ',' << (std::isnan(d2d_gbps) ? "" : fmt(d2d_gbps, "%.1f")) << ','
-              << (std::isnan(d2d_gbps) ? "" : fmt(gbps / d2d_gbps, "%.4f")) << ",\n";
+              << (std::isnan(d2d_gbps) ? "" : fmt(gbps / d2d_gbps, "%.4f")) << ",,\n";
           if (name != baseline && !std::isnan(speedup))
             speedups[s.label() + "/" + name + "/" + dtype_name(dtype)].push_back({s.m, speedup});
           log << "[" << done << "/" << total << "] " << s.label() << " " << name << " " << dtype_name(dtype)

@@ -8,7 +8,8 @@
 // batch_slice bitwise on the same shapes for every impl timed. Baselines: cublas for mm,
 // torch's CUDA kernels for log_softmax and mean. Paged attention (32 query heads, 8 KV heads,
 // head dim 128, pages of 16): decode over batch 1..256 and context 512..32k against a
-// device-to-device copy of the same bytes, prefill of 1k..8k tokens against torch's SDPA.
+// device-to-device copy of the same bytes, prefill of 1k..8k tokens, with 8 KV heads and with 32
+// (MHA), against torch's SDPA.
 // Every mm row reports TFLOP/s and the bytes of A, B and C moved per second; rows with M <= 32
 // (bound by reading B) also give that bandwidth as a share of a device-to-device copy's measured
 // in the same run (read and write both counted), the ceiling such a kernel can approach.
@@ -54,7 +55,7 @@ inline const char *kDispatchImpl = "invariant-dispatch";
 // 2048, 8192}; log_softmax and mean at 1024x32768, 4096x32768 and 1024x131072). Families that
 // bench themselves (paged attention) add their own defaults.
 std::vector<BenchShape> default_bench_shapes();
-// A user CSV with header op,M,N,K[,page] (reductions: M rows, N columns, K empty or 0; a family's
+// A user CSV with header op,M,N,K[,page][,kv_heads] (reductions: M rows, N columns, K empty or 0; a family's
 // shape kinds, e.g. paged_attention_decode, as its bench reads them).
 std::vector<BenchShape> read_bench_shapes(const std::string &path);  // throws std::invalid_argument
 

@@ -65,6 +65,9 @@ std::map<std::string, BenchRow> read_bench(const fs::path &file) {
     // Attention rows name their page size; pages of 16 (the default, and every row of a bench.csv
     // older than the column) keep the plain key.
     if (col.count("page") && !f[col["page"]].empty() && f[col["page"]] != "16") r.key += " page=" + f[col["page"]];
+    // Their KV heads likewise: 8 (the default) keeps the plain key.
+    if (col.count("kv_heads") && !f[col["kv_heads"]].empty() && f[col["kv_heads"]] != "8")
+      r.key += " kv_heads=" + f[col["kv_heads"]];
     try {
       r.speedup = std::stod(f[col["speedup_vs_cublas"]]);
     } catch (const std::exception &) {

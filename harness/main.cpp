@@ -689,7 +689,9 @@ int detfuzz::cli_main(int argc, char **argv) {
   bench->add_option("--op", bo.ops, ft::ops)->default_val(bo.ops);
   bench->add_option("--impl", bo.impls, ft::impls)->default_val(bo.impls);
   bench->add_option("--dtype", bo.dtypes, ft::dtypes)->default_val(bo.dtypes);
-  bench->add_option("--shapes", bo.shapes, "CSV with header op,M,N,K replacing the default shape set");
+  bench->add_option(
+      "--shapes", bo.shapes,
+      "CSV with header op,M,N,K (attention: and optional page, kv_heads) replacing the default shape set");
   bench->add_option("--repetitions", bo.repetitions, "repetitions per benchmark (the median is kept)")->default_val(5);
   bench->add_option("--out", bo.out, ft::out)->default_str("reports/<time>-bench-seed0");
   bench->add_option("--import", imports, kImportFlagText);

@@ -1,8 +1,8 @@
 // Paged attention's bench: decode (one query row per sequence, GB/s against a device-to-device
 // copy of the same bytes and time against FlashAttention-2's decode; the launch floor beside
 // contexts <= 4k) and prefill (one sequence, TFLOP/s against torch's SDPA on contiguous
-// inputs, causal, GQA), 32 query heads, 8 KV heads, head dim 128, pages of 16 by default. Each row
-// also checks invariance on its own inputs. Registered as the attention family's bench.
+// inputs, causal), 32 query heads, 8 KV heads (a shape's kv_heads: 32 for MHA), head dim 128,
+// pages of 16 by default. Each row also checks invariance on its own inputs. Registered as the attention family's bench.
 #include "properties/attention/attention_bench.h"
 
 #include "properties/bench_timing.h"
@@ -70,6 +70,7 @@ std::optional<AttnVariant> attention_variant_by_name(const std::string &impl) {
 
 const char *kDecode = "paged_attention_decode";
 const char *kPrefill = "paged_attention_prefill";
+constexpr int64_t kQueryHeads = 32, kKvHeads = 8;  // the bench's heads (a shape may name other KV heads)
 
 #ifdef DETFUZZ_WITH_CUDA
 // A paged batch on the GPU: `lens` sequences of q_len query rows each (decode: 1; prefill: the
@@ -164,7 +165,8 @@ void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostre
   }
   // The shapes: a --shapes file's paged_attention_decode (M = batch, N = context, K = head dim)
   // and paged_attention_prefill (N = tokens) rows, or by default batches 1-256 at contexts
-  // 512-32k (K+V up to 16 GiB) and prefills of 1k-8k tokens, head dim 128.
+  // 512-32k (K+V up to 16 GiB) and prefills of 1k-8k tokens, GQA (8 KV heads) and MHA (32), head
+  // dim 128.
   std::vector<BenchShape> shapes;
   for (const auto &s : cfg.shapes)
     if (s.op == kDecode || s.op == kPrefill) shapes.push_back(s);
@@ -172,9 +174,13 @@ void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostre
     for (int64_t batch : {1, 16, 64, 256})
       for (int64_t ctx : {512, 4096, 16384, 32768})
         if (batch * ctx <= 4 * 1024 * 1024) shapes.push_back({kDecode, batch, ctx, 128});
-    for (int64_t len : {1024, 2048, 4096, 8192}) shapes.push_back({kPrefill, 1, len, 128});
+    for (int64_t kv_heads : {kKvHeads, kQueryHeads})
+      for (int64_t len : {1024, 2048, 4096, 8192}) shapes.push_back({kPrefill, 1, len, 128, 16, kv_heads});
   }
-  constexpr int64_t hq = 32, hkv = 8;
+  constexpr int64_t hq = kQueryHeads;
+  const auto kv_heads_of = [](const BenchShape &s) { return s.kv_heads > 0 ? s.kv_heads : kKvHeads; };
+  // " kv_heads=N" in a log line where a row's KV heads are not the default.
+  const auto kv_note = [](int64_t hkv) { return hkv == kKvHeads ? std::string() : " kv_heads=" + std::to_string(hkv); };
   constexpr int64_t kShortContext = 4096;  // decode rows that also report the launch floor
   const int reps = std::max(5, cfg.repetitions * 4);
   // The launch floor beside the short-context decode rows: an empty kernel, replayed from a graph
@@ -186,7 +192,7 @@ void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostre
     const double elem = static_cast<double>(c10::elementSize(dtype));
     for (const BenchShape &shape : shapes) {
       if (shape.op != kDecode) continue;
-      const int64_t batch = shape.m, ctx = shape.n, d = shape.k, page = shape.page;
+      const int64_t batch = shape.m, ctx = shape.n, d = shape.k, page = shape.page, hkv = kv_heads_of(shape);
       const OpArgs args = paged_batch(std::vector<int64_t>(batch, ctx), 1, hq, hkv, d, page, dtype, gen);
       const double bytes = elem * (2.0 * batch * ctx * hkv * d + 2.0 * batch * hq * d);
       at::Tensor src =
@@ -222,19 +228,20 @@ void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostre
           csv << "paged_attention_decode," << impl.impl << ',' << dtype_name(dtype) << ',' << batch << ',' << ctx << ','
               << d << ',' << fmt(us) << ",," << fmt(bytes / us * 1e-3, "%.1f") << ',' << baseline << ',' << fmt(base_us)
               << ',' << fmt(base_us / us, "%.4f") << ',' << (verified ? "yes" : "no") << ','
-              << fmt(bytes / copy_us * 1e-3, "%.1f") << ',' << fmt(copy_us / us, "%.4f") << ',' << page << '\n';
+              << fmt(bytes / copy_us * 1e-3, "%.1f") << ',' << fmt(copy_us / us, "%.4f") << ',' << page << ',' << hkv
+              << '\n';
         log << "paged_attention decode " << impl.impl << ' ' << dtype_name(dtype) << " batch=" << batch
-            << " ctx=" << ctx << (page == 16 ? "" : " page=" + std::to_string(page)) << ": " << fmt(us, "%.1f")
-            << " us, " << fmt(bytes / us * 1e-3, "%.0f") << " GB/s = " << fmt(100.0 * copy_us / us, "%.0f")
-            << "% of a device copy, " << fmt(fa2_us / us, "%.2f") << "x FlashAttention-2 decode ("
-            << fmt(fa2_us, "%.1f") << " us)"
+            << " ctx=" << ctx << (page == 16 ? "" : " page=" + std::to_string(page)) << kv_note(hkv) << ": "
+            << fmt(us, "%.1f") << " us, " << fmt(bytes / us * 1e-3, "%.0f")
+            << " GB/s = " << fmt(100.0 * copy_us / us, "%.0f") << "% of a device copy, " << fmt(fa2_us / us, "%.2f")
+            << "x FlashAttention-2 decode (" << fmt(fa2_us, "%.1f") << " us)"
             << (ctx <= kShortContext ? ", launch floor " + fmt(floor_us, "%.1f") + " us" : std::string())
             << (verified ? "" : "  (invariance FAILED)") << std::endl;
       }
     }
     for (const BenchShape &shape : shapes) {
       if (shape.op != kPrefill) continue;
-      const int64_t len = shape.n, d = shape.k, page = shape.page;
+      const int64_t len = shape.n, d = shape.k, page = shape.page, hkv = kv_heads_of(shape);
       const OpArgs args = paged_batch({len}, len, hq, hkv, d, page, dtype, gen);
       // SDPA on the same values, contiguous [1, H, L, D], causal, K/V heads repeated for GQA.
       const at::Tensor q = args.tensors[0].transpose(0, 1).unsqueeze(0).contiguous();
@@ -277,9 +284,9 @@ void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostre
                                                 std::pair<const char *, double>{"torch-sdpa-cudnn", cudnn_us}})
           csv << "paged_attention_prefill," << impl.impl << ',' << dtype_name(dtype) << ",1," << len << ',' << d << ','
               << fmt(us) << ',' << fmt(flops / us * 1e-6, "%.2f") << ",," << baseline << ',' << fmt(base_us) << ','
-              << fmt(base_us / us, "%.4f") << ',' << (verified ? "yes" : "no") << ",,," << page << '\n';
+              << fmt(base_us / us, "%.4f") << ',' << (verified ? "yes" : "no") << ",,," << page << ',' << hkv << '\n';
         log << "paged_attention prefill " << impl.impl << ' ' << dtype_name(dtype) << " len=" << len
-            << (page == 16 ? "" : " page=" + std::to_string(page)) << ": " << fmt(us, "%.1f") << " us, "
+            << (page == 16 ? "" : " page=" + std::to_string(page)) << kv_note(hkv) << ": " << fmt(us, "%.1f") << " us, "
             << fmt(flops / us * 1e-6, "%.1f") << " TFLOP/s, " << fmt(sdpa_us / us, "%.2f") << "x torch SDPA (flash, "
             << fmt(flops / sdpa_us * 1e-6, "%.0f") << " TFLOP/s), " << fmt(cudnn_us / us, "%.2f")
             << "x torch SDPA (cuDNN, " << fmt(flops / cudnn_us * 1e-6, "%.0f") << " TFLOP/s)"
@@ -300,6 +307,8 @@ void add_attention_bench(PropertyFamily &f) {
     if (s.k != 64 && s.k != 128 && s.k != 256) throw std::invalid_argument("K is the head dim: 64, 128 or 256");
     if (s.op == kPrefill && s.m != 1) throw std::invalid_argument("a prefill row times one sequence (M = 1)");
     if (s.page <= 0 || s.page > 4096) throw std::invalid_argument("page must be 1 to 4096 tokens");
+    if (s.kv_heads < 0 || (s.kv_heads > 0 && kQueryHeads % s.kv_heads != 0))
+      throw std::invalid_argument("kv_heads must divide the 32 query heads (1, 2, 4, 8, 16 or 32)");
   };
   f.bench_impl = [](const std::string &impl) {
     return impl == "invariant" || attention_variant_by_name(impl).has_value();

@@ -34,11 +34,12 @@ struct BatchAxis {
 };
 
 // One benchmarked shape (harness/bench): sizes M N K of an op, or of a family's own kind of shape
-// (paged attention: batch, context, head dim, page).
+// (paged attention: batch, context, head dim, page, KV heads).
 struct BenchShape {
   std::string op;
   int64_t m = 0, n = 0, k = 0;
   int64_t page = 16;
+  int64_t kv_heads = 0;  // attention rows: KV heads of the 32 query heads (0: the family's default, 8)
   // A setting of the definition's own that the shape is timed under (scaled_mm: "block" scales),
   // shown after the op as op[variant]; empty for none.
   std::string variant{};

@@ -213,7 +213,7 @@ void graph_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostream &
         const auto row = [&](const char *impl, double us, const char *baseline, double baseline_us) {
           csv << kKind << ',' << impl << ',' << dtype_name(dtype) << ',' << r.bs << ',' << r.fresh << ',' << r.cached
               << ',' << fmt(us) << ',' << fmt(flops / us * 1e-6, "%.2f") << ",," << baseline << ',' << fmt(baseline_us)
-              << ',' << fmt(baseline_us / us, "%.4f") << ',' << (verified ? "yes" : "no") << ",,," << r.page << '\n';
+              << ',' << fmt(baseline_us / us, "%.4f") << ',' << (verified ? "yes" : "no") << ",,," << r.page << ",\n";
         };
         row("eager", eager_us, "eager", eager_us);
         row("graph", graph_us, "eager", eager_us);

@@ -60,6 +60,13 @@ printf '%s\n%s,1.2000,yes,,,16\n%s,0.9000,yes,,,64\n' "$hdr_pages" "$row" "$row"
 check "gate attention pages" 1 "$bin" gate --baseline "$work/attn-base.csv" --run "$work/attn-new.csv"
 grep -q "FAIL slower paged_attention_prefill/invariant/bfloat16 M=1 N=8192 K=128 page=64" "$work/out" &&
   ! grep -q "K=128:" "$work/out" && pass=$((pass + 1)) || { fail=$((fail + 1)); cat "$work/out"; }
+# And their KV heads: the same prefill with 8 KV heads (GQA) and with 32 (MHA) are two rows.
+hdr_heads=$hdr_pages,kv_heads
+printf '%s\n%s,1.2000,yes,,,16,8\n%s,1.2000,yes,,,16,32\n' "$hdr_heads" "$row" "$row" >"$work/heads-base.csv"
+printf '%s\n%s,1.2000,yes,,,16,8\n%s,0.9000,yes,,,16,32\n' "$hdr_heads" "$row" "$row" >"$work/heads-new.csv"
+check "gate attention kv heads" 1 "$bin" gate --baseline "$work/heads-base.csv" --run "$work/heads-new.csv"
+grep -q "FAIL slower paged_attention_prefill/invariant/bfloat16 M=1 N=8192 K=128 kv_heads=32" "$work/out" &&
+  ! grep -q "K=128:" "$work/out" && pass=$((pass + 1)) || { fail=$((fail + 1)); cat "$work/out"; }
 # A decode row timed against a copy and FlashAttention-2 is two rows: each gated against its own;
 # a row without a speedup (its baseline refused the shape) is not compared.
 drow='paged_attention_decode,invariant,bfloat16,16,4096,128,100.0,,2500.0'

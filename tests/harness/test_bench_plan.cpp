@@ -160,6 +160,23 @@ TEST(BenchShapes, ReadsAttentionRows) {
   EXPECT_EQ(paged[1].page, 1);
   std::ofstream(path) << "op,M,N,K,page\npaged_attention_prefill,1,8192,128,0\n";
   EXPECT_THROW(read_bench_shapes(path), std::invalid_argument);
+  EXPECT_EQ(paged[0].kv_heads, 0);  // no kv_heads column: the bench's GQA default
+  std::ofstream(path) << "op,M,N,K,page,kv_heads\npaged_attention_prefill,1,8192,128,16,32\n"
+                      << "paged_attention_decode,16,4096,128,16,1\n";
+  const auto heads = read_bench_shapes(path);
+  ASSERT_EQ(heads.size(), 2u);
+  EXPECT_EQ(heads[0].kv_heads, 32);  // MHA
+  EXPECT_EQ(heads[1].kv_heads, 1);   // MQA
+  for (const char *bad : {"paged_attention_prefill,1,8192,128,16,3\n", "paged_attention_prefill,1,8192,128,16,64\n",
+                          "paged_attention_decode,16,4096,128,16,-8\n"}) {
+    std::ofstream(path) << "op,M,N,K,page,kv_heads\n" << bad;
+    try {
+      read_bench_shapes(path);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const std::invalid_argument &e) {
+      EXPECT_NE(std::string(e.what()).find("kv_heads must divide the 32 query heads"), std::string::npos) << e.what();
+    }
+  }
   for (const char *bad : {"paged_attention_decode,16,4096,96\n", "paged_attention_prefill,2,1024,128\n",
                           "paged_attention,1,1024,128\n", "paged_attention_decode,0,4096,128\n"}) {
     write(bad);
