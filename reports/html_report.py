@@ -481,6 +481,12 @@ def svg_lines(series, xs_log2=True, width=420, height=220, ref=1.0, xlabel="M", 
     return "".join(out)
 
 
+def bench_row_op(r):
+    """The op of a bench row, with its page size and KV heads where they are not the defaults (16, 8)."""
+    notes = [f"{key}={r[key]}" for key, default in (("page", "16"), ("kv_heads", "8")) if r.get(key) not in (None, "", default)]
+    return " ".join([r["op"]] + notes)
+
+
 def render_bench(folder):
     rows = read_csv(folder / "bench.csv")
     plots = defaultdict(lambda: defaultdict(list))
@@ -502,7 +508,7 @@ def render_bench(folder):
         out.append("<h3>Other ops</h3><table><tr><th>op</th><th>impl</th><th>dtype</th><th>M</th><th>N</th><th>K</th>"
                    "<th>median µs</th><th>vs baseline</th><th>invariant</th></tr>")
         for r in others:
-            out.append(f"<tr><td>{esc(r['op'])}</td><td>{esc(r['impl'])}</td><td>{esc(r['dtype'])}</td><td>{esc(r['M'])}</td><td>{esc(r['N'])}</td>"
+            out.append(f"<tr><td>{esc(bench_row_op(r))}</td><td>{esc(r['impl'])}</td><td>{esc(r['dtype'])}</td><td>{esc(r['M'])}</td><td>{esc(r['N'])}</td>"
                        f"<td>{esc(r['K'])}</td><td>{esc(r['median_us'])}</td><td>{float(r['speedup_vs_cublas']):.2f}x {esc(r['baseline_impl'])}</td>"
                        f"<td>{esc(r['invariant_verified'])}</td></tr>")
         out.append("</table>")

@@ -12,6 +12,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from html_report import bench_row_op  # the same file's directory: reports/
+
 
 def render_fuzz(summary, folder):
     res = summary["results"]
@@ -37,10 +39,10 @@ def render_bench(folder):
     print("| op | impl | dtype | M | N | K | median µs | TFLOP/s | GB/s | vs baseline | invariant |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['op']} | {r['impl']} | {r['dtype']} | {r['M']} | {r['N']} | {r['K']} | {r['median_us']} | {r['tflops']} | {r['gbps']} "
+        print(f"| {bench_row_op(r)} | {r['impl']} | {r['dtype']} | {r['M']} | {r['N']} | {r['K']} | {r['median_us']} | {r['tflops']} | {r['gbps']} "
               f"| {float(r['speedup_vs_cublas']):.2f}x {r['baseline_impl']} | {r['invariant_verified']} |")
         if r["impl"] != r["baseline_impl"]:
-            groups[(r["op"], r["impl"], r["dtype"])].append(float(r["speedup_vs_cublas"]))
+            groups[(bench_row_op(r), r["impl"], r["dtype"])].append(float(r["speedup_vs_cublas"]))
     print("\n| op | impl | dtype | geomean vs baseline | shapes |")
     print("|---|---|---|---|---|")
     for (op, impl, dtype), v in sorted(groups.items()):

@@ -100,9 +100,10 @@ one_line_error "parameter j=9"
 # report: one self-contained HTML file of a fuzz, a bench and a scan folder.
 printf 'impl,dtype,N,K,M,row0_differs_vs_1row,row0_max_ulp,prefix_differs_vs_prev,prefix_differing\ncublas,bfloat16,4096,4096,1,0,0,0,0\ncublas,bfloat16,4096,4096,2,1,3,1,17\ncublas,bfloat16,4096,4096,3,1,2,0,0\n' >"$work/scan.csv"
 mkdir -p "$work/scan" && mv "$work/scan.csv" "$work/scan/"
-check "report" 0 "$bin" report "$work/mutant" "$work/new" "$work/scan" --out "$work/report.html"
+mkdir -p "$work/heads" && cp "$work/heads-new.csv" "$work/heads/bench.csv"  # attention rows of 8 and 32 KV heads
+check "report" 0 "$bin" report "$work/mutant" "$work/new" "$work/scan" "$work/heads" --out "$work/report.html"
 for want in "<svg" "mm/mutant-splitk/batch_slice/float32" "replay --case" "N=4096 K=4096" "row 0 differs at 2 of 3" "class='matrix'" \
-  "MUST-HOLD PROPERTY FAILED"; do
+  "MUST-HOLD PROPERTY FAILED" "<td>paged_attention_prefill kv_heads=32</td>"; do
   grep -qF "$want" "$work/report.html" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL report lacks '$want'"; }
 done
 # Self-contained: nothing fetched (the SVG namespace is a name, not a fetch; in-page links are #anchors).
