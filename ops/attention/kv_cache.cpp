@@ -94,38 +94,46 @@ const at::Tensor &KVCache::v(int64_t layer) const {
   return v_[layer];
 }
 
-void KVCache::set_kv(int64_t layer, const at::Tensor &slot_mapping, const at::Tensor &k, const at::Tensor &v) {
+void KVCache::check_slots(int64_t layer, const at::Tensor &slot_mapping) const {
   const auto &c = config_;
   TORCH_CHECK(layer >= 0 && layer < c.num_layers, "set_kv: layer ", layer, " out of range [0, ", c.num_layers, ")");
   TORCH_CHECK(slot_mapping.dim() == 1, "set_kv: slot_mapping must be 1-D, got ", slot_mapping.sizes());
   TORCH_CHECK(slot_mapping.scalar_type() == at::kLong || slot_mapping.scalar_type() == at::kInt,
               "set_kv: slot_mapping must be int64 or int32, got ", slot_mapping.scalar_type());
-  const int64_t t = slot_mapping.size(0);
-  for (const auto *x : {&k, &v})
-    TORCH_CHECK(x->dim() == 3 && x->size(0) == t && x->size(1) == c.num_kv_heads && x->size(2) == c.head_dim,
-                "set_kv: k and v must be [", t, ", ", c.num_kv_heads, ", ", c.head_dim, "], got ", x->sizes());
-  const int64_t slots = c.num_blocks * c.block_size;
+  const int64_t t = slot_mapping.size(0), slots = c.num_blocks * c.block_size;
   if (t > 0 && !capturing_graph(slot_mapping)) {
     const auto sm = slot_mapping.to(at::kCPU, at::kLong).contiguous();
     const int64_t *ids = sm.const_data_ptr<int64_t>();
     const auto [lo, hi] = std::minmax_element(ids, ids + t);
     TORCH_CHECK(*lo >= 0 && *hi < slots, "set_kv: slot_mapping holds ", (*lo < 0 ? *lo : *hi), ", outside [0, ", slots,
                 ")");
-    if (c.device.is_cpu() && slot_mapping.device().is_cpu() && k.device().is_cpu() && v.device().is_cpu() &&
-        k.scalar_type() == c.dtype && v.scalar_type() == c.dtype) {
-      // On the host: each token's K and V row copied to its slot in token order (as index_copy_
-      // on one thread), without a round of ATen ops per call.
-      const at::Tensor kc = k.contiguous(), vc = v.contiguous();
-      const size_t row = static_cast<size_t>(c.num_kv_heads * c.head_dim) * kc.element_size();
-      auto *k_pool = static_cast<char *>(k_[layer].data_ptr()), *v_pool = static_cast<char *>(v_[layer].data_ptr());
-      const auto *k_rows = static_cast<const char *>(kc.const_data_ptr()),
-                 *v_rows = static_cast<const char *>(vc.const_data_ptr());
-      for (int64_t i = 0; i < t; ++i) {
-        std::memcpy(k_pool + ids[i] * row, k_rows + i * row, row);
-        std::memcpy(v_pool + ids[i] * row, v_rows + i * row, row);
-      }
-      return;
+  }
+}
+
+void KVCache::set_kv(int64_t layer, const at::Tensor &slot_mapping, const at::Tensor &k, const at::Tensor &v) {
+  const auto &c = config_;
+  check_slots(layer, slot_mapping);
+  const int64_t t = slot_mapping.size(0);
+  for (const auto *x : {&k, &v})
+    TORCH_CHECK(x->dim() == 3 && x->size(0) == t && x->size(1) == c.num_kv_heads && x->size(2) == c.head_dim,
+                "set_kv: k and v must be [", t, ", ", c.num_kv_heads, ", ", c.head_dim, "], got ", x->sizes());
+  const int64_t slots = c.num_blocks * c.block_size;
+  if (t > 0 && c.device.is_cpu() && slot_mapping.device().is_cpu() && k.device().is_cpu() && v.device().is_cpu() &&
+      k.scalar_type() == c.dtype && v.scalar_type() == c.dtype) {
+    // On the host: each token's K and V row copied to its slot in token order (as index_copy_
+    // on one thread), without a round of ATen ops per call.
+    const auto sm = slot_mapping.to(at::kLong).contiguous();
+    const int64_t *ids = sm.const_data_ptr<int64_t>();
+    const at::Tensor kc = k.contiguous(), vc = v.contiguous();
+    const size_t row = static_cast<size_t>(c.num_kv_heads * c.head_dim) * kc.element_size();
+    auto *k_pool = static_cast<char *>(k_[layer].data_ptr()), *v_pool = static_cast<char *>(v_[layer].data_ptr());
+    const auto *k_rows = static_cast<const char *>(kc.const_data_ptr()),
+               *v_rows = static_cast<const char *>(vc.const_data_ptr());
+    for (int64_t i = 0; i < t; ++i) {
+      std::memcpy(k_pool + ids[i] * row, k_rows + i * row, row);
+      std::memcpy(v_pool + ids[i] * row, v_rows + i * row, row);
     }
+    return;
   }
   // The flat view: same bytes as [NB, BS, H_kv, D], indexed per token. Indexing the un-viewed
   // pool would select whole blocks.

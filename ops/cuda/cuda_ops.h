@@ -51,6 +51,12 @@ at::Tensor mean(const at::Tensor &x, at::IntArrayRef dims, bool keepdim, std::op
 at::Tensor rms_norm(const at::Tensor &x, const at::Tensor &weight, double eps);
 at::Tensor silu_and_mul(const at::Tensor &x);
 at::Tensor rope(const at::Tensor &x, const at::Tensor &positions, double theta);
+// rope over the Q and K heads of a QKV product's rows (qkv [T, (q_heads + 2 kv_heads) D]: Q, K, V),
+// returning Q [T, q_heads, D] and writing K (rotated) and V to row slots[t] of the pools' [slots,
+// kv_heads, D] view: the bits of rope, rope and KVCache::set_kv, in one launch. The slots must lie
+// in the pools (KVCache::check_slots).
+at::Tensor rope_store_kv(const at::Tensor &qkv, const at::Tensor &positions, double theta, int64_t q_heads,
+                         int64_t kv_heads, const at::Tensor &slots, const at::Tensor &k_pool, const at::Tensor &v_pool);
 at::Tensor embedding(const at::Tensor &weight, const at::Tensor &ids);
 
 // Whether x's current stream is capturing a CUDA graph (host checks that sync must not run then).

@@ -1,4 +1,5 @@
-// The transformer's row and element-wise ops on CUDA: rms_norm, silu_and_mul, rope. The spec,
+// The transformer's row and element-wise ops on CUDA: rms_norm, silu_and_mul, rope (alone, or over a
+// QKV product's rows with K and V stored into the KV cache's slots). The spec,
 // formulas and orders are in ops/cpu/transformer_ops.cpp; this file follows it operation for
 // operation (IEEE float32, --fmad=false, __f*_rn intrinsics where the compiler could otherwise
 // choose), so rms_norm gives the CPU's bits. silu's expf and rope's double cos/sin/pow are
@@ -11,6 +12,10 @@
 // depend on its length H alone: not on the number of rows, the grid or the stream. (The
 // sequential final sum costs H/64 dependent adds per row: fine for the model sizes detfuzz runs.)
 // silu_and_mul, rope: one thread per output element (pair, for rope), grid-stride.
+// rope_store_kv: one thread per rotated pair of a token's Q and K heads, which for a K head also
+// copies the two V elements of the same place; it reads the QKV product's rows in place and writes
+// Q, and K and V at the token's cache slot: the work of two copies, two ropes and two index copies
+// in one launch, each rotated pair computed by the same rope_pair as rope's.
 // Each launches as a programmatic dependent of the kernel before it and waits for it before it
 // reads (griddep.cuh): in a forward of short kernels its launch overlaps that kernel's end.
 #include "ops/cuda/activation.cuh"
@@ -102,6 +107,17 @@ __global__ void silu_and_mul_kernel(const T *x, T *y, int64_t rows, int64_t i) {
   }
 }
 
+// Element pair (i, i + d / 2) of a head of d at `position`, rotated: the spec's formula.
+template <typename T>
+__device__ __forceinline__ void rope_pair(const T *in, T *out, int64_t position, int64_t i, int64_t d, double theta) {
+  const int64_t half = d / 2;
+  const double a = static_cast<double>(position) * pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(d));
+  const float c = static_cast<float>(cos(a)), s = static_cast<float>(sin(a));
+  const float x0 = load(in, i), x1 = load(in, i + half);
+  store(out, i, __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)));
+  store(out, i + half, __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s)));
+}
+
 template <typename T>
 __global__ void rope_kernel(const T *x, const int64_t *positions, T *y, int64_t t_len, int64_t heads, int64_t d,
                             double theta) {
@@ -111,14 +127,32 @@ __global__ void rope_kernel(const T *x, const int64_t *positions, T *y, int64_t 
   for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t i = k % half, th = k / half, t = th / heads;
-    const double a =
-        static_cast<double>(positions[t]) * pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(d));
-    const float c = static_cast<float>(cos(a)), s = static_cast<float>(sin(a));
-    const T *in = x + th * d;
-    T *out = y + th * d;
-    const float x0 = load(in, i), x1 = load(in, i + half);
-    store(out, i, __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)));
-    store(out, i + half, __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s)));
+    rope_pair(x + th * d, y + th * d, positions[t], i, d, theta);
+  }
+}
+
+// qkv: row t holds Q's q_heads heads, then K's kv_heads, then V's, each of d, ld elements apart.
+// q [t, q_heads, d]; k_pool, v_pool [slots, kv_heads, d]; token t's K and V go to slot slots[t].
+template <typename T>
+__global__ void rope_store_kv_kernel(const T *qkv, int64_t ld, const int64_t *positions, const int64_t *slots, T *q,
+                                     T *k_pool, T *v_pool, int64_t t_len, int64_t q_heads, int64_t kv_heads, int64_t d,
+                                     double theta) {
+  griddep::launch_dependents();
+  griddep::wait();
+  const int64_t half = d / 2, heads = q_heads + kv_heads, n = t_len * heads * half;
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = k % half, h = (k / half) % heads, t = k / half / heads;
+    const T *row = qkv + t * ld;
+    if (h < q_heads) {
+      rope_pair(row + h * d, q + (t * q_heads + h) * d, positions[t], i, d, theta);
+    } else {
+      const int64_t kh = h - q_heads, at = (slots[t] * kv_heads + kh) * d;
+      rope_pair(row + h * d, k_pool + at, positions[t], i, d, theta);
+      const T *v = row + (heads + kh) * d;
+      v_pool[at + i] = v[i];
+      v_pool[at + i + half] = v[i + half];
+    }
   }
 }
 
@@ -171,6 +205,18 @@ void launch_rope(DType dtype, const void *x, const int64_t *positions, void *y, 
     using T = decltype(tag);
     griddep::launch(rope_kernel<T>, elementwise_blocks(t * heads * d / 2), 256, 0, stream, static_cast<const T *>(x),
                     positions, static_cast<T *>(y), t, heads, d, theta);
+  });
+}
+
+void launch_rope_store_kv(DType dtype, const void *qkv, int64_t ld, const int64_t *positions, const int64_t *slots,
+                          void *q, void *k_pool, void *v_pool, int64_t t, int64_t q_heads, int64_t kv_heads, int64_t d,
+                          double theta, cudaStream_t stream) {
+  if (t * (q_heads + kv_heads) * d == 0) return;
+  by_dtype(dtype, "rope_store_kv", [&](auto tag) {
+    using T = decltype(tag);
+    griddep::launch(rope_store_kv_kernel<T>, elementwise_blocks(t * (q_heads + kv_heads) * d / 2), 256, 0, stream,
+                    static_cast<const T *>(qkv), ld, positions, slots, static_cast<T *>(q), static_cast<T *>(k_pool),
+                    static_cast<T *>(v_pool), t, q_heads, kv_heads, d, theta);
   });
 }
 

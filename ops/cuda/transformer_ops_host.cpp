@@ -86,6 +86,38 @@ at::Tensor rope(const at::Tensor &x, const at::Tensor &positions, double theta) 
   return y;
 }
 
+at::Tensor rope_store_kv(const at::Tensor &qkv, const at::Tensor &positions, double theta, int64_t q_heads,
+                         int64_t kv_heads, const at::Tensor &slots, const at::Tensor &k_pool,
+                         const at::Tensor &v_pool) {
+  const ck::DType dt = float_dtype(qkv, "rope_store_kv", "qkv");
+  check_index(positions, qkv, "rope_store_kv", "positions");
+  check_index(slots, qkv, "rope_store_kv", "slots");
+  TORCH_CHECK(q_heads > 0 && kv_heads > 0, "rope_store_kv: q_heads and kv_heads must be positive, got ", q_heads, ", ",
+              kv_heads);
+  TORCH_CHECK(k_pool.dim() >= 2 && k_pool.size(-2) == kv_heads && k_pool.size(-1) % 2 == 0,
+              "rope_store_kv: k_pool must be [..., ", kv_heads, ", D] with D even, got ", k_pool.sizes());
+  const int64_t d = k_pool.size(-1), t = qkv.size(0);
+  TORCH_CHECK(qkv.dim() == 2 && qkv.size(1) == (q_heads + 2 * kv_heads) * d && qkv.stride(1) == 1,
+              "rope_store_kv: qkv must be [T, ", (q_heads + 2 * kv_heads) * d, "] with unit column stride, got ",
+              qkv.sizes());
+  TORCH_CHECK(positions.size(0) == t && slots.size(0) == t, "rope_store_kv: positions and slots must be [", t,
+              "], got ", positions.sizes(), " and ", slots.sizes());
+  TORCH_CHECK(theta > 1 && std::isfinite(theta), "rope_store_kv: theta must be finite and > 1, got ", theta);
+  for (const at::Tensor *pool : {&k_pool, &v_pool})
+    TORCH_CHECK(pool->sizes() == k_pool.sizes() && pool->scalar_type() == qkv.scalar_type() &&
+                    pool->device() == qkv.device() && pool->is_contiguous(),
+                "rope_store_kv: the pools must be contiguous ", qkv.scalar_type(), " on ", qkv.device(),
+                " of one shape, got ", pool->sizes(), " ", pool->scalar_type());
+  // The slots' range is the caller's to check (KVCache::check_slots): a host sync, outside a capture.
+  const c10::cuda::CUDAGuard guard(qkv.device());
+  const at::Tensor pc = positions.to(at::kLong).contiguous(), sc = slots.to(at::kLong).contiguous();
+  at::Tensor q = at::empty({t, q_heads, d}, qkv.options());
+  ck::launch_rope_store_kv(dt, qkv.data_ptr(), qkv.stride(0), pc.data_ptr<int64_t>(), sc.data_ptr<int64_t>(),
+                           q.data_ptr(), k_pool.data_ptr(), v_pool.data_ptr(), t, q_heads, kv_heads, d, theta,
+                           stream_of(qkv));
+  return q;
+}
+
 at::Tensor embedding(const at::Tensor &weight, const at::Tensor &ids) {
   float_dtype(weight, "embedding", "weight");
   check_index(ids, weight, "embedding", "ids");

@@ -149,6 +149,7 @@ Kernels invariant_kernels(Backend backend) {
   k.rms_norm = [](const at::Tensor &x, const at::Tensor &w, double eps) { return cuda_ops::rms_norm(x, w, eps); };
   k.silu_and_mul = [](const at::Tensor &x) { return cuda_ops::silu_and_mul(x); };
   k.rope = [](const at::Tensor &x, const at::Tensor &p, double theta) { return cuda_ops::rope(x, p, theta); };
+  k.rope_store_kv = cuda_ops::rope_store_kv;
   k.embedding = [](const at::Tensor &w, const at::Tensor &ids) { return cuda_ops::embedding(w, ids); };
   k.log_softmax_f32 = [](const at::Tensor &x) { return cuda_ops::log_softmax(x, -1, true); };
   return k;
@@ -256,10 +257,17 @@ at::Tensor Model::forward(const ForwardBatch &batch, attention::KVCache &cache, 
   for (int64_t l = 0; l < c.layers; ++l) {
     const LayerWeights &lw = w.layers[l];
     const at::Tensor qkv = k.mm(k.rms_norm(h, lw.attn_norm, c.rms_eps), lw.qkv);
-    const at::Tensor q = k.rope(qkv.narrow(1, 0, qd).reshape({t, c.q_heads, c.head_dim}), positions, c.rope_theta);
-    const at::Tensor key = k.rope(qkv.narrow(1, qd, kvd).reshape({t, c.kv_heads, c.head_dim}), positions, c.rope_theta);
-    const at::Tensor value = qkv.narrow(1, qd + kvd, kvd).reshape({t, c.kv_heads, c.head_dim});
-    cache.set_kv(l, slots, key, value);
+    at::Tensor q;
+    if (k.rope_store_kv) {
+      cache.check_slots(l, slots);
+      q = k.rope_store_kv(qkv, positions, c.rope_theta, c.q_heads, c.kv_heads, slots, cache.k(l), cache.v(l));
+    } else {
+      q = k.rope(qkv.narrow(1, 0, qd).reshape({t, c.q_heads, c.head_dim}), positions, c.rope_theta);
+      const at::Tensor key =
+          k.rope(qkv.narrow(1, qd, kvd).reshape({t, c.kv_heads, c.head_dim}), positions, c.rope_theta);
+      const at::Tensor value = qkv.narrow(1, qd + kvd, kvd).reshape({t, c.kv_heads, c.head_dim});
+      cache.set_kv(l, slots, key, value);
+    }
     const at::Tensor a = attention.run(q, cache.k(l), cache.v(l)).reshape({t, qd});
     h = at::add(h, k.mm(a, lw.o_proj));
     const at::Tensor gu = k.mm(k.rms_norm(h, lw.mlp_norm, c.rms_eps), lw.gate_up);

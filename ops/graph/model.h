@@ -73,6 +73,12 @@ struct Kernels {
   std::function<at::Tensor(const at::Tensor &, const at::Tensor &, double)> rope;
   std::function<at::Tensor(const at::Tensor &, const at::Tensor &)> embedding;
   std::function<at::Tensor(const at::Tensor &)> log_softmax_f32;  // last dim, float32 out
+  // Optional, one launch for rope over Q and K and the cache write of K and V, with their bits
+  // (cuda_ops::rope_store_kv): (qkv, positions, theta, q_heads, kv_heads, slots, k_pool, v_pool) -> Q.
+  // Unset, the forward runs rope twice and KVCache::set_kv.
+  std::function<at::Tensor(const at::Tensor &, const at::Tensor &, double, int64_t, int64_t, const at::Tensor &,
+                           const at::Tensor &, const at::Tensor &)>
+      rope_store_kv;
 };
 Kernels invariant_kernels(Backend backend);
 Kernels torch_kernels(Backend backend);

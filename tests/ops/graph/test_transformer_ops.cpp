@@ -1,12 +1,14 @@
 // The transformer's row and element-wise ops (rms_norm, silu_and_mul, rope, embedding) on the
 // CPU: accuracy against the float64 reference on non-zero data, a row's bits alone vs inside a
 // batch, edge shapes, and one-line errors for bad input. On CUDA (gpu label): the same ops
-// against the reference, and rms_norm bit for bit equal to the CPU spec.
+// against the reference, rms_norm bit for bit equal to the CPU spec, and rope with the KV cache
+// write in one launch bit for bit equal to rope and set_kv.
 #include "ops/cpu/cpu_ops.h"
 #include "properties/accuracy.h"
 #include "ops/registry.h"
 #include "properties/data.h"
 #ifdef DETFUZZ_WITH_CUDA
+#include "ops/attention/kv_cache.h"
 #include "ops/cuda/cuda_ops.h"
 
 #include <ATen/cuda/CUDAContext.h>
@@ -125,6 +127,37 @@ TEST(TransformerOpsCuda, MatchTheReferenceAndRmsNormMatchesTheCpuBits) {
     expect_accurate("rope", ra, cuda_ops::rope(q.cuda(), pos.cuda(), ra.theta));
     const at::Tensor table = data({50, 24}, dt, 4), tok = ids(13, 50, 5);
     EXPECT_TRUE(bitwise_equal(cuda_ops::embedding(table.cuda(), tok.cuda()), table.index_select(0, tok)));
+  }
+}
+
+// rope_store_kv reads a QKV product's rows in place and writes Q, and K and V at scattered slots of
+// NaN-filled pools: the bits of rope on Q, rope on K and set_kv, slot for slot, the slots nothing
+// wrote still NaN.
+TEST(TransformerOpsCuda, RopeStoreKvGivesTheBitsOfRopeAndSetKv) {
+  NEED_GPU();
+  for (at::ScalarType dt : kDtypes) {
+    const int64_t t = 13, qh = 4, kvh = 2, d = 64, theta = 10000;
+    attention::KVCacheConfig cfg;
+    cfg.num_blocks = 8;
+    cfg.block_size = 4;
+    cfg.num_kv_heads = kvh;
+    cfg.head_dim = d;
+    cfg.dtype = dt;
+    cfg.device = at::kCUDA;
+    attention::KVCache apart(cfg);
+    attention::KVCache fused = apart.clone();
+    const at::Tensor qkv = data({t, (qh + 2 * kvh) * d}, dt, 9).cuda(), pos = ids(t, 4096, 6).cuda();
+    at::Tensor slots = at::empty({t}, at::kLong);
+    for (int64_t i = 0; i < t; ++i) slots.data_ptr<int64_t>()[i] = (7 * i + 3) % 32;  // distinct, out of order
+    slots = slots.cuda();
+    const at::Tensor q = cuda_ops::rope(qkv.narrow(1, 0, qh * d).reshape({t, qh, d}), pos, theta);
+    apart.set_kv(0, slots, cuda_ops::rope(qkv.narrow(1, qh * d, kvh * d).reshape({t, kvh, d}), pos, theta),
+                 qkv.narrow(1, (qh + kvh) * d, kvh * d).reshape({t, kvh, d}));
+    fused.check_slots(0, slots);
+    const at::Tensor fq = cuda_ops::rope_store_kv(qkv, pos, theta, qh, kvh, slots, fused.k(0), fused.v(0));
+    EXPECT_TRUE(bitwise_equal(fq, q)) << dt;
+    EXPECT_TRUE(bitwise_equal(fused.k(0), apart.k(0))) << dt;
+    EXPECT_TRUE(bitwise_equal(fused.v(0), apart.v(0))) << dt;
   }
 }
 
