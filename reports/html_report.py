@@ -483,7 +483,8 @@ def svg_lines(series, xs_log2=True, width=420, height=220, ref=1.0, xlabel="M", 
 
 def bench_row_op(r):
     """The op of a bench row, with its page size and KV heads where they are not the defaults (16, 8)."""
-    notes = [f"{key}={r[key]}" for key, default in (("page", "16"), ("kv_heads", "8")) if r.get(key) not in (None, "", default)]
+    notes = [f"{key}={r[key]}" for key, default in (("page", "16"), ("kv_heads", "8"))
+             if r.get(key) not in (None, "", default)]
     return " ".join([r["op"]] + notes)
 
 

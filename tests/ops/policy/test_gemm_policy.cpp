@@ -97,10 +97,6 @@ TEST(Sm90Kernel, DecodeOverTheVocabularyTakesSideBySideTiles) {
   EXPECT_EQ(automatic(shape(8, 14336, 4096)), Sm90Kernel::persistent_64x128);
 }
 
-// M = 128, N = 1024, K = 8192: 8 chunks. 64 x 64 tiles (32, one wave) cost 8 half-chunks; the
-// 64-row split runs 16 clusters of 8 in two waves of 15 (12 half-chunks). The split rule once
-// weighed the 64 x 128 tiles instead (16 half-chunks) and took that slower split. The 128-row
-// split runs 8 clusters of 8 in one wave (6 half-chunks): it runs.
 TEST(Sm90Launch, The64RowKernelsLaunchAsProgrammaticDependents) {
   for (Sm90Kernel k : {Sm90Kernel::persistent_64x64, Sm90Kernel::persistent_64x128, Sm90Kernel::split_64x128})
     EXPECT_TRUE(programmatic_launch_pays(k));
@@ -113,6 +109,10 @@ TEST(Sm90Launch, The64RowKernelsLaunchAsProgrammaticDependents) {
   EXPECT_FALSE(programmatic_launch_pays(automatic(shape(512, 4096, 4096))));
 }
 
+// M = 128, N = 1024, K = 8192: 8 chunks. 64 x 64 tiles (32, one wave) cost 8 half-chunks; the
+// 64-row split runs 16 clusters of 8 in two waves of 15 (12 half-chunks). The split rule once
+// weighed the 64 x 128 tiles instead (16 half-chunks) and took that slower split. The 128-row
+// split runs 8 clusters of 8 in one wave (6 half-chunks): it runs.
 TEST(Sm90Kernel, MidMNarrowNTakesThe128RowSplitWhereItIsOneWave) {
   const GemmShape s = shape(128, 1024, 8192);
   EXPECT_TRUE(sm90_narrow_pays(s));
