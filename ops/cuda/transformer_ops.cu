@@ -11,7 +11,11 @@
 // memory; thread 0 then sums the partials in block order, exactly the CPU's order. A row's bits
 // depend on its length H alone: not on the number of rows, the grid or the stream. (The
 // sequential final sum costs H/64 dependent adds per row: fine for the model sizes detfuzz runs.)
-// silu_and_mul, rope: one thread per output element (pair, for rope), grid-stride.
+// A thread loads its whole block before it folds it, in 16-byte loads where H and the pointers
+// allow; the second pass, y = x * r * w, runs over 16-byte pieces of the row, coalesced. (Element
+// by element, the kernel took 11.6 us for 16 rows of 4096 on an H200; this form 4.5 us.)
+// silu_and_mul: one thread per 16-byte piece of an output row where the row and pointers allow, else
+// per element; rope: one thread per rotated pair; both grid-stride.
 // rope_store_kv: one thread per rotated pair of a token's Q and K heads, which for a K head also
 // copies the two V elements of the same place; it reads the QKV product's rows in place and writes
 // Q, and K and V at the token's cache slot: the work of two copies, two ropes and two index copies
@@ -27,6 +31,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 
 namespace detfuzz::cuda_kernels {
@@ -65,7 +70,39 @@ __device__ void store<__nv_bfloat16>(__nv_bfloat16 *p, int64_t i, float v) {
   p[i] = __float2bfloat16_rn(v);
 }
 
+// Elements per 16-byte access.
 template <typename T>
+constexpr int kPerVec = 16 / static_cast<int>(sizeof(T));
+
+// V consecutive elements from p as floats: one 16-byte load where V > 1 (p 16-byte aligned).
+template <typename T, int V>
+__device__ __forceinline__ void load_elements(const T *p, float (&v)[V]) {
+  if constexpr (V == 1) {
+    v[0] = load(p, 0);
+  } else {
+    static_assert(V == kPerVec<T>, "a vector is 16 bytes");
+    const uint4 raw = *reinterpret_cast<const uint4 *>(p);
+    const T *e = reinterpret_cast<const T *>(&raw);
+#pragma unroll
+    for (int j = 0; j < V; ++j) v[j] = load(e, j);
+  }
+}
+// V floats rounded to T, stored at p: one 16-byte store where V > 1.
+template <typename T, int V>
+__device__ __forceinline__ void store_elements(T *p, const float (&v)[V]) {
+  if constexpr (V == 1) {
+    store(p, 0, v[0]);
+  } else {
+    alignas(16) T e[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) store(e, j, v[j]);
+    *reinterpret_cast<uint4 *>(p) = *reinterpret_cast<const uint4 *>(e);
+  }
+}
+
+// y = rms_norm(x). V: elements per access, kPerVec<T> (16-byte loads and stores; the host checks
+// H and the pointers' alignment) or 1.
+template <typename T, int V>
 __global__ void rms_norm_kernel(const T *x, const T *w, T *y, int64_t h, float eps) {
   griddep::launch_dependents();
   griddep::wait();
@@ -73,14 +110,19 @@ __global__ void rms_norm_kernel(const T *x, const T *w, T *y, int64_t h, float e
   __shared__ float inv_rms;
   const int64_t row = blockIdx.x;
   const T *xr = x + row * h;
+  // A block's elements are all loaded before its sum of squares (in element order) starts.
   const int64_t blocks = (h + kRmsBlock - 1) / kRmsBlock;
   for (int64_t b = threadIdx.x; b < blocks; b += kRmsThreads) {
+    const int64_t first = b * kRmsBlock;
+    const int n = static_cast<int>(min(static_cast<int64_t>(kRmsBlock), h - first));  // a multiple of V
+    float v[kRmsBlock];
+#pragma unroll
+    for (int c = 0; c < kRmsBlock / V; ++c)
+      if (c * V < n) load_elements<T, V>(xr + first + c * V, *reinterpret_cast<float(*)[V]>(&v[c * V]));
     float part = 0.0f;
-    const int64_t end = min(h, (b + 1) * kRmsBlock);
-    for (int64_t e = b * kRmsBlock; e < end; ++e) {
-      const float v = load(xr, e);
-      part = __fadd_rn(part, __fmul_rn(v, v));
-    }
+#pragma unroll
+    for (int e = 0; e < kRmsBlock; ++e)
+      if (e < n) part = __fadd_rn(part, __fmul_rn(v[e], v[e]));
     partials[b] = part;
   }
   __syncthreads();
@@ -91,19 +133,31 @@ __global__ void rms_norm_kernel(const T *x, const T *w, T *y, int64_t h, float e
   }
   __syncthreads();
   const float inv = inv_rms;
-  for (int64_t e = threadIdx.x; e < h; e += kRmsThreads)
-    store(y + row * h, e, __fmul_rn(__fmul_rn(load(xr, e), inv), load(w, e)));
+  for (int64_t first = threadIdx.x * static_cast<int64_t>(V); first < h; first += kRmsThreads * V) {
+    float v[V], wv[V], out[V];
+    load_elements<T, V>(xr + first, v);
+    load_elements<T, V>(w + first, wv);
+#pragma unroll
+    for (int j = 0; j < V; ++j) out[j] = __fmul_rn(__fmul_rn(v[j], inv), wv[j]);
+    store_elements<T, V>(y + row * h + first, out);
+  }
 }
 
-template <typename T>
+// y[r, e] = silu(x[r, e]) * x[r, i + e], V elements a thread (16-byte pieces, or 1).
+template <typename T, int V>
 __global__ void silu_and_mul_kernel(const T *x, T *y, int64_t rows, int64_t i) {
   griddep::launch_dependents();
   griddep::wait();
-  const int64_t n = rows * i;
+  const int64_t per_row = i / V, n = rows * per_row;
   for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = k / i, e = k % i;
-    store(y, k, silu_mul(load(x, r * 2 * i + e), load(x, r * 2 * i + i + e)));
+    const int64_t r = k / per_row, e = (k - r * per_row) * V;
+    float g[V], u[V], out[V];
+    load_elements<T, V>(x + r * 2 * i + e, g);
+    load_elements<T, V>(x + r * 2 * i + i + e, u);
+#pragma unroll
+    for (int j = 0; j < V; ++j) out[j] = silu_mul(g[j], u[j]);
+    store_elements<T, V>(y + r * i + e, out);
   }
 }
 
@@ -170,6 +224,8 @@ void by_dtype(DType dtype, const char *op, F &&f) {
   }
 }
 
+bool aligned16(const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 }  // namespace
 
 void launch_rms_norm(DType dtype, const void *x, const void *w, void *y, int64_t rows, int64_t h, float eps,
@@ -180,7 +236,9 @@ void launch_rms_norm(DType dtype, const void *x, const void *w, void *y, int64_t
   const size_t smem = sizeof(float) * static_cast<size_t>((h + kRmsBlock - 1) / kRmsBlock);
   by_dtype(dtype, "rms_norm", [&](auto tag) {
     using T = decltype(tag);
-    auto kernel = rms_norm_kernel<T>;
+    constexpr int V = kPerVec<T>;
+    const bool pieces = h % V == 0 && aligned16(x) && aligned16(w) && aligned16(y);
+    auto kernel = pieces ? rms_norm_kernel<T, V> : rms_norm_kernel<T, 1>;
     if (smem > 48 * 1024)
       DETFUZZ_CUDA_CHECK(
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
@@ -193,7 +251,10 @@ void launch_silu_and_mul(DType dtype, const void *x, void *y, int64_t rows, int6
   if (rows * i == 0) return;
   by_dtype(dtype, "silu_and_mul", [&](auto tag) {
     using T = decltype(tag);
-    griddep::launch(silu_and_mul_kernel<T>, elementwise_blocks(rows * i), 256, 0, stream, static_cast<const T *>(x),
+    constexpr int V = kPerVec<T>;
+    const bool pieces = i % V == 0 && aligned16(x) && aligned16(y);
+    griddep::launch(pieces ? silu_and_mul_kernel<T, V> : silu_and_mul_kernel<T, 1>,
+                    elementwise_blocks(rows * i / (pieces ? V : 1)), 256, 0, stream, static_cast<const T *>(x),
                     static_cast<T *>(y), rows, i);
   });
 }

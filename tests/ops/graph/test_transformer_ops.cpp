@@ -1,8 +1,9 @@
 // The transformer's row and element-wise ops (rms_norm, silu_and_mul, rope, embedding) on the
 // CPU: accuracy against the float64 reference on non-zero data, a row's bits alone vs inside a
 // batch, edge shapes, and one-line errors for bad input. On CUDA (gpu label): the same ops
-// against the reference, rms_norm bit for bit equal to the CPU spec, and rope with the KV cache
-// write in one launch bit for bit equal to rope and set_kv.
+// against the reference, rms_norm bit for bit equal to the CPU spec, silu_and_mul's 16-byte pieces
+// equal to its element-by-element form, rope with the KV cache write in one launch bit for bit
+// equal to rope and set_kv, and short products reading what the kernel before them wrote.
 #include "ops/cpu/cpu_ops.h"
 #include "properties/accuracy.h"
 #include "ops/registry.h"
@@ -114,7 +115,7 @@ TEST(TransformerOpsCpu, BadInputIsAnErrorNamingTheValue) {
 TEST(TransformerOpsCuda, MatchTheReferenceAndRmsNormMatchesTheCpuBits) {
   NEED_GPU();
   for (at::ScalarType dt : kDtypes) {
-    for (int64_t h : {1, 65, 4096, 131073}) {
+    for (int64_t h : {1, 65, 200, 4096, 131073}) {  // 200: 16-byte pieces and a partial block
       const at::Tensor x = data({3, h}, dt, h), w = make_values(h + 1, 1, {h}, dt, "normal");
       const at::Tensor out = cuda_ops::rms_norm(x.cuda(), w.cuda(), 1e-6);
       expect_accurate("rms_norm", args_of({x, w}), out);
@@ -158,6 +159,40 @@ TEST(TransformerOpsCuda, RopeStoreKvGivesTheBitsOfRopeAndSetKv) {
     EXPECT_TRUE(bitwise_equal(fq, q)) << dt;
     EXPECT_TRUE(bitwise_equal(fused.k(0), apart.k(0))) << dt;
     EXPECT_TRUE(bitwise_equal(fused.v(0), apart.v(0))) << dt;
+  }
+}
+
+// silu_and_mul in 16-byte pieces (aligned rows whose width allows them) gives each element the bits
+// it gets element by element (the same rows at an address 2 bytes off).
+TEST(TransformerOpsCuda, SiluAndMulGivesTheSameBitsInPiecesAndByElement) {
+  NEED_GPU();
+  for (at::ScalarType dt : kDtypes) {
+    const int64_t rows = 5, i = 4096;
+    const at::Tensor gu = data({rows, 2 * i}, dt, 21).cuda();
+    const at::Tensor off = at::empty({rows * 2 * i + 1}, gu.options()).narrow(0, 1, rows * 2 * i).view({rows, 2 * i});
+    off.copy_(gu);
+    ASSERT_NE(reinterpret_cast<uintptr_t>(off.data_ptr()) % 16, 0u);
+    EXPECT_TRUE(bitwise_equal(cuda_ops::silu_and_mul(gu), cuda_ops::silu_and_mul(off))) << dt;
+  }
+}
+
+// A short product starts while the kernel before it still runs (a programmatic dependent,
+// gemm_sm90.cu): where that kernel writes B itself, the product still reads what it wrote, even
+// where B's memory held NaN just before.
+TEST(TransformerOpsCuda, AProductReadsTheBTheKernelBeforeItWrote) {
+  NEED_GPU();
+  const int64_t k = 4096, n = 4096;
+  const at::Tensor src = data({k, n}, at::kBFloat16, 11).cuda();
+  const at::Tensor w = make_values(12, 1, {n}, at::kBFloat16, "normal").cuda();
+  const at::Tensor a = data({16, k}, at::kBFloat16, 13).cuda();
+  const at::Tensor b = cuda_ops::rms_norm(src, w, 1e-6);
+  at::cuda::device_synchronize();
+  const at::Tensor apart = cuda_ops::mm(a, b);
+  at::cuda::device_synchronize();
+  for (int round = 0; round < 3; ++round) {
+    at::full({k, n}, NAN, b.options());  // freed at once: the next rms_norm's rows likely reuse it
+    const at::Tensor chained = cuda_ops::mm(a, cuda_ops::rms_norm(src, w, 1e-6));
+    EXPECT_TRUE(bitwise_equal(chained, apart)) << "round " << round;
   }
 }
 
