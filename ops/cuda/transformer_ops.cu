@@ -12,8 +12,8 @@
 // depend on its length H alone: not on the number of rows, the grid or the stream. (The
 // sequential final sum costs H/64 dependent adds per row: fine for the model sizes detfuzz runs.)
 // A thread loads its whole block before it folds it, in 16-byte loads where H and the pointers
-// allow; the second pass, y = x * r * w, runs over 16-byte pieces of the row, coalesced. (Element
-// by element, the kernel took 11.6 us for 16 rows of 4096 on an H200; this form 4.5 us.)
+// allow, so the fold never waits on one load after another (docs/perf/graph.md); the second pass,
+// y = x * r * w, runs over 16-byte pieces of the row, coalesced.
 // silu_and_mul: one thread per 16-byte piece of an output row where the row and pointers allow, else
 // per element; rope: one thread per rotated pair; both grid-stride.
 // rope_store_kv: one thread per rotated pair of a token's Q and K heads, which for a K head also
