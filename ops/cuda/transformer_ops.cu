@@ -15,11 +15,12 @@
 // allow, so the fold never waits on one load after another (docs/perf/graph.md); the second pass,
 // y = x * r * w, runs over 16-byte pieces of the row, coalesced.
 // silu_and_mul: one thread per 16-byte piece of an output row where the row and pointers allow, else
-// per element; rope: one thread per rotated pair; both grid-stride.
-// rope_store_kv: one thread per rotated pair of a token's Q and K heads, which for a K head also
-// copies the two V elements of the same place; it reads the QKV product's rows in place and writes
-// Q, and K and V at the token's cache slot: the work of two copies, two ropes and two index copies
-// in one launch, each rotated pair computed by the same rope_pair as rope's.
+// per element, grid-stride. rope: one thread per rotated pair index of a token and up to 8 of its
+// heads, which share the pair's angle (its double pow, cos and sin are computed once for them).
+// rope_store_kv: the same over a token's Q and K heads; for a K head it also copies the two V
+// elements of the same place. It reads the QKV product's rows in place and writes Q, and K and V at
+// the token's cache slot: the work of two copies, two ropes and two index copies in one launch,
+// each rotated pair computed by the same rope_angle and rotate as rope's.
 // Each launches as a programmatic dependent of the kernel before it and waits for it before it
 // reads (griddep.cuh): in a forward of short kernels its launch overlaps that kernel's end.
 #include "ops/cuda/activation.cuh"
@@ -161,15 +162,34 @@ __global__ void silu_and_mul_kernel(const T *x, T *y, int64_t rows, int64_t i) {
   }
 }
 
-// Element pair (i, i + d / 2) of a head of d at `position`, rotated: the spec's formula.
-template <typename T>
-__device__ __forceinline__ void rope_pair(const T *in, T *out, int64_t position, int64_t i, int64_t d, double theta) {
-  const int64_t half = d / 2;
+// cos and sin of pair i's angle at `position` (the spec's formula: double, rounded to float).
+__device__ __forceinline__ void rope_angle(int64_t position, int64_t i, int64_t d, double theta, float &c, float &s) {
   const double a = static_cast<double>(position) * pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(d));
-  const float c = static_cast<float>(cos(a)), s = static_cast<float>(sin(a));
-  const float x0 = load(in, i), x1 = load(in, i + half);
-  store(out, i, __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)));
-  store(out, i + half, __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s)));
+  c = static_cast<float>(cos(a));
+  s = static_cast<float>(sin(a));
+}
+
+// Element pair (x0, x1) = (i, i + half) of a head, rotated by its angle's (c, s).
+__device__ __forceinline__ void rotate(float x0, float x1, float c, float s, float &y0, float &y1) {
+  y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+  y1 = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+}
+
+// A pair's angle depends on the token and the pair alone, so a thread rotates pair i of up to
+// kRopeHeads heads of a token with one angle (its double pow, cos and sin are most of the work),
+// loading every head's pair before it stores any.
+constexpr int kRopeHeads = 8;
+
+// Thread k's token t, pair i, first head h0 and head count over `heads` heads: i fastest, then the
+// heads' groups of kRopeHeads, then the token.
+struct RopeWork {
+  int64_t t, i, h0;
+  int n;
+};
+__device__ __forceinline__ RopeWork rope_work(int64_t k, int64_t heads, int64_t half) {
+  const int64_t groups = (heads + kRopeHeads - 1) / kRopeHeads, g = (k / half) % groups;
+  return {k / half / groups, k % half, g * kRopeHeads,
+          static_cast<int>(min(static_cast<int64_t>(kRopeHeads), heads - g * kRopeHeads))};
 }
 
 template <typename T>
@@ -177,11 +197,25 @@ __global__ void rope_kernel(const T *x, const int64_t *positions, T *y, int64_t 
                             double theta) {
   griddep::launch_dependents();
   griddep::wait();
-  const int64_t half = d / 2, n = t_len * heads * half;
+  const int64_t half = d / 2, n = t_len * ((heads + kRopeHeads - 1) / kRopeHeads) * half;
   for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t i = k % half, th = k / half, t = th / heads;
-    rope_pair(x + th * d, y + th * d, positions[t], i, d, theta);
+    const RopeWork w = rope_work(k, heads, half);
+    const int64_t first = (w.t * heads + w.h0) * d + w.i;  // pair i of head h0 of token t
+    float x0[kRopeHeads], x1[kRopeHeads];
+#pragma unroll
+    for (int j = 0; j < kRopeHeads; ++j)
+      if (j < w.n) x0[j] = load(x, first + j * d), x1[j] = load(x, first + j * d + half);
+    float c, s;
+    rope_angle(positions[w.t], w.i, d, theta, c, s);
+#pragma unroll
+    for (int j = 0; j < kRopeHeads; ++j) {
+      if (j >= w.n) break;
+      float y0, y1;
+      rotate(x0[j], x1[j], c, s, y0, y1);
+      store(y, first + j * d, y0);
+      store(y, first + j * d + half, y1);
+    }
   }
 }
 
@@ -193,19 +227,42 @@ __global__ void rope_store_kv_kernel(const T *qkv, int64_t ld, const int64_t *po
                                      double theta) {
   griddep::launch_dependents();
   griddep::wait();
-  const int64_t half = d / 2, heads = q_heads + kv_heads, n = t_len * heads * half;
+  const int64_t half = d / 2, heads = q_heads + kv_heads, n = t_len * ((heads + kRopeHeads - 1) / kRopeHeads) * half;
   for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t i = k % half, h = (k / half) % heads, t = k / half / heads;
-    const T *row = qkv + t * ld;
-    if (h < q_heads) {
-      rope_pair(row + h * d, q + (t * q_heads + h) * d, positions[t], i, d, theta);
-    } else {
-      const int64_t kh = h - q_heads, at = (slots[t] * kv_heads + kh) * d;
-      rope_pair(row + h * d, k_pool + at, positions[t], i, d, theta);
-      const T *v = row + (heads + kh) * d;
-      v_pool[at + i] = v[i];
-      v_pool[at + i + half] = v[i + half];
+    const RopeWork w = rope_work(k, heads, half);
+    const int64_t i = w.i;
+    const T *row = qkv + w.t * ld;
+    // Every head's pair, and for a K head the V pair of the same place (copied as it is).
+    float x0[kRopeHeads], x1[kRopeHeads];
+    T v0[kRopeHeads], v1[kRopeHeads];
+#pragma unroll
+    for (int j = 0; j < kRopeHeads; ++j) {
+      if (j >= w.n) break;
+      const int64_t h = w.h0 + j;
+      x0[j] = load(row, h * d + i), x1[j] = load(row, h * d + i + half);
+      if (h >= q_heads) v0[j] = row[(h + kv_heads) * d + i], v1[j] = row[(h + kv_heads) * d + i + half];
+    }
+    float c, s;
+    rope_angle(positions[w.t], i, d, theta, c, s);
+    const int64_t slot = w.h0 + w.n > q_heads ? slots[w.t] : 0;
+#pragma unroll
+    for (int j = 0; j < kRopeHeads; ++j) {
+      if (j >= w.n) break;
+      const int64_t h = w.h0 + j;
+      float y0, y1;
+      rotate(x0[j], x1[j], c, s, y0, y1);
+      if (h < q_heads) {
+        T *out = q + (w.t * q_heads + h) * d;
+        store(out, i, y0);
+        store(out, i + half, y1);
+      } else {
+        const int64_t at = (slot * kv_heads + h - q_heads) * d;
+        store(k_pool, at + i, y0);
+        store(k_pool, at + i + half, y1);
+        v_pool[at + i] = v0[j];
+        v_pool[at + i + half] = v1[j];
+      }
     }
   }
 }
@@ -264,8 +321,8 @@ void launch_rope(DType dtype, const void *x, const int64_t *positions, void *y, 
   if (t * heads * d == 0) return;
   by_dtype(dtype, "rope", [&](auto tag) {
     using T = decltype(tag);
-    griddep::launch(rope_kernel<T>, elementwise_blocks(t * heads * d / 2), 256, 0, stream, static_cast<const T *>(x),
-                    positions, static_cast<T *>(y), t, heads, d, theta);
+    griddep::launch(rope_kernel<T>, elementwise_blocks(t * ((heads + kRopeHeads - 1) / kRopeHeads) * (d / 2)), 256, 0,
+                    stream, static_cast<const T *>(x), positions, static_cast<T *>(y), t, heads, d, theta);
   });
 }
 
@@ -275,9 +332,10 @@ void launch_rope_store_kv(DType dtype, const void *qkv, int64_t ld, const int64_
   if (t * (q_heads + kv_heads) * d == 0) return;
   by_dtype(dtype, "rope_store_kv", [&](auto tag) {
     using T = decltype(tag);
-    griddep::launch(rope_store_kv_kernel<T>, elementwise_blocks(t * (q_heads + kv_heads) * d / 2), 256, 0, stream,
-                    static_cast<const T *>(qkv), ld, positions, slots, static_cast<T *>(q), static_cast<T *>(k_pool),
-                    static_cast<T *>(v_pool), t, q_heads, kv_heads, d, theta);
+    griddep::launch(rope_store_kv_kernel<T>,
+                    elementwise_blocks(t * ((q_heads + kv_heads + kRopeHeads - 1) / kRopeHeads) * (d / 2)), 256, 0,
+                    stream, static_cast<const T *>(qkv), ld, positions, slots, static_cast<T *>(q),
+                    static_cast<T *>(k_pool), static_cast<T *>(v_pool), t, q_heads, kv_heads, d, theta);
   });
 }
 
