@@ -94,9 +94,8 @@ const at::Tensor &KVCache::v(int64_t layer) const {
   return v_[layer];
 }
 
-void KVCache::check_slots(int64_t layer, const at::Tensor &slot_mapping) const {
+void KVCache::check_slots(const at::Tensor &slot_mapping) const {
   const auto &c = config_;
-  TORCH_CHECK(layer >= 0 && layer < c.num_layers, "set_kv: layer ", layer, " out of range [0, ", c.num_layers, ")");
   TORCH_CHECK(slot_mapping.dim() == 1, "set_kv: slot_mapping must be 1-D, got ", slot_mapping.sizes());
   TORCH_CHECK(slot_mapping.scalar_type() == at::kLong || slot_mapping.scalar_type() == at::kInt,
               "set_kv: slot_mapping must be int64 or int32, got ", slot_mapping.scalar_type());
@@ -112,7 +111,8 @@ void KVCache::check_slots(int64_t layer, const at::Tensor &slot_mapping) const {
 
 void KVCache::set_kv(int64_t layer, const at::Tensor &slot_mapping, const at::Tensor &k, const at::Tensor &v) {
   const auto &c = config_;
-  check_slots(layer, slot_mapping);
+  TORCH_CHECK(layer >= 0 && layer < c.num_layers, "set_kv: layer ", layer, " out of range [0, ", c.num_layers, ")");
+  check_slots(slot_mapping);
   const int64_t t = slot_mapping.size(0);
   for (const auto *x : {&k, &v})
     TORCH_CHECK(x->dim() == 3 && x->size(0) == t && x->size(1) == c.num_kv_heads && x->size(2) == c.head_dim,

@@ -61,9 +61,9 @@ class KVCache {
   // The slot range is checked on the host (a sync), except while the current CUDA stream is
   // capturing a graph (the graph runner checks its slots before filling its buffers).
   void set_kv(int64_t layer, const at::Tensor &slot_mapping, const at::Tensor &k, const at::Tensor &v);
-  // set_kv's checks of `layer` and slot_mapping (the range on the host, outside a capture), for a
-  // kernel that writes the slots itself (cuda_ops::rope_store_kv).
-  void check_slots(int64_t layer, const at::Tensor &slot_mapping) const;
+  // set_kv's checks of slot_mapping (the range on the host, outside a capture), for a kernel that
+  // writes the slots itself (cuda_ops::rope_store_kv). Every layer's pool has the same slots.
+  void check_slots(const at::Tensor &slot_mapping) const;
   // A copy of both pools of every layer (to snapshot and compare cache states).
   KVCache clone() const;
 

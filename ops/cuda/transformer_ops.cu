@@ -180,6 +180,13 @@ __device__ __forceinline__ void rotate(float x0, float x1, float c, float s, flo
 // loading every head's pair before it stores any.
 constexpr int kRopeHeads = 8;
 
+// The groups of kRopeHeads that `heads` heads make, and the threads rope runs over t tokens of them
+// (one per pair index and group).
+__host__ __device__ __forceinline__ int64_t rope_groups(int64_t heads) { return (heads + kRopeHeads - 1) / kRopeHeads; }
+__host__ __device__ __forceinline__ int64_t rope_threads(int64_t t, int64_t heads, int64_t d) {
+  return t * rope_groups(heads) * (d / 2);
+}
+
 // Thread k's token t, pair i, first head h0 and head count over `heads` heads: i fastest, then the
 // heads' groups of kRopeHeads, then the token.
 struct RopeWork {
@@ -187,7 +194,7 @@ struct RopeWork {
   int n;
 };
 __device__ __forceinline__ RopeWork rope_work(int64_t k, int64_t heads, int64_t half) {
-  const int64_t groups = (heads + kRopeHeads - 1) / kRopeHeads, g = (k / half) % groups;
+  const int64_t groups = rope_groups(heads), g = (k / half) % groups;
   return {k / half / groups, k % half, g * kRopeHeads,
           static_cast<int>(min(static_cast<int64_t>(kRopeHeads), heads - g * kRopeHeads))};
 }
@@ -197,7 +204,7 @@ __global__ void rope_kernel(const T *x, const int64_t *positions, T *y, int64_t 
                             double theta) {
   griddep::launch_dependents();
   griddep::wait();
-  const int64_t half = d / 2, n = t_len * ((heads + kRopeHeads - 1) / kRopeHeads) * half;
+  const int64_t half = d / 2, n = rope_threads(t_len, heads, d);
   for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const RopeWork w = rope_work(k, heads, half);
@@ -227,7 +234,7 @@ __global__ void rope_store_kv_kernel(const T *qkv, int64_t ld, const int64_t *po
                                      double theta) {
   griddep::launch_dependents();
   griddep::wait();
-  const int64_t half = d / 2, heads = q_heads + kv_heads, n = t_len * ((heads + kRopeHeads - 1) / kRopeHeads) * half;
+  const int64_t half = d / 2, heads = q_heads + kv_heads, n = rope_threads(t_len, heads, d);
   for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const RopeWork w = rope_work(k, heads, half);
@@ -321,8 +328,8 @@ void launch_rope(DType dtype, const void *x, const int64_t *positions, void *y, 
   if (t * heads * d == 0) return;
   by_dtype(dtype, "rope", [&](auto tag) {
     using T = decltype(tag);
-    griddep::launch(rope_kernel<T>, elementwise_blocks(t * ((heads + kRopeHeads - 1) / kRopeHeads) * (d / 2)), 256, 0,
-                    stream, static_cast<const T *>(x), positions, static_cast<T *>(y), t, heads, d, theta);
+    griddep::launch(rope_kernel<T>, elementwise_blocks(rope_threads(t, heads, d)), 256, 0, stream,
+                    static_cast<const T *>(x), positions, static_cast<T *>(y), t, heads, d, theta);
   });
 }
 
@@ -332,10 +339,9 @@ void launch_rope_store_kv(DType dtype, const void *qkv, int64_t ld, const int64_
   if (t * (q_heads + kv_heads) * d == 0) return;
   by_dtype(dtype, "rope_store_kv", [&](auto tag) {
     using T = decltype(tag);
-    griddep::launch(rope_store_kv_kernel<T>,
-                    elementwise_blocks(t * ((q_heads + kv_heads + kRopeHeads - 1) / kRopeHeads) * (d / 2)), 256, 0,
-                    stream, static_cast<const T *>(qkv), ld, positions, slots, static_cast<T *>(q),
-                    static_cast<T *>(k_pool), static_cast<T *>(v_pool), t, q_heads, kv_heads, d, theta);
+    griddep::launch(rope_store_kv_kernel<T>, elementwise_blocks(rope_threads(t, q_heads + kv_heads, d)), 256, 0, stream,
+                    static_cast<const T *>(qkv), ld, positions, slots, static_cast<T *>(q), static_cast<T *>(k_pool),
+                    static_cast<T *>(v_pool), t, q_heads, kv_heads, d, theta);
   });
 }
 

@@ -254,8 +254,8 @@ at::Tensor Model::forward(const ForwardBatch &batch, attention::KVCache &cache, 
   TORCH_CHECK(h.dim() == 2 && h.size(1) == c.hidden && h.scalar_type() == c.dtype, "forward: input_embeds must be [T, ",
               c.hidden, "] ", c.dtype, ", got ", h.sizes(), " ", h.scalar_type());
   const int64_t t = h.size(0), qd = c.q_heads * c.head_dim, kvd = c.kv_heads * c.head_dim;
-  // Every layer's pool has the same slots: one check (a host sync outside a capture) covers them.
-  if (k.rope_store_kv) cache.check_slots(0, slots);
+  // One check (a host sync outside a capture) covers every layer's pool.
+  if (k.rope_store_kv) cache.check_slots(slots);
   for (int64_t l = 0; l < c.layers; ++l) {
     const LayerWeights &lw = w.layers[l];
     const at::Tensor qkv = k.mm(k.rms_norm(h, lw.attn_norm, c.rms_eps), lw.qkv);
