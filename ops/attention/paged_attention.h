@@ -21,9 +21,11 @@
 //     keys a row sees are cut at absolute positions into splits of kKvSplit tokens and each split
 //     into online-softmax steps of kKvTile tokens. With s = q . k and c = scale * log2(e), the
 //     maxima live in the log2 domain. Within a split, from (m, l, acc) = (-inf, 0, 0), step by
-//     step: m_new = max(m, (step max of s) * c), a = exp2(m - m_new), p = exp2(fma(s, c, -m_new)),
-//     l = l*a + sum p, acc = acc*a + sum round(p)*v (round() = to the input dtype, as a
-//     tensor-core kernel rounds P for its MMA). Across splits, sequentially in split order:
+//     step: with x = (step max of s) * c, m_new = x where x > m + 8 and m otherwise (the reference
+//     moves only when the step's maximum passes it by more than 2^8, so most steps rescale by
+//     a = 1 and p stays <= 2^8), a = exp2(m - m_new), p = exp2(fma(s, c, -m_new)), l = l*a + sum p,
+//     acc = acc*a + sum round(p)*v (round() = to the input dtype, as a tensor-core kernel rounds P
+//     for its MMA). Across splits, sequentially in split order:
 //     (M, L, O) = split 0's state, then M' = max(M, m_j), L = L*a + l_j*b, O = O*a + acc_j*b with
 //     a = exp2(M - M'), b = exp2(m_j - M'); out = O / L. Every boundary is a function of the key
 //     position alone, so a row's bits depend on its own q vector and visible keys only: never on

@@ -448,7 +448,9 @@ __global__ void __launch_bounds__(ws_threads<kSplitGroups>(), 1)
     };
     // Once the P V before the tile at key t0 is issued: waits for it, releases its stage (`load`),
     // folds or writes the split it finished where the tile starts one, and takes the tile's
-    // statistics (m, l) as the state, the accumulators rescaled by its factors f.
+    // statistics (m, l) as the state, the accumulators rescaled by its factors f (whole_rows skips
+    // a warp's rescale where every factor is 1, as on most steps: the same bits. split_groups
+    // multiplies always: the branch there makes ptxas serialize its wgmma).
     auto after_pv = [&](int load, bool starts, int t0, const float(&m)[2], const float(&l)[2], const float(&f)[2]) {
       sm90::wgmma_wait<0>();
       sm90::fence_registers(acc_registers(st));
@@ -458,7 +460,7 @@ __global__ void __launch_bounds__(ws_threads<kSplitGroups>(), 1)
         st.reset();
       }
       st.m[0] = m[0], st.m[1] = m[1], st.l[0] = l[0], st.l[1] = l[1];
-      rescale_acc<D, false>(st, f);
+      if (kSplitGroups || __any_sync(0xffffffffu, f[0] != 1.f || f[1] != 1.f)) rescale_acc<D, false>(st, f);
     };
     if (pair_steps) {
       // whole_rows: tiles in pairs (it, it + 1). Both S are issued with the previous tile's P V,

@@ -27,6 +27,8 @@ using cuda_kernels::ldmatrix_x4_trans;
 using cuda_kernels::mma16816;
 namespace sm90 = cuda_kernels::sm90;
 
+constexpr float kRescaleSlack = 8.f;  // softmax_stats: how far a step's maximum may pass the reference
+
 constexpr int kRows = 64;  // M rows per warpgroup tile
 constexpr int kKeys = 64;  // keys per K/V tile
 
@@ -233,7 +235,11 @@ constexpr int kAccBlocks = kSpread ? D / 32 : D / 8;
 
 // The online-softmax statistics of one step over the key columns of n-blocks [NB0, NB1) of the
 // warp's S tile, given the rows' state (m, l) before it: the new (m, l), S turned into p in place,
-// and the accumulators' rescale factors a = 2^(m_old - m_new) (applied by rescale_acc).
+// and the accumulators' rescale factors a = 2^(m_old - m_new) (applied by rescale_acc). The
+// running maximum is a lagging reference: it moves to the step's maximum only where that passes it
+// by more than kRescaleSlack (log2 domain), so most steps keep a = 1 (p then stays below 2^8, which
+// float32 sums and a 16-bit P hold; the reference only ever rises, so the row's final sums are the
+// same fractions). The CPU algorithm (split_cpu.cpp) uses the same rule.
 template <int NB0, int NB1>
 __device__ __forceinline__ void softmax_stats(float (&m)[2], float (&l)[2], float (&s)[8][4], float scale_log2,
                                               float (&a)[2]) {
@@ -251,7 +257,8 @@ __device__ __forceinline__ void softmax_stats(float (&m)[2], float (&l)[2], floa
     float mx = fmaxf(-INFINITY, mxs[0]);  // -inf, not NaN, where every score is NaN (as a fold from -inf)
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = fmaxf(m[i], __fmul_rn(mx, scale_log2));  // the log2 domain
+    const float mx_scaled = __fmul_rn(mx, scale_log2);
+    const float m_new = mx_scaled > __fadd_rn(m[i], kRescaleSlack) ? mx_scaled : m[i];
     // A row that has seen no key yet has m_new = -inf: use 0 so p and a are 0, not NaN (such a
     // row is either past its last split, whose state is never merged, or a dead row).
     const float m_use = m_new == -INFINITY ? 0.f : m_new;

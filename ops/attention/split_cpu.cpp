@@ -17,6 +17,10 @@ namespace detfuzz::attention {
 
 namespace {
 
+// How far a step's maximum may pass the running reference (log2 domain) before the reference
+// moves and the state is rescaled: paged_attention_tile.cuh's constant.
+constexpr float kRescaleSlack = 8.f;
+
 // Everything one sequence's rows need, in float32 on the host.
 struct SequenceWork {
   const float *q;                                 // [T_q, H_q, D]
@@ -71,8 +75,9 @@ __attribute__((always_inline)) inline void attend_sequence(const SequenceWork &w
             s_tile[k - t0] = dot;
             tmax = std::max(tmax, dot);
           }
-          const float mnew = std::max(mrun, tmax * w.scale);  // the log2 domain
-          const float a = std::exp2(mrun - mnew);             // exp2(-inf) = 0 on the first tile
+          const float x = tmax * w.scale;  // the log2 domain
+          const float mnew = x > mrun + kRescaleSlack ? x : mrun;
+          const float a = std::exp2(mrun - mnew);  // exp2(-inf) = 0 on the first tile
           float lt = 0.f;
           std::fill(pv, pv + D, 0.f);
           for (int64_t k = t0; k < t1; ++k) {

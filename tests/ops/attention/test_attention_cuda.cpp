@@ -214,6 +214,47 @@ TEST(PagedAttentionCuda, LongRowsMergeAsWholeRowsFold) {
     }
 }
 
+// The running maximum is a lagging reference: a step rescales only where its maximum passes the
+// reference by more than 2^8. Keys scaled in bands of 128 (x1, x3, x5, x7, then x1 again) make the
+// maximum jump at a band's first tile, hold at its second and fall back at a cycle's start, in the
+// middle of splits and at their starts. Prefill rows (whole_rows in pairs of tiles, two consumers)
+// and decode rows get the bits of split_per_cta and split_groups, and the float64 answer.
+TEST(PagedAttentionCuda, RescalesOnlyWhereTheMaximumJumpsInEverySchedule) {
+  NEED_GPU();
+  using Schedule = attention::CudaAttentionOptions::Schedule;
+  at::manual_seed(20261129);
+  const auto f32 = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
+  const auto i32 = at::TensorOptions().dtype(at::kInt);
+  constexpr int64_t hq = 8, hkv = 2, d = 128, page = 16;
+  for (at::ScalarType dt : {at::kBFloat16, at::kHalf})
+    for (int64_t q_len : {int64_t{1}, int64_t{40}}) {
+      const int64_t kv_len = 1100, blocks = (kv_len + page - 1) / page;
+      const at::Tensor cu = at::tensor({0, static_cast<int32_t>(q_len)}, i32);
+      const at::Tensor seq = at::tensor({static_cast<int32_t>(kv_len)}, i32);
+      const at::Tensor table = at::randperm(blocks, i32).view({1, blocks});
+      const at::Tensor band = (at::arange(blocks * page, f32) / 128).floor().remainder(4) * 2 + 1;
+      const at::Tensor k = (at::randn({blocks, page, hkv, d}, f32) * band.view({blocks, page, 1, 1})).to(dt);
+      const at::Tensor v = at::randn({blocks, page, hkv, d}, f32).to(dt);
+      const at::Tensor q = (at::randn({q_len, hq, d}, f32) * 2).to(dt);
+      auto run = [&](Schedule schedule) {
+        attention::CudaAttentionOptions o;
+        o.schedule = schedule;
+        return attention::paged_attention_cuda(q, k, v, cu.cuda(), seq.cuda(), table.cuda(), 0.0, o);
+      };
+      const at::Tensor whole = run(Schedule::whole_rows);
+      const std::string what = std::to_string(q_len) + " query rows, " + std::string(c10::toString(dt));
+      ASSERT_TRUE(whole.isfinite().all().item<bool>()) << what;
+      EXPECT_TRUE(run(Schedule::split_per_cta).view(at::kShort).equal(whole.view(at::kShort))) << what;
+      if (attention::PagedAttentionCudaPlan(q, k, v, cu.cuda(), seq.cuda(), table.cuda()).wgmma())
+        EXPECT_TRUE(run(Schedule::split_groups).view(at::kShort).equal(whole.view(at::kShort))) << what;
+      const at::Tensor ref =
+          attention::paged_attention_reference_f64(q, k, v, cu.cuda(), seq.cuda(), table.cuda(), 0.0);
+      const double err = (whole.to(at::kDouble) - ref).abs().max().item<double>();
+      const double scale = ref.abs().max().item<double>();
+      EXPECT_LT(err, (dt == at::kBFloat16 ? 2e-2 : 4e-3) * std::max(scale, 1.0)) << what;
+    }
+}
+
 // The Hopper prefill kernel loads K/V tiles by TMA or by cp.async (KvLoads), and its consumers
 // issue freely or take turns (ping-pong): the shared memory and the arithmetic, and so every bit,
 // must be the same, including tiles past kv_len (cp.async zero-fills them in either mode), pages
