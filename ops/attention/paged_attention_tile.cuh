@@ -237,7 +237,7 @@ constexpr int kAccBlocks = kSpread ? D / 32 : D / 8;
 // warp's S tile, given the rows' state (m, l) before it: the new (m, l), S turned into p in place,
 // and the accumulators' rescale factors a = 2^(m_old - m_new) (applied by rescale_acc). The
 // running maximum is a lagging reference: it moves to the step's maximum only where that passes it
-// by more than kRescaleSlack (log2 domain), so most steps keep a = 1 (p then stays below 2^8, which
+// by more than kRescaleSlack (log2 domain), so most steps keep a = 1 (p then stays at most 2^8, which
 // float32 sums and a 16-bit P hold; the reference only ever rises, so the row's final sums are the
 // same fractions). The CPU algorithm (split_cpu.cpp) uses the same rule.
 template <int NB0, int NB1>
