@@ -171,8 +171,8 @@ TEST(PagedAttentionCuda, SchedulesGiveTheSameBits) {
 // The merge kernel folds a row's splits from batches of 32 loads (split_per_cta's merge) or from
 // the whole row copied into its shared memory at once (split_groups' early merge): rows of more
 // than 32 and 64 splits (decode, three sequences of different lengths, pages in shuffled order,
-// scores scaled up so the running maximum moves often) get the bits of whole_rows, which folds each
-// split as it finishes, either way.
+// scores scaled up so that the splits' maxima, and so the merge weights, differ widely) get the bits
+// of whole_rows, which folds each split as it finishes, either way.
 TEST(PagedAttentionCuda, LongRowsMergeAsWholeRowsFold) {
   NEED_GPU();
   using Schedule = attention::CudaAttentionOptions::Schedule;
