@@ -19,7 +19,7 @@
 // The keys a row sees are cut into splits at absolute positions (split j = keys [256 j, 256 j +
 // 256)), each split starting from (m, l, acc) = (-inf, 0, 0). A row's result merges its splits in
 // order: (M, L, O) = split 0, then for j = 1, 2, ...: M' = max(M, m_j), L = L a + l_j b,
-// O = O a + acc_j b with a = exp2(M - M'), b = exp2(m_j - M'); out = O / L (written with _rn
+// O = O a + acc_j b with a = exp2(M - M'), b = exp2(m_j - M'); out = O (1 / L) (written with _rn
 // intrinsics, never contracted). Two schedules here run that same arithmetic: split_per_cta (a CTA
 // per 1..8 consecutive splits, each split's state through a workspace, merge kernel) for decode, and
 // whole_rows (a CTA walks all splits of its rows and merges in shared memory) for prefill; on
@@ -302,7 +302,7 @@ __device__ __forceinline__ float merge_whole_row(const float *part, const float2
   float M = ml_s[0].x, L = ml_s[0].y, O = o_s[d];
 #pragma unroll 8
   for (int j = 1; j < splits; ++j) merge_split(M, L, O, ml_s[j], o_s[j * D + d]);
-  return __fdiv_rn(O, L);
+  return normalised(O, reciprocal(L));
 }
 
 template <typename T>
@@ -372,7 +372,7 @@ __global__ void paged_attention_merge_kernel(const PagedAttnLaunch p) {
       for (int i = 0; i < kMergeBatch; ++i) o[i] = o_next[i];
     }
   }
-  *out = from_f<T>(__fdiv_rn(O, L));
+  *out = from_f<T>(normalised(O, reciprocal(L)));
 }
 
 // The kernel's shared-memory size set on the current device, once per instantiation and device

@@ -27,7 +27,7 @@
 //     acc = acc*a + sum round(p)*v (round() = to the input dtype, as a tensor-core kernel rounds P
 //     for its MMA). Across splits, sequentially in split order:
 //     (M, L, O) = split 0's state, then M' = max(M, m_j), L = L*a + l_j*b, O = O*a + acc_j*b with
-//     a = exp2(M - M'), b = exp2(m_j - M'); out = O / L. Every boundary is a function of the key
+//     a = exp2(M - M'), b = exp2(m_j - M'); out = O * (1 / L). Every boundary is a function of the key
 //     position alone, so a row's bits depend on its own q vector and visible keys only: never on
 //     the batch, its padding, q_len or the page layout. The CPU and CUDA versions run the same
 //     algorithm but not the same bits (tensor cores sum a dot product in their own order; CUDA's

@@ -72,6 +72,12 @@ __device__ __forceinline__ float merged(float acc, float part, const MergeWeight
   return __fadd_rn(__fmul_rn(acc, w.a), __fmul_rn(part, w.b));
 }
 
+// A row's output is O / L computed as O times L's reciprocal: one IEEE reciprocal a row, then a
+// multiply an element (a division an element took about 4% of an 8k prefill's warp samples on an
+// H200). Every schedule and the merge kernel write through these two, so their bits agree.
+__device__ __forceinline__ float reciprocal(float L) { return __frcp_rn(L); }
+__device__ __forceinline__ float normalised(float O, float inv_L) { return __fmul_rn(O, inv_L); }
+
 __device__ __forceinline__ uint32_t pack2(float lo, float hi, bool bf16) {
   const uint16_t a = bf16 ? from_f<__nv_bfloat16>(lo) : from_f<__half>(lo);
   const uint16_t b = bf16 ? from_f<__nv_bfloat16>(hi) : from_f<__half>(hi);
@@ -129,42 +135,43 @@ struct MergedRows {
 #pragma unroll
     for (int nb = 0; nb < D / 8; ++nb) block(nb) = folded_block(st, nb, sees, w);
   }
-  // The last split's fold, written out instead of stored back: out = O / L for each row i with a
+  // The last split's fold, written out instead of stored back: out = O (1 / L) for each row i with a
   // row_out[i] (the row's first element, 16-bit; null for a dead row), all D / 8 column blocks.
   // The same values as fold() and then write(), without the merged state's store and reload.
   template <bool kBf16>
   __device__ __forceinline__ void fold_and_write(const RowState<D> &st, const int (&visible)[2], int j,
                                                  int split_tokens, void *const (&row_out)[2], int t) {
     uint32_t *out[2] = {static_cast<uint32_t *>(row_out[0]), static_cast<uint32_t *>(row_out[1])};
-    auto store = [&](int nb, const float4 &v, const float(&l_out)[2]) {
-      if (out[0]) out[0][nb * 4 + t] = pack2(__fdiv_rn(v.x, l_out[0]), __fdiv_rn(v.y, l_out[0]), kBf16);
-      if (out[1]) out[1][nb * 4 + t] = pack2(__fdiv_rn(v.z, l_out[1]), __fdiv_rn(v.w, l_out[1]), kBf16);
+    auto store = [&](int nb, const float4 &v, const float(&inv)[2]) {
+      if (out[0]) out[0][nb * 4 + t] = pack2(normalised(v.x, inv[0]), normalised(v.y, inv[0]), kBf16);
+      if (out[1]) out[1][nb * 4 + t] = pack2(normalised(v.z, inv[1]), normalised(v.w, inv[1]), kBf16);
     };
     if (j == 0) {  // the row's only split: its state is the output
-      const float l_out[2] = {st.l[0], st.l[1]};
+      const float inv[2] = {reciprocal(st.l[0]), reciprocal(st.l[1])};
 #pragma unroll
-      for (int nb = 0; nb < D / 8; ++nb) store(nb, acc_block(st, nb), l_out);
+      for (int nb = 0; nb < D / 8; ++nb) store(nb, acc_block(st, nb), inv);
       return;
     }
     bool sees[2];
     MergeWeights w[2];
     fold_weights(st, visible, j, split_tokens, sees, w);
-    float l_out[2];
+    float inv[2];
 #pragma unroll
-    for (int i = 0; i < 2; ++i) l_out[i] = sees[i] ? merged(l[i], st.l[i], w[i]) : l[i];
+    for (int i = 0; i < 2; ++i) inv[i] = reciprocal(sees[i] ? merged(l[i], st.l[i], w[i]) : l[i]);
 #pragma unroll
-    for (int nb = 0; nb < D / 8; ++nb) store(nb, folded_block(st, nb, sees, w), l_out);
+    for (int nb = 0; nb < D / 8; ++nb) store(nb, folded_block(st, nb, sees, w), inv);
   }
-  // out = O / L for row i, output column blocks [0, blocks) of this thread, into `row_out` (the
+  // out = O (1 / L) for row i, output column blocks [0, blocks) of this thread, into `row_out` (the
   // row's first element, 16-bit).
   template <bool kBf16>
   __device__ __forceinline__ void write(void *row_out, int i, int first_block, int blocks, int t) {
     uint32_t *out = static_cast<uint32_t *>(row_out);
+    const float inv = reciprocal(l[i]);
 #pragma unroll
     for (int nb = 0; nb < D / 8; ++nb) {
       if (nb >= blocks) break;
       out[(first_block + nb) * 4 + t] =
-          pack2(__fdiv_rn(at(nb, 2 * i), l[i]), __fdiv_rn(at(nb, 2 * i + 1), l[i]), kBf16);
+          pack2(normalised(at(nb, 2 * i), inv), normalised(at(nb, 2 * i + 1), inv), kBf16);
     }
   }
 
@@ -194,7 +201,7 @@ struct MergedRows {
 // split_per_cta and split_groups: writes the finished split j of the two rows a thread holds
 // (rows row_block * 16 + lane / 4 + 8 i of the tile, (query row, head) pairs of the query rows
 // from q_row0 on and the heads of KV head kvh), for the rows that see a key of it: the output itself
-// (acc / l) when it is the row's only split, else the split's state for the merge kernel. The
+// (acc (1 / l)) when it is the row's only split, else the split's state for the merge kernel. The
 // thread holds output column blocks first_block .. first_block + blocks - 1; writes_ml: this warp
 // writes the rows' (m, l) (in a spread tile only the warp that owns the rows does).
 template <bool kBf16, int D>
@@ -209,11 +216,12 @@ __device__ __forceinline__ void write_split(const PagedAttnLaunch &p, const RowS
     const int64_t row_head = (q_row0 + r / group) * p.h_q + kvh * group + r % group;
     if (visible[i] <= p.split_tokens) {
       uint32_t *out = reinterpret_cast<uint32_t *>(static_cast<uint16_t *>(p.out) + row_head * D);
+      const float inv = reciprocal(st.l[i]);
 #pragma unroll
       for (int nb = 0; nb < D / 8; ++nb) {
         if (nb >= blocks) break;
         out[(first_block + nb) * 4 + t] =
-            pack2(__fdiv_rn(st.acc[nb][2 * i], st.l[i]), __fdiv_rn(st.acc[nb][2 * i + 1], st.l[i]), kBf16);
+            pack2(normalised(st.acc[nb][2 * i], inv), normalised(st.acc[nb][2 * i + 1], inv), kBf16);
       }
     } else {
       const int64_t slot = row_head * p.max_splits + j;

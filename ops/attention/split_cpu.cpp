@@ -106,7 +106,8 @@ __attribute__((always_inline)) inline void attend_sequence(const SequenceWork &w
         M = mn;
       }
       float *dst = od + (row * w.h_q + h) * D;
-      for (int64_t d = 0; d < D; ++d) dst[d] = o[d] / L;
+      const float inv = 1.f / L;  // out = O * (1 / L), as the CUDA kernels write it
+      for (int64_t d = 0; d < D; ++d) dst[d] = o[d] * inv;
     }
   }
 }
