@@ -15,7 +15,8 @@
 //   m_new = x where x > m + 8, else m (a lagging reference: p <= 2^8, and a = 1 on most steps, whose
 //   rescale a whole_rows consumer skips: acc * 1 is acc), a = 2^(m - m_new), p = 2^fma(S, c, -m_new),
 //   l = l * a + (row sum of p: each lane's columns in order, then its quad), acc = acc * a, then
-//   acc += round(p) V (P rounded to the input dtype, k-steps over keys in order). 2^x is ex2.approx.ftz (subnormal results flush to 0).
+//   acc += round(p) V (P rounded to the input dtype, k-steps over keys in order). 2^x is
+//   ex2.approx.ftz (subnormal results flush to 0).
 // The keys a row sees are cut into splits at absolute positions (split j = keys [256 j, 256 j +
 // 256)), each split starting from (m, l, acc) = (-inf, 0, 0). A row's result merges its splits in
 // order: (M, L, O) = split 0, then for j = 1, 2, ...: M' = max(M, m_j), L = L a + l_j b,
