@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
     const int r = row_block * 16 + (lane >> 2) + 8 * i;
     visible[i] = r < live_rows ? first_visible + r / group : 0;
   }
-  const int min_visible = __reduce_min_sync(0xffffffffu, min(visible[0], visible[1]));  // over the warp's rows
+  const int min_visible = live_min_visible(visible, row_block * 16 + (lane >> 2), live_rows);
 
   const T *q = static_cast<const T *>(p.q);
   const T *k_pool = static_cast<const T *>(p.k_pool);

@@ -333,7 +333,7 @@ __global__ void __launch_bounds__(ws_threads<kSplitGroups>(), 1)
     const int r = warp * 16 + (lane >> 2) + 8 * i;
     visible[i] = r < live_rows ? first_visible + r / group : 0;
   }
-  const int min_visible = __reduce_min_sync(0xffffffffu, min(visible[0], visible[1]));
+  const int min_visible = live_min_visible(visible, warp * 16 + (lane >> 2), live_rows);
 
   // Ping-pong (p.pingpong): the consumers take turns issuing their MMAs (named barriers 3 and 4),
   // so that one's MMAs run while the other computes its softmax statistics. A consumer's turns:

@@ -13,6 +13,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <climits>
 #include <cstdint>
 #include <type_traits>
 
@@ -453,8 +454,18 @@ __device__ __forceinline__ void qk_scores(float (&s)[8][4], uint32_t q_s, uint32
   }
 }
 
+// The fewest keys a live row of the warp sees (rows row0 and row0 + 8 of the lane; rows from
+// live_rows on are dead), INT_MAX where the warp has none: mask_scores skips a tile whose keys all
+// lie below it. Dead rows are left out, as their scores reach no output (a row of O is its own row
+// of P times V, and the outputs, splits and folds skip dead rows): counted with their 0 visible
+// keys, they masked every tile of a decode row (4 live rows of 64).
+__device__ __forceinline__ int live_min_visible(const int (&visible)[2], int row0, int live_rows) {
+  const int v0 = row0 < live_rows ? visible[0] : INT_MAX, v1 = row0 + 8 < live_rows ? visible[1] : INT_MAX;
+  return __reduce_min_sync(0xffffffffu, min(v0, v1));
+}
+
 // Masks S to -inf past each row's visible keys (skipped when every key of the tile is visible to
-// all the warp's rows). Spread: the warp holds keys 16w .. 16w + 15 only.
+// all the warp's live rows). Spread: the warp holds keys 16w .. 16w + 15 only.
 template <bool kSpread>
 __device__ __forceinline__ void mask_scores(float (&s)[8][4], int t0, const int (&visible)[2], int min_visible,
                                             int lane, int warp) {
