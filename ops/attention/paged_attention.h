@@ -35,6 +35,7 @@
 #pragma once
 
 #include "ops/attention/kv_cache.h"
+#include "ops/attention/split_contract.h"
 
 #include <ATen/ATen.h>
 
@@ -42,9 +43,6 @@
 #include <string>
 
 namespace detfuzz::attention {
-
-constexpr int64_t kKvTile = 64;    // keys per online-softmax step
-constexpr int64_t kKvSplit = 256;  // keys per split; a multiple of kKvTile
 
 // The softmax scale used for `alpha` (OpArgs::alpha): alpha itself, or 1/sqrt(D) when alpha == 0;
 // rounded to float32 once, the same way by every implementation.

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "ops/attention/paged_attention_kernel.h"
+#include "ops/attention/split_contract.h"
 #include "ops/cuda/mma_sm80.cuh"
 #include "ops/cuda/ptx_sm90.cuh"
 
@@ -28,10 +29,8 @@ using cuda_kernels::ldmatrix_x4_trans;
 using cuda_kernels::mma16816;
 namespace sm90 = cuda_kernels::sm90;
 
-constexpr float kRescaleSlack = 8.f;  // softmax_stats: how far a step's maximum may pass the reference
-
-constexpr int kRows = 64;  // M rows per warpgroup tile
-constexpr int kKeys = 64;  // keys per K/V tile
+constexpr int kRows = 64;                         // M rows per warpgroup tile
+constexpr int kKeys = static_cast<int>(kKvTile);  // keys per K/V tile: an online-softmax step
 
 // A 64-row tile (Q, or K or V) is stored as D / 64 column blocks of 64 rows x 128 bytes, 8 KiB
 // apart; in a block, row r's 16-byte chunk c sits at chunk c ^ (r & 7). That is the 128-byte

@@ -17,10 +17,6 @@ namespace detfuzz::attention {
 
 namespace {
 
-// How far a step's maximum may pass the running reference (log2 domain) before the reference
-// moves and the state is rescaled: paged_attention_tile.cuh's constant.
-constexpr float kRescaleSlack = 8.f;
-
 // Everything one sequence's rows need, in float32 on the host.
 struct SequenceWork {
   const float *q;                                 // [T_q, H_q, D]
