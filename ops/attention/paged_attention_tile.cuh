@@ -83,6 +83,11 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi, bool bf16) {
   const uint16_t b = bf16 ? from_f<__nv_bfloat16>(hi) : from_f<__half>(hi);
   return static_cast<uint32_t>(a) | (static_cast<uint32_t>(b) << 16);
 }
+// Two adjacent output elements of a row, O (1 / L) each, packed in the output dtype: what every
+// schedule and fold writes.
+__device__ __forceinline__ uint32_t pack2_normalised(float lo, float hi, float inv_L, bool bf16) {
+  return pack2(normalised(lo, inv_L), normalised(hi, inv_L), bf16);
+}
 
 // The per-thread online-softmax state of the two M rows a lane holds (rows g and g + 8 of its
 // warp's 16): row i owns s[nb][2i], s[nb][2i+1] and acc[nb][2i], acc[nb][2i+1].
@@ -143,8 +148,8 @@ struct MergedRows {
                                                  int split_tokens, void *const (&row_out)[2], int t) {
     uint32_t *out[2] = {static_cast<uint32_t *>(row_out[0]), static_cast<uint32_t *>(row_out[1])};
     auto store = [&](int nb, const float4 &v, const float(&inv)[2]) {
-      if (out[0]) out[0][nb * 4 + t] = pack2(normalised(v.x, inv[0]), normalised(v.y, inv[0]), kBf16);
-      if (out[1]) out[1][nb * 4 + t] = pack2(normalised(v.z, inv[1]), normalised(v.w, inv[1]), kBf16);
+      if (out[0]) out[0][nb * 4 + t] = pack2_normalised(v.x, v.y, inv[0], kBf16);
+      if (out[1]) out[1][nb * 4 + t] = pack2_normalised(v.z, v.w, inv[1], kBf16);
     };
     if (j == 0) {  // the row's only split: its state is the output
       const float inv[2] = {reciprocal(st.l[0]), reciprocal(st.l[1])};
@@ -170,8 +175,7 @@ struct MergedRows {
 #pragma unroll
     for (int nb = 0; nb < D / 8; ++nb) {
       if (nb >= blocks) break;
-      out[(first_block + nb) * 4 + t] =
-          pack2(normalised(at(nb, 2 * i), inv), normalised(at(nb, 2 * i + 1), inv), kBf16);
+      out[(first_block + nb) * 4 + t] = pack2_normalised(at(nb, 2 * i), at(nb, 2 * i + 1), inv, kBf16);
     }
   }
 
@@ -220,8 +224,7 @@ __device__ __forceinline__ void write_split(const PagedAttnLaunch &p, const RowS
 #pragma unroll
       for (int nb = 0; nb < D / 8; ++nb) {
         if (nb >= blocks) break;
-        out[(first_block + nb) * 4 + t] =
-            pack2(normalised(st.acc[nb][2 * i], inv), normalised(st.acc[nb][2 * i + 1], inv), kBf16);
+        out[(first_block + nb) * 4 + t] = pack2_normalised(st.acc[nb][2 * i], st.acc[nb][2 * i + 1], inv, kBf16);
       }
     } else {
       const int64_t slot = row_head * p.max_splits + j;
