@@ -9,6 +9,8 @@
 // Measurements behind the constants: docs/perf/attention.md.
 #pragma once
 
+#include "ops/attention/split_contract.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -222,7 +224,7 @@ inline int64_t splits_per_cta(const std::vector<int64_t> &tile_splits, int64_t h
 // Slot coordinates are 32-bit (pool_blocks pages of the pool). KvLoads::automatic takes TMA only
 // for whole 64-key boxes: many small boxes from one thread are slower than cp.async.
 inline int tma_box_rows(int head_dim, int block_size, int64_t pool_blocks, KvLoads kv_loads) {
-  constexpr int kKeys = 64;  // keys per K/V tile
+  constexpr int kKeys = static_cast<int>(kKvTile);  // keys per K/V tile
   const int rows_per_step = 128 / (head_dim / 8);
   const int bs = block_size;
   const int rows = bs < kKeys ? bs : kKeys;
