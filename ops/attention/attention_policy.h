@@ -235,5 +235,20 @@ inline int tma_box_rows(int head_dim, int block_size, int64_t pool_blocks, KvLoa
   return rows;
 }
 
+// Whether the Hopper kernel boxes a tile whose pages follow each other in the pool (page ids p, p +
+// 1, ..., the tile's 64 keys one run of 64 slots) as one 64-row TMA box per column block, for pages
+// smaller than a tile: an allocator that hands out consecutive pages gives a sequence such runs, and
+// one box then moves a tile as pages of 64 do (the producer issues four boxes a tile instead of the
+// warpgroup's cp.async and its address arithmetic). Other tiles keep tma_box_rows' loads. Pages must
+// divide 64 and hold at least a producer step's rows (128 / (D / 8)): each producer warp's keys then
+// touch every page of a tile, so every warp finds the same answer from its own page ids.
+inline bool tma_run_boxes(int head_dim, int block_size, int64_t pool_blocks, KvLoads kv_loads) {
+  constexpr int kKeys = static_cast<int>(kKvTile);
+  const int rows_per_step = 128 / (head_dim / 8);
+  const int bs = block_size;
+  if (kv_loads == KvLoads::cp_async || bs >= kKeys || bs < rows_per_step || kKeys % bs != 0) return false;
+  return pool_blocks > 0 && pool_blocks * bs <= INT32_MAX;
+}
+
 }  // namespace attention_policy
 }  // namespace detfuzz::attention

@@ -105,12 +105,15 @@ struct CudaAttentionOptions {
   // choice depends on the device and the head dim only, never on the batch.
   enum class Kernel { automatic, mma_sync, wgmma } kernel = Kernel::automatic;
   // How the Hopper kernels (wgmma, whole_rows and split_groups) load K/V tiles: automatic is TMA
-  // for pages of 64 tokens or a multiple (a box per 64-key tile), and as tma for split_groups in
+  // for pages of 64 tokens or a multiple (a box per 64-key tile) and, for smaller pages that divide
+  // 64, for each tile whose pages follow each other in the pool (one 64-row box per column block:
+  // attention_policy::tma_run_boxes); and as tma for split_groups in
   // one wave of CTAs whose consumers walk 2 splits or more, on a device where a CTA pulls more than
   // its SM's share of the bandwidth (an H100, not an H200: attention_policy::small_box_tma_pays)
   // and for whole_rows decode in 1-4 nearly full waves of rows of 4 splits or more
   // (whole_rows_small_box_tma_pays), cp.async otherwise; tma takes TMA wherever a box fits a page
-  // run (pages of 8-64 dividing 64, or multiples of 64); cp_async never does.
+  // run (pages of 8-64 dividing 64, or multiples of 64), and runs of consecutive pages as one box;
+  // cp_async never does.
   // The bytes in shared memory, and so every bit, are the same.
   enum class KvLoads { automatic, tma, cp_async } kv_loads = KvLoads::automatic;
   // Whether the Hopper prefill kernel's two consumer warpgroups take turns issuing their MMAs

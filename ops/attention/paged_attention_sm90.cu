@@ -19,11 +19,14 @@
 // docs/perf/attention.md). The producers stream 64-key K and V tiles through the stages (5 for
 // whole_rows, 6 for split_groups), into the 128-byte-swizzled layout the wgmma descriptors read.
 // A tile whose keys all lie below kv_len is loaded by TMA for pages of 64 slots or a multiple, and
-// under KvLoads::tma also for pages of 8-32 dividing 64 (16-32 for D = 64;
+// for smaller pages dividing 64 where the tile's pages follow each other in the pool (a run: one
+// 64-row box per column block, attention_policy::tma_run_boxes; the producer warps check their page
+// ids), and under KvLoads::tma also for pages of 8-32 dividing 64 (16-32 for D = 64;
 // attention_policy::tma_box_rows), which the plan asks for in one-wave decode grids only, where a
 // CTA pulls more than its SM's share (small_box_tma_pays): one thread issues a 3-D box per page run
 // and 64-column block, through the block table, and the stage's `full` mbarrier counts the bytes.
-// Other tiles (the last one of a sequence, or every tile for other page sizes) are copied by all
+// Other tiles (the last one of a sequence, tiles of small pages that are not a run, every tile for
+// other page sizes) are copied by all
 // 128 threads with cp.async, 16 bytes at a time, whole 256-byte rows per warp instruction, keys
 // past kv_len zero-filled; each thread's completion arrives on `full`. The block table is read once
 // per lane and tile, a tile ahead; the threads take their keys' pool rows by shuffle (a producer
@@ -122,9 +125,12 @@ __device__ __forceinline__ void turn_pass(int id) { asm volatile("bar.arrive %0,
 // The K and V pools as 3-D TMA maps (head dim, KV head, slot), boxes of 64 elements x 1 x
 // box_rows, 128-byte swizzled (tma_box_rows decides box_rows); zeroed and unused when box_rows
 // is 0, where every tile goes through cp.async.
+// k_run and v_run (used where `runs`, attention_policy::tma_run_boxes) map the same pools with boxes
+// of 64 rows, for tiles whose pages follow each other in the pool.
 struct KvMaps {
-  CUtensorMap k, v;
+  CUtensorMap k, v, k_run, v_run;
   int box_rows;  // 0: every tile by cp.async
+  bool runs;     // a tile that is one run of consecutive pages: one 64-row box per column block
 };
 
 template <typename T, int D, bool kSplitGroups>
@@ -264,14 +270,38 @@ __global__ void __launch_bounds__(ws_threads<kSplitGroups>(), 1)
       sm90::prefetch_tensor_map(&kv_maps.k);
       sm90::prefetch_tensor_map(&kv_maps.v);
     }
+    if (tid == 0 && kv_maps.runs) {
+      sm90::prefetch_tensor_map(&kv_maps.k_run);
+      sm90::prefetch_tensor_map(&kv_maps.v_run);
+    }
     for (int load = 0; load < n_loads; ++load) {
       const int s = load % kStages, c = stream_of(load);
       if (kProducers == 2 && c != own) continue;
       const int t0 = c ? t0_b : t0_a;
       const int lane_row = next_page * bs + next_slot;
+      const bool whole_tile = t0 + kKeys <= kv_len;
       // The consumers released the stage (whole_rows' last stage: its first release is of Q).
       sm90::mbar_wait(empty + 8 * s, ((load / kStages) & 1) ^ (S::kQInRing && s == kStages - 1 ? 0 : 1));
-      if (box_rows > 0 && t0 + kKeys <= kv_len) {  // uniform over the warpgroup
+      // A run: the tile's pages follow each other in the pool, so that every key's pool row is the
+      // tile's first row plus the key. A warp's keys touch every page of the tile (tma_run_boxes),
+      // so each warp finds the same answer, and the choice is uniform over the warpgroup. (Read after
+      // the wait, which the page ids' load, issued a tile ahead, overlaps.)
+      const bool run = kv_maps.runs && whole_tile &&
+                       __all_sync(0xffffffffu, lane_row - lane_key == __shfl_sync(0xffffffffu, lane_row - lane_key, 0));
+      if (run) {
+        if (tid == 0) {
+          // Lane 0's key is the tile's first (lane_key 0 in warp 0).
+          sm90::mbar_expect_tx(full + 8 * s, 2 * L::kTileBytes);
+#pragma unroll
+          for (int b = 0; b < D / 64; ++b) {
+            const uint32_t dst = s * L::kTileBytes + b * kBlockBytes;
+            sm90::tma_load_3d(k_s + dst, &kv_maps.k_run, full + 8 * s, b * 64, kvh, lane_row);
+            sm90::tma_load_3d(v_s + dst, &kv_maps.v_run, full + 8 * s, b * 64, kvh, lane_row);
+          }
+        } else {
+          sm90::mbar_arrive(full + 8 * s);
+        }
+      } else if (box_rows > 0 && whole_tile) {  // uniform over the warpgroup
         if (tid < 32) {
           // Thread 0's key j * kRowsPerStep starts a box when it is a multiple of box_rows (a
           // power of two >= kRowsPerStep): at slot 0 of a page of box_rows, or at the tile's first
@@ -610,6 +640,11 @@ void launch_ws(const PagedAttnLaunch &p, cudaStream_t stream) {
   if (maps.box_rows > 0) {
     maps.k = kv_pool_map(p.k_pool, p, maps.box_rows);
     maps.v = kv_pool_map(p.v_pool, p, maps.box_rows);
+  }
+  maps.runs = attention_policy::tma_run_boxes(D, p.block_size, p.pool_blocks, p.kv_loads);
+  if (maps.runs) {
+    maps.k_run = kv_pool_map(p.k_pool, p, kKeys);
+    maps.v_run = kv_pool_map(p.v_pool, p, kKeys);
   }
   const int64_t x =
       kSplitGroups ? int64_t{p.h_kv} * split_group_ctas(p.max_splits, p.splits_per_cta, p.group_consumers) * p.q_tiles

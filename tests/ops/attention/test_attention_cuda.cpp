@@ -119,7 +119,9 @@ TEST(PagedAttentionCuda, SchedulesGiveTheSameBits) {
         const Kernel kernel = *rc::gen::element(Kernel::automatic, Kernel::mma_sync);
         const CaseSpec c =
             *gen_attention_case("invariant", "repeat", Backend::cuda, *rc::gen::element(at::kBFloat16, at::kHalf));
-        const auto b = attention_case::build(c, attention_case::sequences(c), 11, 5, false);
+        // Pages in the allocator's order (0: the Hopper kernel boxes runs of pages whole) or shuffled.
+        const int64_t place = *rc::gen::element(int64_t{0}, int64_t{11});
+        const auto b = attention_case::build(c, attention_case::sequences(c), place, 5, false);
         const auto &t = b.args.tensors;
         // Splits of 4 tiles (the default), 3 (whole_rows' tile pairs start at tile 1: a split then
         // starts at a pair's first tile) and 1 (every tile starts one).
@@ -134,7 +136,7 @@ TEST(PagedAttentionCuda, SchedulesGiveTheSameBits) {
         const auto x = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha, split);
         const auto z = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha, split3);
         RC_LOG() << c.describe() << (kernel == Kernel::mma_sync ? " (mma.sync)" : " (automatic kernel)")
-                 << ", splits of " << split_tokens << "\n";
+                 << ", splits of " << split_tokens << ", placement " << place << "\n";
         RC_ASSERT(x.view(at::kShort).equal(z.view(at::kShort)));
         if (c.shape[2] <= 128) {  // whole_rows exists for D <= 128
           const auto y = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha, whole);
@@ -258,7 +260,9 @@ TEST(PagedAttentionCuda, RescalesOnlyWhereTheMaximumJumpsInEverySchedule) {
 // The Hopper prefill kernel loads K/V tiles by TMA or by cp.async (KvLoads), and its consumers
 // issue freely or take turns (ping-pong): the shared memory and the arithmetic, and so every bit,
 // must be the same, including tiles past kv_len (cp.async zero-fills them in either mode), pages
-// TMA cannot box (pages of 1), and CTAs whose second consumer has no rows (no turns).
+// TMA cannot box (pages of 1), and CTAs whose second consumer has no rows (no turns). Pages in the
+// allocator's order (placement 0) make every whole tile of small pages a run of consecutive pages,
+// boxed whole by TMA; shuffled pages (placement 11) mostly are not.
 // Generated batches use pages of 1, 16 and 64.
 TEST(PagedAttentionCuda, HopperPrefillVariantsGiveTheSameBits) {
   NEED_GPU();
@@ -269,9 +273,10 @@ TEST(PagedAttentionCuda, HopperPrefillVariantsGiveTheSameBits) {
     const CaseSpec c =
         *gen_attention_case("invariant", "repeat", Backend::cuda, *rc::gen::element(at::kBFloat16, at::kHalf));
     RC_PRE(c.shape[2] <= 128);  // whole_rows exists for D <= 128
-    const auto b = attention_case::build(c, attention_case::sequences(c), 11, 5, false);
+    const int64_t place = *rc::gen::element(int64_t{0}, int64_t{11});
+    const auto b = attention_case::build(c, attention_case::sequences(c), place, 5, false);
     const auto &t = b.args.tensors;
-    RC_LOG() << c.describe() << "\n";
+    RC_LOG() << c.describe() << ", placement " << place << "\n";
     attention::CudaAttentionOptions o;
     o.schedule = Schedule::whole_rows;
     o.kv_loads = KvLoads::cp_async;

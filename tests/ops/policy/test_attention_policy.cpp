@@ -221,6 +221,26 @@ TEST(TmaBoxRows, ForcedTmaOnSmallPages) {
   EXPECT_EQ(tma_box_rows(128, 4, 1000, KvLoads::tma), 0);
 }
 
+// Runs of consecutive pages boxed whole: pages smaller than a tile that divide 64 and hold a
+// producer step's rows, unless cp.async is forced; pages of 64 or more box every tile already.
+TEST(TmaRunBoxes, SmallPagesThatDivideATile) {
+  for (KvLoads loads : {KvLoads::automatic, KvLoads::tma}) {
+    EXPECT_TRUE(tma_run_boxes(128, 16, 1000, loads));
+    EXPECT_TRUE(tma_run_boxes(128, 8, 1000, loads));
+    EXPECT_TRUE(tma_run_boxes(128, 32, 1000, loads));
+    EXPECT_TRUE(tma_run_boxes(64, 16, 1000, loads));
+    EXPECT_FALSE(tma_run_boxes(64, 8, 1000, loads));    // below a producer step's 16 rows
+    EXPECT_FALSE(tma_run_boxes(128, 4, 1000, loads));   // below a producer step's 8 rows
+    EXPECT_FALSE(tma_run_boxes(128, 24, 1000, loads));  // does not divide 64
+    EXPECT_FALSE(tma_run_boxes(128, 64, 1000, loads));  // boxed by tma_box_rows
+    EXPECT_FALSE(tma_run_boxes(128, 128, 1000, loads));
+  }
+  EXPECT_FALSE(tma_run_boxes(128, 16, 1000, KvLoads::cp_async));
+  EXPECT_TRUE(tma_run_boxes(128, 16, (int64_t{1} << 27) - 1, KvLoads::automatic));
+  EXPECT_FALSE(tma_run_boxes(128, 16, int64_t{1} << 27, KvLoads::automatic));  // 2^31 slots
+  EXPECT_FALSE(tma_run_boxes(128, 16, 0, KvLoads::automatic));
+}
+
 TEST(TmaBoxRows, SlotCoordinatesAre32Bit) {
   EXPECT_EQ(tma_box_rows(128, 64, (int64_t{1} << 25) - 1, KvLoads::automatic), 64);
   EXPECT_EQ(tma_box_rows(128, 64, int64_t{1} << 25, KvLoads::automatic), 0);  // 2^31 slots
