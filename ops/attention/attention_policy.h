@@ -216,6 +216,16 @@ inline int64_t splits_per_cta(const std::vector<int64_t> &tile_splits, int64_t h
   return chosen;
 }
 
+// Rows one step of the Hopper kernel's producer copies (128 threads, a 16-byte chunk each, of K
+// rows of D elements): a TMA box must hold at least these, so that it starts at a key whose page the
+// producer's threads track.
+inline int producer_step_rows(int head_dim) { return 128 / (head_dim / 8); }
+// Whether TMA can address every slot of a pool of pool_blocks pages of block_size slots: the
+// kernel's slot coordinates are 32-bit.
+inline bool tma_slots_fit(int64_t pool_blocks, int block_size) {
+  return pool_blocks > 0 && pool_blocks * block_size <= INT32_MAX;
+}
+
 // Rows of a TMA box of the Hopper kernel for pages of `block_size` slots, or 0 where tiles go
 // through cp.async. A box is one page's run of a 64-key tile (a whole page, or 64 slots of a larger
 // one), so pages must divide 64 or be a multiple of it. Boxes then start 1024-byte aligned in
@@ -225,14 +235,12 @@ inline int64_t splits_per_cta(const std::vector<int64_t> &tile_splits, int64_t h
 // for whole 64-key boxes: many small boxes from one thread are slower than cp.async.
 inline int tma_box_rows(int head_dim, int block_size, int64_t pool_blocks, KvLoads kv_loads) {
   constexpr int kKeys = static_cast<int>(kKvTile);  // keys per K/V tile
-  const int rows_per_step = 128 / (head_dim / 8);
   const int bs = block_size;
   const int rows = bs < kKeys ? bs : kKeys;
   const bool pow2 = (rows & (rows - 1)) == 0;
   if (kv_loads == KvLoads::cp_async || (kv_loads == KvLoads::automatic && rows < kKeys)) return 0;
-  if (rows < rows_per_step || !pow2 || (bs >= kKeys && bs % kKeys != 0)) return 0;
-  if (pool_blocks * bs > INT32_MAX || pool_blocks <= 0) return 0;
-  return rows;
+  if (rows < producer_step_rows(head_dim) || !pow2 || (bs >= kKeys && bs % kKeys != 0)) return 0;
+  return tma_slots_fit(pool_blocks, bs) ? rows : 0;
 }
 
 // Whether the Hopper kernel boxes a tile whose pages follow each other in the pool (page ids p, p +
@@ -244,10 +252,10 @@ inline int tma_box_rows(int head_dim, int block_size, int64_t pool_blocks, KvLoa
 // touch every page of a tile, so every warp finds the same answer from its own page ids.
 inline bool tma_run_boxes(int head_dim, int block_size, int64_t pool_blocks, KvLoads kv_loads) {
   constexpr int kKeys = static_cast<int>(kKvTile);
-  const int rows_per_step = 128 / (head_dim / 8);
   const int bs = block_size;
-  if (kv_loads == KvLoads::cp_async || bs >= kKeys || bs < rows_per_step || kKeys % bs != 0) return false;
-  return pool_blocks > 0 && pool_blocks * bs <= INT32_MAX;
+  if (kv_loads == KvLoads::cp_async || bs >= kKeys || bs < producer_step_rows(head_dim) || kKeys % bs != 0)
+    return false;
+  return tma_slots_fit(pool_blocks, bs);
 }
 
 }  // namespace attention_policy

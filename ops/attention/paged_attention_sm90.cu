@@ -286,8 +286,9 @@ __global__ void __launch_bounds__(ws_threads<kSplitGroups>(), 1)
       // tile's first row plus the key. A warp's keys touch every page of the tile (tma_run_boxes),
       // so each warp finds the same answer, and the choice is uniform over the warpgroup. (Read after
       // the wait, which the page ids' load, issued a tile ahead, overlaps.)
-      const bool run = kv_maps.runs && whole_tile &&
-                       __all_sync(0xffffffffu, lane_row - lane_key == __shfl_sync(0xffffffffu, lane_row - lane_key, 0));
+      const int run_start = lane_row - lane_key;  // the tile's first pool row, if it is a run
+      const bool run =
+          kv_maps.runs && whole_tile && __all_sync(0xffffffffu, run_start == __shfl_sync(0xffffffffu, run_start, 0));
       if (run) {
         if (tid == 0) {
           // Lane 0's key is the tile's first (lane_key 0 in warp 0).
