@@ -698,7 +698,7 @@ int detfuzz::cli_main(int argc, char **argv) {
   bench->footer(
       "--impl invariant@PATH forces one matmul path (sm90_persistent, sm90_split, their _64 forms, mma_sync, or a\n"
       "float32 path); invariant@tma, @cp-async, @pingpong, @no-pingpong, @split-per-cta, @split-groups,\n"
-      "@whole-rows, @one-consumer, @two-consumers force attention's.");
+      "@whole-rows, @one-consumer, @two-consumers, @merge-kernel force attention's.");
 
   ScanOptions so;
   std::string merge_out;

@@ -49,6 +49,7 @@ struct KvGrid {
   int64_t q_tiles = 1;               // grid x: ceil(longest q_len / query rows per tile), at least 1
   int64_t max_splits = 1;            // ceil(longest kv_len / split_tokens), at least 1
   int64_t full_tiles = 0;            // query tiles with more than 16 live (row, head) pairs: prefill work
+  int64_t longest_q = 0;             // the longest q_len
   std::vector<int64_t> tile_splits;  // per query tile of every sequence: the splits its last row sees
 };
 
@@ -73,6 +74,7 @@ inline KvGrid kv_grid(const std::vector<int32_t> &cu_q, const std::vector<int32_
   }
   const int64_t q_tiles = (max_q + rows_per_tile - 1) / rows_per_tile,
                 max_splits = (max_kv + split_tokens - 1) / split_tokens;
+  g.longest_q = max_q;
   g.q_tiles = q_tiles > 1 ? q_tiles : 1;
   g.max_splits = max_splits > 1 ? max_splits : 1;
   return g;
@@ -174,6 +176,25 @@ inline int64_t split_group_consumers(bool split_groups, int64_t two_consumer_cta
 // 79.5 us, batch 8 at 4k 44.1 against 44.9, batch 1 at 16k / 32k 28.8 / 49.4 against 29.4 / 50.1;
 // batch 1 at 512 and 4k, batch 16 at 16k and batch 32 and 64 at 4k within the rounds' spread.
 inline bool early_merge_pays(bool split_groups, int64_t max_splits) { return split_groups && max_splits > 1; }
+
+// split_groups: the (live pair, split) states of D floats a consumer's Q slot holds once its Q is in
+// registers (a slot is 64 rows of D 16-bit values): where its CTA folds its rows' splits, each
+// consumer keeps its splits' states there.
+constexpr int64_t kCtaFoldStates = 32;
+
+// split_groups folds a row's splits in the CTA that computed them, instead of in the merge kernel,
+// wherever one CTA holds every split of its rows (max_splits <= consumers * splits_per_cta), a row
+// has more than one, and each consumer's splits of the tile's live (query row, head) pairs fit its
+// Q slot (splits_per_cta * tile_pairs <= kCtaFoldStates): decode batches of 16 at 512-4k keys with
+// GQA groups of 4. The consumers keep their splits' states in shared memory instead of writing them
+// for the merge kernel, then fold each row in split order there: the merge kernel's arithmetic, so
+// its bits. No merge kernel then waits for the grid, and no state goes through memory.
+// tile_pairs: the live pairs of the fullest query tile (min(64, longest q_len * GQA group)).
+inline bool cta_merge_pays(bool split_groups, int64_t max_splits, int64_t consumers, int64_t splits_per_cta,
+                           int64_t tile_pairs) {
+  return split_groups && max_splits > 1 && max_splits <= consumers * splits_per_cta &&
+         splits_per_cta * tile_pairs <= kCtaFoldStates;
+}
 
 // The dynamic shared memory an early merge's CTA asks for (where a row's splits fit in it, the merge
 // copies them there; paged_attention.cu): enough that an SM holds

@@ -25,7 +25,8 @@
 // per 1..8 consecutive splits, each split's state through a workspace, merge kernel) for decode, and
 // whole_rows (a CTA walks all splits of its rows and merges in shared memory) for prefill; on
 // Hopper, paged_attention_sm90.cu runs whole_rows and a third, split_groups (decode: two consumer
-// warpgroups per CTA, each on its own splits, written for the same merge kernel). So the
+// warpgroups per CTA, each on its own splits, written for the same merge kernel, or folded by the
+// CTA itself in the same order where it holds every split of its rows). So the
 // host may choose the schedule, the splits per CTA and the grid from the batch: none of them
 // reaches a row's bits, which depend only on the row's own q vector, its visible keys and the constants.
 // Tensor cores compute every output element of an mma the same way wherever it sits in the tile,
@@ -274,18 +275,6 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const PagedAt
 // decode took 50 us against 45 us with the whole row at once (docs/perf/attention.md).
 constexpr int kMergeBatch = 32;
 
-// One split folded into the merge's running maximum M, sum L and output element O: both forms
-// below fold each split through this.
-__device__ __forceinline__ void merge_split(float &M, float &L, float &O, float2 ml_j, float o_j) {
-  const MergeWeights w = merge_weights(M, ml_j.x);
-  L = merged(L, ml_j.y, w);
-  O = merged(O, o_j, w);
-  M = w.m;
-}
-
-// The shared memory the whole-row merge takes per split: its partial output and its (m, l).
-__host__ __device__ constexpr int merge_bytes_per_split(int head_dim) { return head_dim * 4 + 8; }
-
 // The whole-row merge (see above): splits * merge_bytes_per_split(D) bytes of dynamic shared
 // memory. Returns the row's output element d.
 __device__ __forceinline__ float merge_whole_row(const float *part, const float2 *ml, int splits, int D, int d) {
@@ -477,7 +466,8 @@ void launch_typed(const PagedAttnLaunch &p, cudaStream_t stream) {
     if (p.kernel != AttnKernel::wgmma)
       throw std::runtime_error("paged_attention: split_groups runs on the wgmma kernel only");
     launch_split_groups_sm90(p, stream);
-    return launch_merge<T, D>(p, stream);
+    if (!p.cta_merge) launch_merge<T, D>(p, stream);
+    return;
   }
   if (p.kernel == AttnKernel::wgmma) {
     // whole_rows on wgmma: the warp-specialised kernel (paged_attention_sm90.cu), same bits.
@@ -558,6 +548,10 @@ void launch_paged_attention(const PagedAttnLaunch &p, cudaStream_t stream) {
                              std::to_string(p.head_dim));
   if (p.splits_per_cta < 1)
     throw std::runtime_error("paged_attention: splits_per_cta " + std::to_string(p.splits_per_cta));
+  if (p.cta_merge && (p.schedule != KvSchedule::split_groups || p.max_splits > p.group_consumers * p.splits_per_cta))
+    throw std::runtime_error("paged_attention: cta_merge needs split_groups with every split of a row in one CTA (" +
+                             std::to_string(p.max_splits) + " splits, " + std::to_string(p.group_consumers) + " x " +
+                             std::to_string(p.splits_per_cta) + " a CTA)");
   const long long x =
       static_cast<long long>(p.h_kv) * (p.schedule == KvSchedule::whole_rows ? 1 : p.max_splits) * p.q_tiles;
   if (p.q_tiles < 1 || p.num_seqs < 1 || p.num_seqs > 65535 || p.max_splits < 1 || x > 0x7fffffffLL)

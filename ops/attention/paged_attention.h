@@ -120,6 +120,10 @@ struct CudaAttentionOptions {
   // (ping-pong, as FlashAttention-3 schedules them) or issue freely. automatic: ping-pong (see
   // paged_attention_sm90.cu for the measurement). The bits are the same.
   enum class ConsumerTurns { automatic, free, pingpong } turns = ConsumerTurns::automatic;
+  // Where split_groups folds a row's splits: automatic is in the CTA that computed them wherever
+  // one CTA holds every split of its rows (attention_policy::cta_merge_pays), else the merge
+  // kernel; kernel is the merge kernel always. The bits are the same.
+  enum class Merge { automatic, kernel } merge = Merge::automatic;
 };
 
 // can_implement says why the kernel cannot take these tensors, or "" when it can.
@@ -137,6 +141,7 @@ class PagedAttentionCudaPlan {
   bool whole_rows() const { return whole_rows_; }
   bool split_groups() const { return split_groups_; }
   bool wgmma() const { return wgmma_; }
+  bool cta_merge() const { return cta_merge_; }
 
  private:
   at::Tensor cu_seqlens_q_, seq_lens_kv_, block_table_;
@@ -148,6 +153,7 @@ class PagedAttentionCudaPlan {
   bool wgmma_ = false;
   bool small_box_tma_ = false;  // automatic K/V loads run as KvLoads::tma (small_box_tma_pays)
   bool early_merge_ = false;    // split_groups' merge launched at the split kernel's start (early_merge_pays)
+  bool cta_merge_ = false;      // split_groups' CTAs fold their rows' splits, no merge kernel (cta_merge_pays)
 };
 
 // Plan and run in one call.

@@ -10,6 +10,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <mutex>
 #include <vector>
@@ -122,7 +123,10 @@ PagedAttentionCudaPlan::PagedAttentionCudaPlan(const at::Tensor &q, const at::Te
               options.group_consumers, " is not 0, 1 or 2");
   group_consumers_ = options.group_consumers > 0 ? options.group_consumers
                                                  : policy::split_group_consumers(split_groups_, grid_ctas(2), sms);
-  early_merge_ = policy::early_merge_pays(split_groups_, max_splits_);
+  const int64_t tile_pairs = std::min<int64_t>(64, grid.longest_q * (h_q_ / h_kv_));
+  cta_merge_ = options.merge == CudaAttentionOptions::Merge::automatic &&
+               policy::cta_merge_pays(split_groups_, max_splits_, group_consumers_, splits_per_cta_, tile_pairs);
+  early_merge_ = policy::early_merge_pays(split_groups_, max_splits_) && !cta_merge_;
   small_box_tma_ =
       policy::small_box_tma_pays(split_groups_, splits_per_cta_, grid_ctas(group_consumers_), sms, cta_pull) ||
       policy::whole_rows_small_box_tma_pays(whole_rows_ && grid.full_tiles == 0, max_splits_,
@@ -183,9 +187,10 @@ at::Tensor PagedAttentionCudaPlan::run(const at::Tensor &q, const at::Tensor &k_
                                                                               : KvLoads::automatic;
   p.pingpong = options_.turns != CudaAttentionOptions::ConsumerTurns::free;
   p.early_merge = early_merge_;
+  p.cta_merge = cta_merge_;
   p.scale_log2 = softmax_scale_log2(alpha, head_dim_);
   at::Tensor part_acc, part_ml;
-  if (!whole_rows_ && max_splits_ > 1) {
+  if (!whole_rows_ && max_splits_ > 1 && !cta_merge_) {  // the splits' states for the merge kernel
     const auto f32 = q.options().dtype(at::kFloat);
     part_acc = at::empty({num_q_, h_q_, max_splits_, head_dim_}, f32);
     part_ml = at::empty({num_q_, h_q_, max_splits_, 2}, f32);

@@ -36,6 +36,7 @@ struct PagedAttnLaunch {
   KvLoads kv_loads = KvLoads::automatic;
   bool pingpong = false;     // the Hopper prefill kernel's consumers take turns issuing their MMAs
   bool early_merge = false;  // split_groups: the merge's CTAs launched at the kernel's start (early_merge_pays)
+  bool cta_merge = false;    // split_groups: each CTA folds its rows' splits, no merge kernel (cta_merge_pays)
   float scale_log2 = 1.f;    // softmax scale times log2(e): scores are kept in the log2 domain
 };
 

@@ -16,7 +16,10 @@
 // (the stages taken in turn), each consumer waiting only on its own; a finished split is written
 // for the merge kernel exactly as split_per_cta writes it (decode streams KV faster this way than
 // with split_per_cta's one warpgroup per CTA, which loads and computes in turn:
-// docs/perf/attention.md). The producers stream 64-key K and V tiles through the stages (5 for
+// docs/perf/attention.md). Where one CTA holds every split of its rows and a consumer's split states
+// fit its Q slot (decode at batch 16 and 512-4k keys: attention_policy::cta_merge_pays), the
+// consumers keep the states there instead, and the CTA folds its rows at its end as the merge
+// kernel would (PagedAttnLaunch::cta_merge): no merge kernel, no state through memory. The producers stream 64-key K and V tiles through the stages (5 for
 // whole_rows, 6 for split_groups), into the 128-byte-swizzled layout the wgmma descriptors read.
 // A tile whose keys all lie below kv_len is loaded by TMA for pages of 64 slots or a multiple, and
 // for smaller pages dividing 64 where the tile's pages follow each other in the pool (a run: one
@@ -87,8 +90,9 @@ constexpr int ws_threads() {
 static_assert(kConsumers == 2, "whole_rows_ws_ctas pairs the query tiles");
 
 // Shared memory: the consumers' Q tiles, the K and V tiles of kStages stages, the consumers'
-// merged output states (whole_rows only; float32, per-thread order), then the full and empty
-// mbarriers of each stage. split_groups keeps no merged state and so has room for 6 stages
+// merged output states (whole_rows only; float32, per-thread order), the full and empty mbarriers
+// of each stage, then (split_groups) the (m, l) of the splits a CTA folds (cta_merge; their
+// outputs go into the Q tiles' slots). split_groups keeps no merged state and so has room for 6 stages
 // (224 KiB at D = 128). whole_rows has 5: its last stage's K and V slots hold the consumers' Q
 // tiles until both have read Q into registers (the stage's `empty` barrier counts that as its
 // first release), so the merged states fit beside them.
@@ -101,8 +105,12 @@ struct WsSmem {
   static constexpr int kV = kK + kStages * Layout<D>::kTileBytes;
   static constexpr int kMerged = kV + kStages * Layout<D>::kTileBytes;
   static constexpr int kBars = kMerged + (kSplitGroups ? 0 : kConsumers * kRows * D * 4);
-  static constexpr int kBytes = kBars + 2 * kStages * 8;
+  // split_groups folding its rows (PagedAttnLaunch::cta_merge): the splits' (m, l), both consumers'.
+  static constexpr int kFoldMl = kBars + 2 * kStages * 8;
+  static constexpr int kBytes = kFoldMl + (kSplitGroups ? kConsumers * attention_policy::kCtaFoldStates * 8 : 0);
   static_assert(Layout<D>::kQBytes == Layout<D>::kTileBytes, "a Q tile fills a K or V slot");
+  static_assert(attention_policy::kCtaFoldStates * D * 4 == Layout<D>::kQBytes,
+                "a consumer's split states fill its Q slot");
   // Consumer w's Q tile: whole_rows the last stage's K slot (w = 0) or V slot (w = 1).
   static constexpr int q_offset(int w) {
     return kQInRing ? (w == 0 ? kK : kV) + (kStages - 1) * Layout<D>::kTileBytes : kQ + w * Layout<D>::kQBytes;
@@ -120,6 +128,38 @@ __device__ __forceinline__ void warpgroup_barrier(int id) { asm volatile("bar.sy
 // The consumers' turns on the tensor cores: named barriers over both consumer warpgroups.
 __device__ __forceinline__ void turn_wait(int id) { asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void turn_pass(int id) { asm volatile("bar.arrive %0, 256;" ::"r"(id) : "memory"); }
+// The consumers that fold a CTA's rows (PagedAttnLaunch::cta_merge) meet on named barrier 5.
+constexpr int kFoldBarrier = 5;
+__device__ __forceinline__ void fold_barrier(int threads) {
+  asm volatile("bar.sync %0, %1;" ::"n"(kFoldBarrier), "r"(threads) : "memory");
+}
+
+// split_groups where the CTA folds its rows' splits (PagedAttnLaunch::cta_merge): once both
+// consumers have kept their splits' states in shared memory (write_split into a SplitStage:
+// consumer c's in its own Q slot, `states` the first slot, split j's (m, l) at ml_s[j * pairs + r]),
+// the `threads` consumer threads (t their index) fold each live row of the tile that has more than
+// one split, in split order through merge_split: the merge kernel's arithmetic, so its bits.
+// q_row0: the tile's first query row in the batch; first_visible: the keys its first row sees;
+// pairs: its live rows.
+template <int D>
+__device__ __forceinline__ void fold_staged_splits(const PagedAttnLaunch &p, bool bf16, const float *states,
+                                                   const float2 *ml_s, int pairs, int first_visible, int64_t q_row0,
+                                                   int kvh, int t, int threads) {
+  const int group = p.h_q / p.h_kv, spc = p.splits_per_cta;
+  constexpr int kSlotFloats = kRows * D / 2;  // a Q slot of 16-bit values, as floats
+  fold_barrier(threads);
+  for (int e = t; e < pairs * D; e += threads) {
+    const int r = e / D, d = e % D;
+    const int splits = (first_visible + r / group + p.split_tokens - 1) / p.split_tokens;
+    if (splits <= 1) continue;  // written as the output by write_split
+    auto acc = [&](int j) { return states[(j / spc) * kSlotFloats + ((j % spc) * pairs + r) * D + d]; };
+    float M = ml_s[r].x, L = ml_s[r].y, O = acc(0);
+    for (int j = 1; j < splits; ++j) merge_split(M, L, O, ml_s[j * pairs + r], acc(j));
+    const float out = normalised(O, reciprocal(L));
+    const int64_t row_head = (q_row0 + r / group) * p.h_q + kvh * group + r % group;
+    static_cast<uint16_t *>(p.out)[row_head * D + d] = bf16 ? from_f<__nv_bfloat16>(out) : from_f<__half>(out);
+  }
+}
 #endif
 
 // The K and V pools as 3-D TMA maps (head dim, KV head, slot), boxes of 64 elements x 1 x
@@ -149,7 +189,7 @@ __global__ void __launch_bounds__(ws_threads<kSplitGroups>(), 1)
   // Let the next kernel, where it is a programmatic dependent, launch now (it waits for this grid):
   // split_groups' merge where early_merge, else whatever follows the attention when no merge does
   // (a short matmul's CTAs then start while this grid ends).
-  if (!kSplitGroups || p.early_merge || p.max_splits <= 1) cuda_kernels::griddep::launch_dependents();
+  if (!kSplitGroups || p.early_merge || p.cta_merge || p.max_splits <= 1) cuda_kernels::griddep::launch_dependents();
 
   // whole_rows: blockIdx.x = kvh + h_kv * (reversed tile pair), consumer c on query tile
   // first_tile + c, one stream of keys for both. split_groups: blockIdx.x = kvh + h_kv * (group_cta
@@ -413,6 +453,12 @@ __global__ void __launch_bounds__(ws_threads<kSplitGroups>(), 1)
   warpgroup_barrier(1 + w);
   uint32_t qa[D / 16][4];  // Q as the A operand of every tile's S = Q K^T
   load_q_fragments<D>(qa, q_s, warp, lane);
+  if (kSplitGroups && p.cta_merge) {
+    // Split states go into this Q slot: every warp's Q is in registers first. The plan keeps a
+    // consumer's states within the slot (cta_merge_pays).
+    if (p.splits_per_cta * live_rows > attention_policy::kCtaFoldStates) __trap();
+    warpgroup_barrier(1 + w);
+  }
   if constexpr (S::kQInRing) {  // the last stage's slots are free for the producer
     __syncwarp();
     if (lane == 0) sm90::mbar_arrive(empty + 8 * (kStages - 1));
@@ -427,9 +473,14 @@ __global__ void __launch_bounds__(ws_threads<kSplitGroups>(), 1)
   st.reset();
   MergedRows<D> merged_rows(reinterpret_cast<float *>(smem + S::kMerged) + w * kRows * D, warp, lane);
   // A finished split: folded into the merged state (whole_rows) or written for the merge kernel.
+  // split_groups folding its rows (cta_merge): consumer w keeps its splits' states in its own Q slot.
+  SplitStage stage;
+  if (p.cta_merge)
+    stage = {reinterpret_cast<float *>(smem + S::q_offset(w)), reinterpret_cast<float2 *>(smem + S::kFoldMl), live_rows,
+             key_begin / p.split_tokens};
   auto finish_split = [&](int j) {
     if constexpr (kSplitGroups)
-      write_split<kBf16, D>(p, st, j, visible, live_rows, q_start + q0, kvh, warp, 0, D / 8, true, lane);
+      write_split<kBf16, D>(p, st, j, visible, live_rows, q_start + q0, kvh, warp, 0, D / 8, true, lane, stage);
     else
       merged_rows.fold(st, visible, j, p.split_tokens);
   };
@@ -583,6 +634,10 @@ __global__ void __launch_bounds__(ws_threads<kSplitGroups>(), 1)
   const int last_split = (key_begin + my_tiles * kKeys - 1) / p.split_tokens;
   if constexpr (kSplitGroups) {
     finish_split(last_split);
+    if (p.cta_merge)  // both consumers' splits kept (consumer 1 has some only where it has tiles): fold
+      fold_staged_splits<D>(p, kBf16, reinterpret_cast<const float *>(smem + S::kQ),
+                            reinterpret_cast<const float2 *>(smem + S::kFoldMl), live_rows, first_visible, q_start + q0,
+                            kvh, w * 128 + tid, n1 > 0 ? 256 : 128);
   } else {  // the last fold goes straight to the output
     void *row_out[2];
 #pragma unroll

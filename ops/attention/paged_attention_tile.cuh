@@ -72,6 +72,20 @@ __device__ __forceinline__ float merged(float acc, float part, const MergeWeight
   return __fadd_rn(__fmul_rn(acc, w.a), __fmul_rn(part, w.b));
 }
 
+// One split's (m, l) and output element o folded into a row's running maximum M, sum L and
+// output element O: the merge kernel (both its forms) and split_groups' fold in the CTA
+// (PagedAttnLaunch::cta_merge) fold every split through this, in split order.
+__device__ __forceinline__ void merge_split(float &M, float &L, float &O, float2 ml_j, float o_j) {
+  const MergeWeights w = merge_weights(M, ml_j.x);
+  L = merged(L, ml_j.y, w);
+  O = merged(O, o_j, w);
+  M = w.m;
+}
+
+// The shared memory a split takes where a merge copies a row's splits in: its partial output and
+// its (m, l).
+__host__ __device__ constexpr int merge_bytes_per_split(int head_dim) { return head_dim * 4 + 8; }
+
 // A row's output is O / L computed as O times L's reciprocal: one IEEE reciprocal a row, then a
 // multiply an element (a division an element took about 4% of an 8k prefill's warp samples on an
 // H200). Every schedule and the merge kernel write through these two, so their bits agree.
@@ -202,16 +216,27 @@ struct MergedRows {
   }
 };
 
+// Where split_groups keeps a split's state in shared memory for its CTA to fold
+// (PagedAttnLaunch::cta_merge): row r's acc at acc[(j - first_split) * pairs + r) * D + column], its
+// (m, l) at ml[j * pairs + r]; pairs: the tile's live rows. A null acc: no stage.
+struct SplitStage {
+  float *acc = nullptr;
+  float2 *ml = nullptr;
+  int pairs = 0, first_split = 0;
+};
+
 // split_per_cta and split_groups: writes the finished split j of the two rows a thread holds
 // (rows row_block * 16 + lane / 4 + 8 i of the tile, (query row, head) pairs of the query rows
 // from q_row0 on and the heads of KV head kvh), for the rows that see a key of it: the output itself
-// (acc (1 / l)) when it is the row's only split, else the split's state for the merge kernel. The
-// thread holds output column blocks first_block .. first_block + blocks - 1; writes_ml: this warp
-// writes the rows' (m, l) (in a spread tile only the warp that owns the rows does).
+// (acc (1 / l)) when it is the row's only split, else the split's state for the merge kernel, or
+// into `stage` where it has an acc. The thread holds output column blocks first_block .. first_block
+// + blocks - 1; writes_ml: this warp writes the rows' (m, l) (in a spread tile only the warp that
+// owns the rows does).
 template <bool kBf16, int D>
 __device__ __forceinline__ void write_split(const PagedAttnLaunch &p, const RowState<D> &st, int j,
                                             const int (&visible)[2], int live_rows, int64_t q_row0, int kvh,
-                                            int row_block, int first_block, int blocks, bool writes_ml, int lane) {
+                                            int row_block, int first_block, int blocks, bool writes_ml, int lane,
+                                            const SplitStage &stage = SplitStage{}) {
   const int group = p.h_q / p.h_kv, t = lane & 3;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -226,6 +251,14 @@ __device__ __forceinline__ void write_split(const PagedAttnLaunch &p, const RowS
         if (nb >= blocks) break;
         out[(first_block + nb) * 4 + t] = pack2_normalised(st.acc[nb][2 * i], st.acc[nb][2 * i + 1], inv, kBf16);
       }
+    } else if (stage.acc) {
+      float2 *part = reinterpret_cast<float2 *>(stage.acc + ((j - stage.first_split) * stage.pairs + r) * D);
+#pragma unroll
+      for (int nb = 0; nb < D / 8; ++nb) {
+        if (nb >= blocks) break;
+        part[(first_block + nb) * 4 + t] = make_float2(st.acc[nb][2 * i], st.acc[nb][2 * i + 1]);
+      }
+      if (t == 0 && writes_ml) stage.ml[j * stage.pairs + r] = make_float2(st.m[i], st.l[i]);
     } else {
       const int64_t slot = row_head * p.max_splits + j;
       float2 *part = reinterpret_cast<float2 *>(p.part_acc + slot * D);

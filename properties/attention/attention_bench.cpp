@@ -41,7 +41,8 @@ bool split_forced_path(const std::string &impl, std::string *base, std::string *
 // `invariant@split-per-cta`, `invariant@split-groups` and `invariant@whole-rows`: the decode
 // schedule forced;
 // `invariant@one-consumer` and `invariant@two-consumers`: split_groups' consumers per CTA forced;
-// nullopt for any other name.
+// `invariant@merge-kernel`: split_groups' splits folded by the merge kernel even where a CTA holds
+// every split of its rows; nullopt for any other name.
 enum class AttnVariant {
   tma,
   cp_async,
@@ -51,7 +52,8 @@ enum class AttnVariant {
   split_groups,
   whole_rows,
   one_consumer,
-  two_consumers
+  two_consumers,
+  merge_kernel
 };
 std::optional<AttnVariant> attention_variant_by_name(const std::string &impl) {
   std::string base, path;
@@ -65,6 +67,7 @@ std::optional<AttnVariant> attention_variant_by_name(const std::string &impl) {
   if (path == "whole-rows") return AttnVariant::whole_rows;
   if (path == "one-consumer") return AttnVariant::one_consumer;
   if (path == "two-consumers") return AttnVariant::two_consumers;
+  if (path == "merge-kernel") return AttnVariant::merge_kernel;
   return std::nullopt;
 }
 
@@ -128,8 +131,9 @@ at::Tensor run_paged(const OpArgs &a, const attention::CudaAttentionOptions &opt
 // Hopper kernel's K/V loads forced (`invariant@tma`, `invariant@cp-async`) and its consumer turns
 // (`invariant@pingpong`, `invariant@no-pingpong`), on all rows, and the decode schedule
 // (`invariant@split-per-cta`, `invariant@split-groups`, `invariant@whole-rows`, and split_groups
-// with one or two consumers per CTA: `invariant@one-consumer`, `invariant@two-consumers`; decode
-// rows) where --impl names them, on the same inputs; one row each.
+// with one or two consumers per CTA: `invariant@one-consumer`, `invariant@two-consumers`, and its
+// splits folded by the merge kernel: `invariant@merge-kernel`; decode rows) where --impl names them,
+// on the same inputs; one row each.
 void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostream &log, at::Generator &gen,
                      const BenchClock &clock) {
   using Options = attention::CudaAttentionOptions;
@@ -155,12 +159,13 @@ void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostre
       case AttnVariant::whole_rows: o.schedule = Options::Schedule::whole_rows; break;
       case AttnVariant::one_consumer: o.group_consumers = 1; break;
       case AttnVariant::two_consumers: o.group_consumers = 2; break;
+      case AttnVariant::merge_kernel: o.merge = Options::Merge::kernel; break;
     }
     // The schedules matter to decode rows only; the loads and the turns to both
     // (decode runs split_groups on the same kernel).
     const bool schedule = *variant == AttnVariant::split_per_cta || *variant == AttnVariant::split_groups ||
                           *variant == AttnVariant::whole_rows || *variant == AttnVariant::one_consumer ||
-                          *variant == AttnVariant::two_consumers;
+                          *variant == AttnVariant::two_consumers || *variant == AttnVariant::merge_kernel;
     impls.push_back({name, o, schedule});
   }
   // The shapes: a --shapes file's paged_attention_decode (M = batch, N = context, K = head dim)

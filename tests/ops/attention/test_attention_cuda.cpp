@@ -144,7 +144,9 @@ TEST(PagedAttentionCuda, SchedulesGiveTheSameBits) {
         }
         // split_groups (the wgmma kernel only): consumers on 1, 3 or 4 splits each (3 and 4: small
         // pages by TMA where TMA can box them and the grid is one wave), ping-pong or not, one or
-        // two consumers per CTA, and K/V forced through TMA boxes.
+        // two consumers per CTA, and K/V forced through TMA boxes. Where a CTA holds every split of
+        // its rows it folds them itself; with 4 splits a consumer the merge kernel is forced once
+        // too.
         if (kernel == Kernel::automatic &&
             attention::PagedAttentionCudaPlan(t[0], t[1], t[2], t[3], t[4], t[5]).wgmma()) {
           using Turns = attention::CudaAttentionOptions::ConsumerTurns;
@@ -160,6 +162,12 @@ TEST(PagedAttentionCuda, SchedulesGiveTheSameBits) {
               groups.kv_loads = spc == 1 && turns == Turns::free ? KvLoads::tma : KvLoads::automatic;
               const auto y = attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha, groups);
               RC_ASSERT(x.view(at::kShort).equal(y.view(at::kShort)));
+              if (spc == 4 && turns == Turns::pingpong) {
+                groups.merge = attention::CudaAttentionOptions::Merge::kernel;
+                const auto m =
+                    attention::paged_attention_cuda(t[0], t[1], t[2], t[3], t[4], t[5], b.args.alpha, groups);
+                RC_ASSERT(x.view(at::kShort).equal(m.view(at::kShort)));
+              }
             }
           ++compared_groups;
         }
@@ -214,6 +222,69 @@ TEST(PagedAttentionCuda, LongRowsMergeAsWholeRowsFold) {
         EXPECT_TRUE(run(Schedule::split_groups).view(at::kShort).equal(whole.view(at::kShort)))
             << "split_groups, splits of " << split_tokens << ", " << dt;
     }
+}
+
+// split_groups' CTAs fold their rows' splits where one CTA holds all of them (cta_merge_pays):
+// splits of 64 keys, two consumers of 4 splits, so rows of up to 512 keys, one or two query rows a
+// sequence. Rows of 5-8 splits (both consumers keep splits) and of 2-4 (consumer 1 has no tile:
+// consumer 0 folds alone), and rows of one split, get the bits of the merge kernel and of
+// whole_rows, for both dtypes, head dims 64 and 128, and GQA groups of 2 and 4.
+TEST(PagedAttentionCuda, SplitGroupsFoldTheirRowsInTheCta) {
+  NEED_GPU();
+  using Options = attention::CudaAttentionOptions;
+  at::manual_seed(20261130);
+  const auto f32 = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
+  const auto i32 = at::TensorOptions().dtype(at::kInt);
+  constexpr int64_t page = 16;
+  // (query rows, keys) per sequence.
+  const std::vector<std::pair<int64_t, int64_t>> seqs = {{1, 500}, {1, 129}, {2, 257}, {1, 60}, {2, 300}, {1, 512}};
+  int64_t blocks = 0, max_blocks = 0, rows = 0;
+  for (const auto &[q_len, kv] : seqs) {
+    blocks += (kv + page - 1) / page;
+    max_blocks = std::max(max_blocks, (kv + page - 1) / page);
+    rows += q_len;
+  }
+  const at::Tensor order = at::randperm(blocks, at::TensorOptions().dtype(at::kLong));
+  at::Tensor table = at::zeros({static_cast<int64_t>(seqs.size()), max_blocks}, i32);
+  at::Tensor cu = at::zeros({static_cast<int64_t>(seqs.size()) + 1}, i32),
+             lens = at::zeros({static_cast<int64_t>(seqs.size())}, i32);
+  for (int64_t s = 0, next = 0; s < static_cast<int64_t>(seqs.size()); ++s) {
+    cu[s + 1] = cu[s].item<int32_t>() + static_cast<int32_t>(seqs[s].first);
+    lens[s] = static_cast<int32_t>(seqs[s].second);
+    for (int64_t b = 0; b < (seqs[s].second + page - 1) / page; ++b) table[s][b] = order[next++].item<int64_t>();
+  }
+  const at::Tensor cu_d = cu.cuda(), lens_d = lens.cuda(), table_d = table.cuda();
+  for (at::ScalarType dt : {at::kBFloat16, at::kHalf})
+    for (int64_t d : {64, 128})
+      for (int64_t hkv : {2, 4}) {
+        const int64_t hq = 8;
+        const at::Tensor q = (at::randn({rows, hq, d}, f32) * 3).to(dt);
+        const at::Tensor k = at::randn({blocks, page, hkv, d}, f32).to(dt),
+                         v = at::randn({blocks, page, hkv, d}, f32).to(dt);
+        auto options = [&](Options::Schedule schedule, Options::Merge merge) {
+          Options o;
+          o.split_tokens = 64;
+          o.schedule = schedule;
+          o.splits_per_cta = 4;
+          o.group_consumers = 2;
+          o.merge = merge;
+          return o;
+        };
+        const Options folds = options(Options::Schedule::split_groups, Options::Merge::automatic);
+        const attention::PagedAttentionCudaPlan plan(q, k, v, cu_d, lens_d, table_d, folds);
+        if (!plan.wgmma()) GTEST_SKIP() << "no wgmma kernel on this GPU";
+        const std::string what =
+            std::string(c10::toString(dt)) + ", D = " + std::to_string(d) + ", " + std::to_string(hkv) + " KV heads";
+        ASSERT_TRUE(plan.cta_merge()) << what;
+        const at::Tensor folded = plan.run(q, k, v, 0.0);
+        ASSERT_TRUE(folded.isfinite().all().item<bool>()) << what;
+        for (const Options &o : {options(Options::Schedule::split_groups, Options::Merge::kernel),
+                                 options(Options::Schedule::whole_rows, Options::Merge::automatic)})
+          EXPECT_TRUE(
+              folded.view(at::kShort)
+                  .equal(attention::paged_attention_cuda(q, k, v, cu_d, lens_d, table_d, 0.0, o).view(at::kShort)))
+              << what;
+      }
 }
 
 // The running maximum is a lagging reference: a step rescales only where its maximum passes the

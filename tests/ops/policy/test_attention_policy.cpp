@@ -167,6 +167,30 @@ TEST(EarlyMerge, ItsCtasSpreadOverTheSms) {
   EXPECT_EQ(merge_spread_smem(0, 132, kSmemPerSm, kPerCta, kReserved, kStatic), 0);
 }
 
+// The CTA folds its rows' splits wherever it holds all of them and each consumer's states fit its
+// Q slot: decode batches of 16 at 512-4k keys (8 KV heads, GQA group 4: 4 live pairs a tile; two
+// consumers of 1, 2, 4 and 8 splits, the splits-per-CTA rule's picks).
+TEST(CtaMerge, WhereOneCtaHoldsEverySplitOfItsRows) {
+  const int64_t slots = 2 * kH100Sms;
+  for (int64_t ctx : {512, 1024, 2048, 4096}) {
+    const KvGrid g = llama_grid(Batch().add(1, static_cast<int32_t>(ctx), 16));
+    EXPECT_EQ(g.longest_q, 1);
+    const int64_t spc = splits_per_cta(g.tile_splits, 8, slots);
+    EXPECT_EQ(spc, ctx / 512) << ctx;
+    EXPECT_TRUE(cta_merge_pays(true, g.max_splits, 2, spc, 4)) << ctx;
+    EXPECT_FALSE(cta_merge_pays(true, g.max_splits, 1, spc, 4)) << ctx;  // one consumer: half the splits
+  }
+  EXPECT_FALSE(cta_merge_pays(true, 16, 1, 1, 4));  // batch 1 at 4k: a consumer per split
+  EXPECT_FALSE(cta_merge_pays(true, 64, 2, 8, 4));  // batch 1 at 16k: 64 splits a row
+  EXPECT_FALSE(cta_merge_pays(true, 1, 2, 1, 4));   // one split: written as the output
+  EXPECT_FALSE(cta_merge_pays(false, 8, 2, 4, 4));  // split_per_cta: the merge kernel
+  EXPECT_TRUE(cta_merge_pays(true, 6, 2, 3, 8));    // forced groups of 3, GQA group 8
+  EXPECT_TRUE(cta_merge_pays(true, 16, 2, 8, 4));   // a consumer's Q slot full: 8 splits of 4 pairs
+  EXPECT_FALSE(cta_merge_pays(true, 16, 2, 8, 8));  // GQA group 8 at 4k: 64 states a consumer
+  EXPECT_FALSE(cta_merge_pays(true, 2, 2, 1, 64));  // prefill tiles: 64 pairs
+  EXPECT_EQ(llama_grid(Batch().add(1, 4096, 3).add(40, 100)).longest_q, 40);
+}
+
 TEST(SplitSlots, TwoConsumersPerSmOrTheKernelsOccupancy) {
   EXPECT_EQ(split_slots(true, kH100Sms, []() -> int64_t { throw std::logic_error("asked"); }), 264);
   EXPECT_EQ(split_slots(false, kH100Sms, [] { return 3; }), 396);
