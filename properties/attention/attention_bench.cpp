@@ -8,8 +8,10 @@
 #include "properties/bench_timing.h"
 
 #include <algorithm>
+#include <numeric>
 #include <optional>
 #include <ostream>
+#include <random>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -73,13 +75,16 @@ std::optional<AttnVariant> attention_variant_by_name(const std::string &impl) {
 
 const char *kDecode = "paged_attention_decode";
 const char *kPrefill = "paged_attention_prefill";
+const char *kShuffled = "shuffled";                // a default row's variant: its pages shuffled in the pool
 constexpr int64_t kQueryHeads = 32, kKvHeads = 8;  // the bench's heads (a shape may name other KV heads)
 
 #ifdef DETFUZZ_WITH_CUDA
 // A paged batch on the GPU: `lens` sequences of q_len query rows each (decode: 1; prefill: the
-// whole length), pages of `page` tokens laid out one sequence after another.
+// whole length), pages of `page` tokens laid out one sequence after another, as a fresh allocator
+// hands them out, or (shuffled) in an order drawn once with a fixed seed, as a pool that has served
+// many requests holds them.
 OpArgs paged_batch(const std::vector<int64_t> &kv_lens, int64_t q_len, int64_t hq, int64_t hkv, int64_t d, int64_t page,
-                   at::ScalarType dtype, at::Generator &gen) {
+                   at::ScalarType dtype, at::Generator &gen, bool shuffled = false) {
   const auto f32 = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
   const auto i32 = at::TensorOptions().dtype(at::kInt);
   int64_t blocks = 0, max_blocks = 0, rows = 0;
@@ -94,10 +99,13 @@ OpArgs paged_batch(const std::vector<int64_t> &kv_lens, int64_t q_len, int64_t h
   auto t = table.accessor<int32_t, 2>();
   auto c = cu.accessor<int32_t, 1>();
   auto l = lens.accessor<int32_t, 1>();
-  int32_t next = 0;
+  std::vector<int32_t> ids(static_cast<size_t>(blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  if (shuffled) std::shuffle(ids.begin(), ids.end(), std::mt19937(20261129));
+  size_t next = 0;
   for (size_t s = 0; s < kv_lens.size(); ++s) {
     const int64_t nb = (kv_lens[s] + page - 1) / page;
-    for (int64_t b = 0; b < nb; ++b) t[s][b] = next++;
+    for (int64_t b = 0; b < nb; ++b) t[s][b] = ids[next++];
     l[s] = static_cast<int32_t>(kv_lens[s]);
     c[s + 1] = c[s] + static_cast<int32_t>(std::min(q_len, kv_lens[s]));
   }
@@ -171,7 +179,8 @@ void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostre
   // The shapes: a --shapes file's paged_attention_decode (M = batch, N = context, K = head dim)
   // and paged_attention_prefill (N = tokens) rows, or by default batches 1-256 at contexts
   // 512-32k (K+V up to 16 GiB) and prefills of 1k-8k tokens, GQA (8 KV heads) and MHA (32), head
-  // dim 128.
+  // dim 128, pages in the allocator's order; and decode batch 16 at 4k and prefill 8k again with
+  // the pages shuffled in the pool (rows op[shuffled]: tiles of such pages are not runs).
   std::vector<BenchShape> shapes;
   for (const auto &s : cfg.shapes)
     if (s.op == kDecode || s.op == kPrefill) shapes.push_back(s);
@@ -181,6 +190,8 @@ void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostre
         if (batch * ctx <= 4 * 1024 * 1024) shapes.push_back({kDecode, batch, ctx, 128});
     for (int64_t kv_heads : {kKvHeads, kQueryHeads})
       for (int64_t len : {1024, 2048, 4096, 8192}) shapes.push_back({kPrefill, 1, len, 128, 16, kv_heads});
+    shapes.push_back({kDecode, 16, 4096, 128, 16, kKvHeads, kShuffled});
+    shapes.push_back({kPrefill, 1, 8192, 128, 16, kKvHeads, kShuffled});
   }
   constexpr int64_t hq = kQueryHeads;
   const auto kv_heads_of = [](const BenchShape &s) { return s.kv_heads > 0 ? s.kv_heads : kKvHeads; };
@@ -198,7 +209,8 @@ void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostre
     for (const BenchShape &shape : shapes) {
       if (shape.op != kDecode) continue;
       const int64_t batch = shape.m, ctx = shape.n, d = shape.k, page = shape.page, hkv = kv_heads_of(shape);
-      const OpArgs args = paged_batch(std::vector<int64_t>(batch, ctx), 1, hq, hkv, d, page, dtype, gen);
+      const bool shuffled = shape.variant == kShuffled;
+      const OpArgs args = paged_batch(std::vector<int64_t>(batch, ctx), 1, hq, hkv, d, page, dtype, gen, shuffled);
       const double bytes = elem * (2.0 * batch * ctx * hkv * d + 2.0 * batch * hq * d);
       at::Tensor src =
           at::empty({static_cast<int64_t>(bytes / 2)}, at::TensorOptions().device(at::kCUDA).dtype(at::kByte));
@@ -230,16 +242,17 @@ void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostre
         const double us = time_planned_attention(args, impl.options, reps, clock);
         const bool verified = same_bits(run_paged(one, impl.options), run_paged(args, impl.options).narrow(0, 0, 1));
         for (const auto &[baseline, base_us] : baselines)
-          csv << "paged_attention_decode," << impl.impl << ',' << dtype_name(dtype) << ',' << batch << ',' << ctx << ','
-              << d << ',' << fmt(us) << ",," << fmt(bytes / us * 1e-3, "%.1f") << ',' << baseline << ',' << fmt(base_us)
+          csv << shape.label() << ',' << impl.impl << ',' << dtype_name(dtype) << ',' << batch << ',' << ctx << ',' << d
+              << ',' << fmt(us) << ",," << fmt(bytes / us * 1e-3, "%.1f") << ',' << baseline << ',' << fmt(base_us)
               << ',' << fmt(base_us / us, "%.4f") << ',' << (verified ? "yes" : "no") << ','
               << fmt(bytes / copy_us * 1e-3, "%.1f") << ',' << fmt(copy_us / us, "%.4f") << ',' << page << ',' << hkv
               << '\n';
         log << "paged_attention decode " << impl.impl << ' ' << dtype_name(dtype) << " batch=" << batch
-            << " ctx=" << ctx << (page == 16 ? "" : " page=" + std::to_string(page)) << kv_note(hkv) << ": "
-            << fmt(us, "%.1f") << " us, " << fmt(bytes / us * 1e-3, "%.0f")
-            << " GB/s = " << fmt(100.0 * copy_us / us, "%.0f") << "% of a device copy, " << fmt(fa2_us / us, "%.2f")
-            << "x FlashAttention-2 decode (" << fmt(fa2_us, "%.1f") << " us)"
+            << " ctx=" << ctx << (page == 16 ? "" : " page=" + std::to_string(page)) << kv_note(hkv)
+            << (shuffled ? " pages shuffled" : "") << ": " << fmt(us, "%.1f") << " us, "
+            << fmt(bytes / us * 1e-3, "%.0f") << " GB/s = " << fmt(100.0 * copy_us / us, "%.0f")
+            << "% of a device copy, " << fmt(fa2_us / us, "%.2f") << "x FlashAttention-2 decode ("
+            << fmt(fa2_us, "%.1f") << " us)"
             << (ctx <= kShortContext ? ", launch floor " + fmt(floor_us, "%.1f") + " us" : std::string())
             << (verified ? "" : "  (invariance FAILED)") << std::endl;
       }
@@ -247,10 +260,14 @@ void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostre
     for (const BenchShape &shape : shapes) {
       if (shape.op != kPrefill) continue;
       const int64_t len = shape.n, d = shape.k, page = shape.page, hkv = kv_heads_of(shape);
-      const OpArgs args = paged_batch({len}, len, hq, hkv, d, page, dtype, gen);
-      // SDPA on the same values, contiguous [1, H, L, D], causal, K/V heads repeated for GQA.
+      const bool shuffled = shape.variant == kShuffled;
+      const OpArgs args = paged_batch({len}, len, hq, hkv, d, page, dtype, gen, shuffled);
+      // SDPA on the same values, contiguous [1, H, L, D], causal, K/V heads repeated for GQA: the
+      // sequence's pages gathered in its table's order.
+      const at::Tensor pages = args.tensors[5][0].to(at::kLong);
       const at::Tensor q = args.tensors[0].transpose(0, 1).unsqueeze(0).contiguous();
       const at::Tensor k = args.tensors[1]
+                               .index_select(0, pages)
                                .reshape({-1, hkv, d})
                                .narrow(0, 0, len)
                                .transpose(0, 1)
@@ -258,6 +275,7 @@ void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostre
                                .unsqueeze(0)
                                .contiguous();
       const at::Tensor v = args.tensors[2]
+                               .index_select(0, pages)
                                .reshape({-1, hkv, d})
                                .narrow(0, 0, len)
                                .transpose(0, 1)
@@ -279,6 +297,9 @@ void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostre
       const int64_t first_block = (100 + page - 1) / page;
       shifted.tensors[1] = at::cat({both.tensors[1].narrow(0, 0, first_block), args.tensors[1]});
       shifted.tensors[2] = at::cat({both.tensors[2].narrow(0, 0, first_block), args.tensors[2]});
+      // The prefill's pages where args has them, past the decode sequence's.
+      shifted.tensors[5] = both.tensors[5].clone();
+      shifted.tensors[5][1].narrow(0, 0, pages.size(0)).copy_(args.tensors[5][0] + static_cast<int32_t>(first_block));
       for (const Timed &impl : impls) {
         if (impl.decode_only) continue;
         const double us = time_planned_attention(args, impl.options, std::max(3, cfg.repetitions), clock);
@@ -287,11 +308,12 @@ void attention_bench(const FamilyBenchConfig &cfg, std::ostream &csv, std::ostre
         // One row per baseline: torch's flash backend, then its cuDNN backend.
         for (const auto &[baseline, base_us] : {std::pair<const char *, double>{"torch-sdpa-flash", sdpa_us},
                                                 std::pair<const char *, double>{"torch-sdpa-cudnn", cudnn_us}})
-          csv << "paged_attention_prefill," << impl.impl << ',' << dtype_name(dtype) << ",1," << len << ',' << d << ','
+          csv << shape.label() << ',' << impl.impl << ',' << dtype_name(dtype) << ",1," << len << ',' << d << ','
               << fmt(us) << ',' << fmt(flops / us * 1e-6, "%.2f") << ",," << baseline << ',' << fmt(base_us) << ','
               << fmt(base_us / us, "%.4f") << ',' << (verified ? "yes" : "no") << ",,," << page << ',' << hkv << '\n';
         log << "paged_attention prefill " << impl.impl << ' ' << dtype_name(dtype) << " len=" << len
-            << (page == 16 ? "" : " page=" + std::to_string(page)) << kv_note(hkv) << ": " << fmt(us, "%.1f") << " us, "
+            << (page == 16 ? "" : " page=" + std::to_string(page)) << kv_note(hkv)
+            << (shuffled ? " pages shuffled" : "") << ": " << fmt(us, "%.1f") << " us, "
             << fmt(flops / us * 1e-6, "%.1f") << " TFLOP/s, " << fmt(sdpa_us / us, "%.2f") << "x torch SDPA (flash, "
             << fmt(flops / sdpa_us * 1e-6, "%.0f") << " TFLOP/s), " << fmt(cudnn_us / us, "%.2f")
             << "x torch SDPA (cuDNN, " << fmt(flops / cudnn_us * 1e-6, "%.0f") << " TFLOP/s)"
