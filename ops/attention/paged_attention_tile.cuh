@@ -217,7 +217,7 @@ struct MergedRows {
 };
 
 // Where split_groups keeps a split's state in shared memory for its CTA to fold
-// (PagedAttnLaunch::cta_merge): row r's acc at acc[(j - first_split) * pairs + r) * D + column], its
+// (PagedAttnLaunch::cta_merge): row r's acc at acc[((j - first_split) * pairs + r) * D + column], its
 // (m, l) at ml[j * pairs + r]; pairs: the tile's live rows. A null acc: no stage.
 struct SplitStage {
   float *acc = nullptr;
