@@ -661,7 +661,10 @@ int tma_box_rows(const PagedAttnLaunch &p) {
   return attention_policy::tma_box_rows(D, p.block_size, p.pool_blocks, p.kv_loads);
 }
 
-// A pool [NB, BS, H_kv, D] as a 3-D map (D, H_kv, NB * BS) with boxes of 64 x 1 x box_rows.
+// A pool [NB, BS, H_kv, D] as a 3-D map (D, H_kv, NB * BS) with boxes of 64 x 1 x box_rows. No L2
+// promotion: a box row is 128 bytes of a 256-byte head row, and promoting each fill to 256 bytes
+// made decode 2-9% slower on an H200 (batch 16 at 4k 76.5 against 71.2 us; prefill the same:
+// docs/perf/attention.md).
 CUtensorMap kv_pool_map(const void *pool, const PagedAttnLaunch &p, int box_rows) {
   CUtensorMap map;
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(p.head_dim), static_cast<cuuint64_t>(p.h_kv),
@@ -673,7 +676,7 @@ CUtensorMap kv_pool_map(const void *pool, const PagedAttnLaunch &p, int box_rows
   const CUresult r =
       cuda_kernels::encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, const_cast<void *>(pool), dims, strides,
                                    box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                                   CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     throw std::runtime_error("paged_attention: cuTensorMapEncodeTiled failed (CUresult " +
                              std::to_string(static_cast<int>(r)) + ") for a pool of " + std::to_string(p.pool_blocks) +
