@@ -19,8 +19,9 @@
 // docs/perf/attention.md). Where one CTA holds every split of its rows and a consumer's split states
 // fit its Q slot (decode at batch 16 and 512-4k keys: attention_policy::cta_merge_pays), the
 // consumers keep the states there instead, and the CTA folds its rows at its end as the merge
-// kernel would (PagedAttnLaunch::cta_merge): no merge kernel, no state through memory. The producers stream 64-key K and V tiles through the stages (5 for
-// whole_rows, 6 for split_groups), into the 128-byte-swizzled layout the wgmma descriptors read.
+// kernel would (PagedAttnLaunch::cta_merge): no merge kernel, no state through memory. The
+// producers stream 64-key K and V tiles through the stages (5 for whole_rows, 6 for split_groups),
+// into the 128-byte-swizzled layout the wgmma descriptors read.
 // A tile whose keys all lie below kv_len is loaded by TMA for pages of 64 slots or a multiple, and
 // for smaller pages dividing 64 where the tile's pages follow each other in the pool (a run: one
 // 64-row box per column block, attention_policy::tma_run_boxes; the producer warps check their page
@@ -92,8 +93,8 @@ static_assert(kConsumers == 2, "whole_rows_ws_ctas pairs the query tiles");
 // Shared memory: the consumers' Q tiles, the K and V tiles of kStages stages, the consumers'
 // merged output states (whole_rows only; float32, per-thread order), the full and empty mbarriers
 // of each stage, then (split_groups) the (m, l) of the splits a CTA folds (cta_merge; their
-// outputs go into the Q tiles' slots). split_groups keeps no merged state and so has room for 6 stages
-// (224 KiB at D = 128). whole_rows has 5: its last stage's K and V slots hold the consumers' Q
+// outputs go into the Q tiles' slots). split_groups keeps no merged state and so has room for 6
+// stages (224 KiB at D = 128). whole_rows has 5: its last stage's K and V slots hold the consumers' Q
 // tiles until both have read Q into registers (the stage's `empty` barrier counts that as its
 // first release), so the merged states fit beside them.
 template <int D, bool kSplitGroups>
@@ -663,7 +664,7 @@ int tma_box_rows(const PagedAttnLaunch &p) {
 
 // A pool [NB, BS, H_kv, D] as a 3-D map (D, H_kv, NB * BS) with boxes of 64 x 1 x box_rows. No L2
 // promotion: a box row is 128 bytes of a 256-byte head row, and promoting each fill to 256 bytes
-// made decode 2-9% slower on an H200 (batch 16 at 4k 76.5 against 71.2 us; prefill the same:
+// made decode 1-9% slower on an H200 (batch 16 at 4k 76.5 against 71.2 us; prefill the same:
 // docs/perf/attention.md).
 CUtensorMap kv_pool_map(const void *pool, const PagedAttnLaunch &p, int box_rows) {
   CUtensorMap map;
