@@ -81,11 +81,11 @@ std::vector<BenchShape> read_bench_shapes(const std::string &path) {
     kinds.insert(kinds.end(), f.bench_shape_kinds.begin(), f.bench_shape_kinds.end());
   std::vector<BenchShape> out;
   try {
-    io::CSVReader<6, io::trim_chars<' ', '\t'>> in(path);
-    in.read_header(io::ignore_missing_column, "op", "M", "N", "K", "page", "kv_heads");
-    std::string op;
+    io::CSVReader<7, io::trim_chars<' ', '\t'>> in(path);
+    in.read_header(io::ignore_missing_column, "op", "M", "N", "K", "page", "kv_heads", "variant");
+    std::string op, variant;
     int64_t m = 0, n = 0, k = 0, page = 16, kv_heads = 0;
-    while (in.read_row(op, m, n, k, page, kv_heads)) {
+    while (in.read_row(op, m, n, k, page, kv_heads, variant)) {
       const std::string where = path + ":" + std::to_string(in.get_file_line()) + ": ";
       const BenchDef *row = row_bench(op);
       const PropertyFamily *family = row ? nullptr : family_with_shape_kind(op);
@@ -96,9 +96,15 @@ std::vector<BenchShape> read_bench_shapes(const std::string &path) {
       }
       if (row) {
         if (m <= 0 || n <= 0 || (row->uses_k && k <= 0)) throw std::invalid_argument(where + "sizes must be positive");
-        out.push_back({op, m, n, row->uses_k ? k : 0, 16});
+        if (!variant.empty() && std::find(row->variants.begin(), row->variants.end(), variant) == row->variants.end()) {
+          std::string all;
+          for (const auto &v : row->variants) all += (all.empty() ? "" : ", ") + v;
+          throw std::invalid_argument(where + "no variant '" + variant + "' of " + op + " (" +
+                                      (all.empty() ? std::string("it has none") : all) + ")");
+        }
+        out.push_back({op, m, n, row->uses_k ? k : 0, 16, 0, variant});
       } else {
-        const BenchShape shape{op, m, n, k, page, kv_heads};
+        const BenchShape shape{op, m, n, k, page, kv_heads, variant};
         try {
           family->check_bench_shape(shape);
         } catch (const std::invalid_argument &e) {
@@ -106,6 +112,7 @@ std::vector<BenchShape> read_bench_shapes(const std::string &path) {
         }
         out.push_back(shape);
       }
+      variant.clear();
       k = 0;
       page = 16;
       kv_heads = 0;

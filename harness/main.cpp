@@ -691,7 +691,8 @@ int detfuzz::cli_main(int argc, char **argv) {
   bench->add_option("--dtype", bo.dtypes, ft::dtypes)->default_val(bo.dtypes);
   bench->add_option(
       "--shapes", bo.shapes,
-      "CSV with header op,M,N,K (attention: and optional page, kv_heads) replacing the default shape set");
+      "CSV with header op,M,N,K (attention: and optional page, kv_heads; optional variant: block, shuffled)\n"
+      "replacing the default shape set");
   bench->add_option("--repetitions", bo.repetitions, "repetitions per benchmark (the median is kept)")->default_val(5);
   bench->add_option("--out", bo.out, ft::out)->default_str("reports/<time>-bench-seed0");
   bench->add_option("--import", imports, kImportFlagText);

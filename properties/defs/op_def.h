@@ -70,6 +70,8 @@ struct BenchDef {
   };
   // The end-of-run summary of an op with uses_k also sums up M <= small_m (decode) and M >= 128.
   int64_t small_m = 32;
+  // The variants a shape may name (BenchShape::variant; a shape file's `variant` column).
+  std::vector<std::string> variants;
 };
 
 struct OpDef {

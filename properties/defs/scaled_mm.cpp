@@ -110,6 +110,7 @@ BenchDef bench() {
     b.shapes.push_back(s);
   }
   b.uses_k = true;
+  b.variants = {"block"};
   b.baseline = "torch-scaled-mm";
   b.args = [](const BenchShape &s, at::ScalarType dtype, at::Generator &gen) {
     const auto opts = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);

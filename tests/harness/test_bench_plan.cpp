@@ -177,6 +177,24 @@ TEST(BenchShapes, ReadsAttentionRows) {
       EXPECT_NE(std::string(e.what()).find("kv_heads must divide the 32 query heads"), std::string::npos) << e.what();
     }
   }
+  std::ofstream(path) << "op,M,N,K,page,kv_heads,variant\npaged_attention_decode,16,4096,128,16,8,shuffled\n"
+                      << "scaled_mm,16,4096,4096,,,block\nmm,16,4096,4096,,,\n";
+  const auto variants = read_bench_shapes(path);
+  ASSERT_EQ(variants.size(), 3u);
+  EXPECT_EQ(variants[0].label(), "paged_attention_decode[shuffled]");
+  EXPECT_EQ(variants[1].label(), "scaled_mm[block]");
+  EXPECT_EQ(variants[2].label(), "mm");
+  for (const char *bad : {"paged_attention_decode,16,4096,128,16,8,block\n", "mm,16,4096,4096,,,block\n",
+                          "paged_attention_prefill,1,1024,128,16,8,Shuffled\n"}) {
+    std::ofstream(path) << "op,M,N,K,page,kv_heads,variant\n" << bad;
+    try {
+      read_bench_shapes(path);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const std::invalid_argument &e) {
+      EXPECT_NE(std::string(e.what()).find("no variant '"), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+    }
+  }
   for (const char *bad : {"paged_attention_decode,16,4096,96\n", "paged_attention_prefill,2,1024,128\n",
                           "paged_attention,1,1024,128\n", "paged_attention_decode,0,4096,128\n"}) {
     write(bad);
