@@ -182,18 +182,22 @@ inline bool early_merge_pays(bool split_groups, int64_t max_splits) { return spl
 // consumer keeps its splits' states there.
 constexpr int64_t kCtaFoldStates = 32;
 
-// split_groups folds a row's splits in the CTA that computed them, instead of in the merge kernel,
-// wherever one CTA holds every split of its rows (max_splits <= consumers * splits_per_cta), a row
-// has more than one, and each consumer's splits of the tile's live (query row, head) pairs fit its
-// Q slot (splits_per_cta * tile_pairs <= kCtaFoldStates): decode batches of 16 at 512-4k keys with
-// GQA groups of 4. The consumers keep their splits' states in shared memory instead of writing them
-// for the merge kernel, then fold each row in split order there: the merge kernel's arithmetic, so
-// its bits. No merge kernel then waits for the grid, and no state goes through memory.
+// split_groups folds a row's splits in the CTAs that computed them, instead of in the merge kernel,
+// where each consumer's splits of the tile's live (query row, head) pairs fit its Q slot
+// (splits_per_cta * tile_pairs <= kCtaFoldStates) and a row has more than one: in one CTA where it
+// holds every split of its rows (max_splits <= consumers * splits_per_cta: decode batches of 16 at
+// 512-4k keys with GQA groups of 4), and in a cluster of two CTAs where two do (batch 8 at 1k-4k,
+// batch 16 at 8k) and the device launches clusters (sm_90, where the kernel runs). The consumers keep their splits' states in shared
+// memory instead of writing them for the merge kernel, then fold each row in split order there,
+// a pair's CTAs reading each other's through distributed shared memory: the merge kernel's
+// arithmetic, so its bits. No merge kernel then waits for the grid, and no state goes through
+// memory. Returns the CTAs that fold a row together (1 or 2), or 0 where the merge kernel folds.
 // tile_pairs: the live pairs of the fullest query tile (min(64, longest q_len * GQA group)).
-inline bool cta_merge_pays(bool split_groups, int64_t max_splits, int64_t consumers, int64_t splits_per_cta,
-                           int64_t tile_pairs) {
-  return split_groups && max_splits > 1 && max_splits <= consumers * splits_per_cta &&
-         splits_per_cta * tile_pairs <= kCtaFoldStates;
+inline int64_t fold_ctas(bool split_groups, int64_t max_splits, int64_t consumers, int64_t splits_per_cta,
+                         int64_t tile_pairs, bool clusters) {
+  if (!split_groups || max_splits <= 1 || splits_per_cta * tile_pairs > kCtaFoldStates) return 0;
+  if (max_splits <= consumers * splits_per_cta) return 1;
+  return clusters && max_splits <= 2 * consumers * splits_per_cta ? 2 : 0;
 }
 
 // The dynamic shared memory an early merge's CTA asks for (where a row's splits fit in it, the merge

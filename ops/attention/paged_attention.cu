@@ -548,9 +548,19 @@ void launch_paged_attention(const PagedAttnLaunch &p, cudaStream_t stream) {
                              std::to_string(p.head_dim));
   if (p.splits_per_cta < 1)
     throw std::runtime_error("paged_attention: splits_per_cta " + std::to_string(p.splits_per_cta));
-  if (p.cta_merge && (p.schedule != KvSchedule::split_groups || p.max_splits > p.group_consumers * p.splits_per_cta))
-    throw std::runtime_error("paged_attention: cta_merge needs split_groups with every split of a row in one CTA (" +
-                             std::to_string(p.max_splits) + " splits, " + std::to_string(p.group_consumers) + " x " +
+  if (p.fold_ctas < 1 || p.fold_ctas > 2)
+    throw std::runtime_error("paged_attention: fold_ctas " + std::to_string(p.fold_ctas) + " (1 or 2)");
+  if (p.cta_merge &&
+      (p.schedule != KvSchedule::split_groups || p.max_splits > p.fold_ctas * p.group_consumers * p.splits_per_cta))
+    throw std::runtime_error("paged_attention: cta_merge needs split_groups with every split of a row in its " +
+                             std::to_string(p.fold_ctas) + " folding CTA(s) (" + std::to_string(p.max_splits) +
+                             " splits, " + std::to_string(p.group_consumers) + " x " +
+                             std::to_string(p.splits_per_cta) + " a CTA)");
+  if (p.cta_merge && p.fold_ctas > 1 &&
+      split_group_ctas(p.max_splits, p.splits_per_cta, p.group_consumers) != p.fold_ctas)
+    throw std::runtime_error("paged_attention: a cluster of " + std::to_string(p.fold_ctas) +
+                             " folding CTAs needs rows of that many CTAs (" + std::to_string(p.max_splits) +
+                             " splits, " + std::to_string(p.group_consumers) + " x " +
                              std::to_string(p.splits_per_cta) + " a CTA)");
   const long long x =
       static_cast<long long>(p.h_kv) * (p.schedule == KvSchedule::whole_rows ? 1 : p.max_splits) * p.q_tiles;

@@ -120,9 +120,9 @@ struct CudaAttentionOptions {
   // (ping-pong, as FlashAttention-3 schedules them) or issue freely. automatic: ping-pong (see
   // paged_attention_sm90.cu for the measurement). The bits are the same.
   enum class ConsumerTurns { automatic, free, pingpong } turns = ConsumerTurns::automatic;
-  // Where split_groups folds a row's splits: automatic is in the CTA that computed them wherever
-  // one CTA holds every split of its rows (attention_policy::cta_merge_pays), else the merge
-  // kernel; kernel is the merge kernel always. The bits are the same.
+  // Where split_groups folds a row's splits: automatic is in the CTAs that computed them wherever
+  // one CTA, or a cluster of two, holds every split of its rows (attention_policy::fold_ctas), else
+  // the merge kernel; kernel is the merge kernel always. The bits are the same.
   enum class Merge { automatic, kernel } merge = Merge::automatic;
 };
 
@@ -142,18 +142,20 @@ class PagedAttentionCudaPlan {
   bool split_groups() const { return split_groups_; }
   bool wgmma() const { return wgmma_; }
   bool cta_merge() const { return cta_merge_; }
+  // cta_merge: the CTAs that fold a row's splits together (1, or 2 as a cluster).
+  int64_t fold_ctas() const { return fold_ctas_; }
 
  private:
   at::Tensor cu_seqlens_q_, seq_lens_kv_, block_table_;
   int64_t num_q_ = 0, num_seqs_ = 0, max_blocks_ = 0, block_size_ = 0, h_q_ = 0, h_kv_ = 0, head_dim_ = 0;
-  int64_t num_blocks_ = 0, q_tiles_ = 0, max_splits_ = 0, splits_per_cta_ = 1, group_consumers_ = 2;
+  int64_t num_blocks_ = 0, q_tiles_ = 0, max_splits_ = 0, splits_per_cta_ = 1, group_consumers_ = 2, fold_ctas_ = 0;
   CudaAttentionOptions options_;
   bool whole_rows_ = false;
   bool split_groups_ = false;
   bool wgmma_ = false;
   bool small_box_tma_ = false;  // automatic K/V loads run as KvLoads::tma (small_box_tma_pays)
   bool early_merge_ = false;    // split_groups' merge launched at the split kernel's start (early_merge_pays)
-  bool cta_merge_ = false;      // split_groups' CTAs fold their rows' splits, no merge kernel (cta_merge_pays)
+  bool cta_merge_ = false;      // split_groups' CTAs fold their rows' splits, no merge kernel (fold_ctas)
 };
 
 // Plan and run in one call.

@@ -124,8 +124,11 @@ PagedAttentionCudaPlan::PagedAttentionCudaPlan(const at::Tensor &q, const at::Te
   group_consumers_ = options.group_consumers > 0 ? options.group_consumers
                                                  : policy::split_group_consumers(split_groups_, grid_ctas(2), sms);
   const int64_t tile_pairs = std::min<int64_t>(64, grid.longest_q * (h_q_ / h_kv_));
-  cta_merge_ = options.merge == CudaAttentionOptions::Merge::automatic &&
-               policy::cta_merge_pays(split_groups_, max_splits_, group_consumers_, splits_per_cta_, tile_pairs);
+  fold_ctas_ =
+      options.merge == CudaAttentionOptions::Merge::automatic
+          ? policy::fold_ctas(split_groups_, max_splits_, group_consumers_, splits_per_cta_, tile_pairs, wgmma_)
+          : 0;
+  cta_merge_ = fold_ctas_ > 0;
   early_merge_ = policy::early_merge_pays(split_groups_, max_splits_) && !cta_merge_;
   small_box_tma_ =
       policy::small_box_tma_pays(split_groups_, splits_per_cta_, grid_ctas(group_consumers_), sms, cta_pull) ||
@@ -188,6 +191,7 @@ at::Tensor PagedAttentionCudaPlan::run(const at::Tensor &q, const at::Tensor &k_
   p.pingpong = options_.turns != CudaAttentionOptions::ConsumerTurns::free;
   p.early_merge = early_merge_;
   p.cta_merge = cta_merge_;
+  p.fold_ctas = static_cast<int>(std::max<int64_t>(fold_ctas_, 1));
   p.scale_log2 = softmax_scale_log2(alpha, head_dim_);
   at::Tensor part_acc, part_ml;
   if (!whole_rows_ && max_splits_ > 1 && !cta_merge_) {  // the splits' states for the merge kernel

@@ -36,8 +36,11 @@ struct PagedAttnLaunch {
   KvLoads kv_loads = KvLoads::automatic;
   bool pingpong = false;     // the Hopper prefill kernel's consumers take turns issuing their MMAs
   bool early_merge = false;  // split_groups: the merge's CTAs launched at the kernel's start (early_merge_pays)
-  bool cta_merge = false;    // split_groups: each CTA folds its rows' splits, no merge kernel (cta_merge_pays)
-  float scale_log2 = 1.f;    // softmax scale times log2(e): scores are kept in the log2 domain
+  bool cta_merge = false;    // split_groups: the CTAs fold their rows' splits, no merge kernel (fold_ctas)
+  // cta_merge: the CTAs that hold a row's splits and fold them together, as a thread-block cluster
+  // (1, or 2: attention_policy::fold_ctas); the grid then puts a row's CTAs next to each other.
+  int fold_ctas = 1;
+  float scale_log2 = 1.f;  // softmax scale times log2(e): scores are kept in the log2 domain
 };
 
 // split_per_cta, split_groups: groups of splits_per_cta consecutive splits, ceil(max_splits / splits_per_cta).

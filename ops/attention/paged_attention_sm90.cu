@@ -16,10 +16,11 @@
 // (the stages taken in turn), each consumer waiting only on its own; a finished split is written
 // for the merge kernel exactly as split_per_cta writes it (decode streams KV faster this way than
 // with split_per_cta's one warpgroup per CTA, which loads and computes in turn:
-// docs/perf/attention.md). Where one CTA holds every split of its rows and a consumer's split states
-// fit its Q slot (decode at batch 16 and 512-4k keys: attention_policy::cta_merge_pays), the
-// consumers keep the states there instead, and the CTA folds its rows at its end as the merge
-// kernel would (PagedAttnLaunch::cta_merge): no merge kernel, no state through memory. The
+// docs/perf/attention.md). Where one CTA, or a cluster of two, holds every split of its rows and a
+// consumer's split states fit its Q slot (decode at batch 8 and 16 and 512-4k keys:
+// attention_policy::fold_ctas), the consumers keep the states there instead, and the CTAs fold their
+// rows at their end as the merge kernel would, a pair reading each other's states through
+// distributed shared memory (PagedAttnLaunch::cta_merge): no merge kernel, no state through memory. The
 // producers stream 64-key K and V tiles through the stages (5 for whole_rows, 6 for split_groups),
 // into the 128-byte-swizzled layout the wgmma descriptors read.
 // A tile whose keys all lie below kv_len is loaded by TMA for pages of 64 slots or a multiple, and
@@ -125,41 +126,100 @@ struct WsSmem {
 __device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
+// cp_async16 without the `.L2::256B` prefetch hint: the producer's warps copy whole head rows, and
+// with the hint tiles of shuffled pages loaded 6% slower on an H200 (decode batch 16 at 4k: 76.9
+// against 72.3 us; docs/perf/attention.md).
+__device__ __forceinline__ void cp_async16_no_l2_hint(uint32_t dst, const void *src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
 __device__ __forceinline__ void warpgroup_barrier(int id) { asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory"); }
 // The consumers' turns on the tensor cores: named barriers over both consumer warpgroups.
 __device__ __forceinline__ void turn_wait(int id) { asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void turn_pass(int id) { asm volatile("bar.arrive %0, 256;" ::"r"(id) : "memory"); }
-// The consumers that fold a CTA's rows (PagedAttnLaunch::cta_merge) meet on named barrier 5.
+// The threads that fold a row's splits (PagedAttnLaunch::cta_merge) meet on named barrier 5 where
+// one CTA folds, and on the cluster's barrier where a pair does: every thread of the cluster that
+// has not exited, with release and acquire, so that each CTA then reads the other's split states.
 constexpr int kFoldBarrier = 5;
 __device__ __forceinline__ void fold_barrier(int threads) {
   asm volatile("bar.sync %0, %1;" ::"n"(kFoldBarrier), "r"(threads) : "memory");
 }
+__device__ __forceinline__ void cluster_barrier() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+// A load of this CTA's shared-memory word `local` as CTA `rank` of the cluster holds it.
+template <typename V>
+__device__ __forceinline__ V cluster_load(const V *local, int rank) {
+  static_assert(sizeof(V) == 4 || sizeof(V) == 8, "a float or a float2");
+  uint32_t at;
+  asm("mapa.shared::cluster.u32 %0, %1, %2;"
+      : "=r"(at)
+      : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(local))), "r"(rank));
+  V v;
+  if constexpr (sizeof(V) == 4)
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(at) : "memory");
+  else
+    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(at) : "memory");
+  return v;
+}
 
-// split_groups where the CTA folds its rows' splits (PagedAttnLaunch::cta_merge): once both
-// consumers have kept their splits' states in shared memory (write_split into a SplitStage:
-// consumer c's in its own Q slot, `states` the first slot, split j's (m, l) at ml_s[j * pairs + r]),
-// the `threads` consumer threads (t their index) fold each live row of the tile that has more than
-// one split, in split order through merge_split: the merge kernel's arithmetic, so its bits.
-// q_row0: the tile's first query row in the batch; first_visible: the keys its first row sees;
-// pairs: its live rows.
-template <int D>
-__device__ __forceinline__ void fold_staged_splits(const PagedAttnLaunch &p, bool bf16, const float *states,
-                                                   const float2 *ml_s, int pairs, int first_visible, int64_t q_row0,
-                                                   int kvh, int t, int threads) {
-  const int group = p.h_q / p.h_kv, spc = p.splits_per_cta;
-  constexpr int kSlotFloats = kRows * D / 2;  // a Q slot of 16-bit values, as floats
-  fold_barrier(threads);
-  for (int e = t; e < pairs * D; e += threads) {
+// split_groups where the CTAs of a cluster fold their rows' splits (PagedAttnLaunch::cta_merge;
+// fold_ctas CTAs: kPair two, else one): once every consumer has kept its splits' states in its
+// shared memory (write_split into a SplitStage; split j in CTA j / splits_per_cta of the cluster,
+// laid out there as `stage` says of a CTA whose first split is that one's), the `threads` consumer
+// threads of each of the `folding` CTAs that hold splits (t their index in it, `rank` the CTA's)
+// fold their share of the tile's live rows that have more than one split, each element in split
+// order through merge_split: the merge kernel's arithmetic, so its bits. A pair's thread loads
+// kFoldBatch splits at a time, then folds them: a round trip to the other CTA's shared memory a
+// batch, not a split. q_row0: the tile's first query row in the batch; first_visible: the keys its
+// first row sees.
+constexpr int kFoldBatch = 8;
+template <int D, bool kPair>
+__device__ __forceinline__ void fold_staged_splits(const PagedAttnLaunch &p, bool bf16, SplitStage stage,
+                                                   int first_visible, int64_t q_row0, int kvh, int rank, int folding,
+                                                   int t, int threads) {
+  const int group = p.h_q / p.h_kv, per_cta = p.group_consumers * p.splits_per_cta, pairs = stage.pairs;
+  if constexpr (kPair)
+    cluster_barrier();
+  else
+    fold_barrier(threads);
+  const int elements = pairs * D, share = (elements + folding - 1) / folding;
+  const int e_end = min(elements, (rank + 1) * share);
+  for (int e = rank * share + t; e < e_end; e += threads) {
     const int r = e / D, d = e % D;
     const int splits = (first_visible + r / group + p.split_tokens - 1) / p.split_tokens;
     if (splits <= 1) continue;  // written as the output by write_split
-    auto acc = [&](int j) { return states[(j / spc) * kSlotFloats + ((j % spc) * pairs + r) * D + d]; };
-    float M = ml_s[r].x, L = ml_s[r].y, O = acc(0);
-    for (int j = 1; j < splits; ++j) merge_split(M, L, O, ml_s[j * pairs + r], acc(j));
+    float M, L, O;
+    if constexpr (kPair) {
+      for (int j0 = 0; j0 < splits; j0 += kFoldBatch) {
+        float o[kFoldBatch];
+        float2 ml[kFoldBatch];
+#pragma unroll
+        for (int i = 0; i < kFoldBatch; ++i) {
+          const int j = j0 + i, owner = j / per_cta;
+          if (j >= splits) break;
+          stage.first_split = owner * per_cta;  // split j as its CTA laid it out
+          o[i] = cluster_load(stage.acc + stage.acc_at(j, r) + d, owner);
+          ml[i] = cluster_load(stage.ml + stage.ml_at(j, r), owner);
+        }
+#pragma unroll
+        for (int i = 0; i < kFoldBatch; ++i) {
+          if (j0 + i >= splits) break;
+          if (j0 + i == 0)
+            M = ml[0].x, L = ml[0].y, O = o[0];
+          else
+            merge_split(M, L, O, ml[i], o[i]);
+        }
+      }
+    } else {
+      M = stage.ml[stage.ml_at(0, r)].x, L = stage.ml[stage.ml_at(0, r)].y, O = stage.acc[stage.acc_at(0, r) + d];
+      for (int j = 1; j < splits; ++j)
+        merge_split(M, L, O, stage.ml[stage.ml_at(j, r)], stage.acc[stage.acc_at(j, r) + d]);
+    }
     const float out = normalised(O, reciprocal(L));
     const int64_t row_head = (q_row0 + r / group) * p.h_q + kvh * group + r % group;
     static_cast<uint16_t *>(p.out)[row_head * D + d] = bf16 ? from_f<__nv_bfloat16>(out) : from_f<__half>(out);
   }
+  if constexpr (kPair) cluster_barrier();  // no CTA leaves while another may read its states
 }
 #endif
 
@@ -174,7 +234,10 @@ struct KvMaps {
   bool runs;     // a tile that is one run of consecutive pages: one 64-row box per column block
 };
 
-template <typename T, int D, bool kSplitGroups>
+// kPairFold: split_groups launched in clusters of two CTAs that fold their rows' splits together
+// (PagedAttnLaunch::fold_ctas 2), an instantiation of its own so that the other launches' code does
+// not carry the pair's.
+template <typename T, int D, bool kSplitGroups, bool kPairFold>
 __global__ void __launch_bounds__(ws_threads<kSplitGroups>(), 1)
     paged_attention_ws_kernel(const PagedAttnLaunch p, const __grid_constant__ KvMaps kv_maps) {
 #if DETFUZZ_SM90A
@@ -197,7 +260,9 @@ __global__ void __launch_bounds__(ws_threads<kSplitGroups>(), 1)
   // + group_ctas * reversed tile), consumer c < group_consumers on split group group_consumers *
   // group_cta + c of one query tile, a stream of keys each (one consumer: consumer 1 has no work).
   // The longest query tiles start first.
-  const int kvh = blockIdx.x % p.h_kv, seq = blockIdx.y;
+  // Where a cluster of fold_ctas CTAs folds a row's splits (cta_merge), those CTAs are adjacent:
+  // blockIdx.x = group_cta + group_ctas * (kvh + h_kv * reversed tile).
+  const int kvh = kPairFold ? blockIdx.x / 2 % p.h_kv : blockIdx.x % p.h_kv, seq = blockIdx.y;
   const int group = p.h_q / p.h_kv, rows_per_tile = attention_rows_per_tile(group);
   const int q_start = p.cu_seqlens_q[seq], q_len = p.cu_seqlens_q[seq + 1] - q_start;
   const int kv_len = p.seq_lens_kv[seq];
@@ -205,7 +270,7 @@ __global__ void __launch_bounds__(ws_threads<kSplitGroups>(), 1)
   int first_tile, group_cta = 0;
   if constexpr (kSplitGroups) {
     const int group_ctas = split_group_ctas(p.max_splits, p.splits_per_cta, p.group_consumers);
-    group_cta = (blockIdx.x / p.h_kv) % group_ctas;
+    group_cta = kPairFold ? blockIdx.x % 2 : (blockIdx.x / p.h_kv) % group_ctas;
     first_tile = p.q_tiles - 1 - static_cast<int>(blockIdx.x / (p.h_kv * group_ctas));
   } else {
     first_tile = (whole_rows_ws_ctas(p.q_tiles) - 1 - static_cast<int>(blockIdx.x / p.h_kv)) * kConsumers;
@@ -370,8 +435,8 @@ __global__ void __launch_bounds__(ws_threads<kSplitGroups>(), 1)
           const uint32_t row = static_cast<uint32_t>(__shfl_sync(0xffffffffu, lane_row, row_lane + kKeysPerStep * j));
           const uint64_t offset = static_cast<uint64_t>(row) * row_bytes;
           const bool ok = j * kRowsPerStep < keys_left;
-          cp_async16(k_s + dst + j * kRowsPerStep * 128, k_base + offset, ok);
-          cp_async16(v_s + dst + j * kRowsPerStep * 128, v_base + offset, ok);
+          cp_async16_no_l2_hint(k_s + dst + j * kRowsPerStep * 128, k_base + offset, ok);
+          cp_async16_no_l2_hint(v_s + dst + j * kRowsPerStep * 128, v_base + offset, ok);
         }
         cp_async_arrive(full + 8 * s);
       }
@@ -456,7 +521,7 @@ __global__ void __launch_bounds__(ws_threads<kSplitGroups>(), 1)
   load_q_fragments<D>(qa, q_s, warp, lane);
   if (kSplitGroups && p.cta_merge) {
     // Split states go into this Q slot: every warp's Q is in registers first. The plan keeps a
-    // consumer's states within the slot (cta_merge_pays).
+    // consumer's states within the slot (fold_ctas).
     if (p.splits_per_cta * live_rows > attention_policy::kCtaFoldStates) __trap();
     warpgroup_barrier(1 + w);
   }
@@ -477,7 +542,14 @@ __global__ void __launch_bounds__(ws_threads<kSplitGroups>(), 1)
   // split_groups folding its rows (cta_merge): consumer w keeps its splits' states in its own Q slot.
   SplitStage stage;
   if (p.cta_merge)
-    stage = {reinterpret_cast<float *>(smem + S::q_offset(w)), reinterpret_cast<float2 *>(smem + S::kFoldMl), live_rows,
+    stage = {reinterpret_cast<float *>(smem + S::kQ),
+             reinterpret_cast<float2 *>(smem + S::kFoldMl),
+             live_rows,
+             group_cta * p.group_consumers * p.splits_per_cta,
+             p.splits_per_cta,
+             Layout<D>::kQBytes / 4,
+             D,
+             reinterpret_cast<float *>(smem + S::q_offset(w)),
              key_begin / p.split_tokens};
   auto finish_split = [&](int j) {
     if constexpr (kSplitGroups)
@@ -635,10 +707,13 @@ __global__ void __launch_bounds__(ws_threads<kSplitGroups>(), 1)
   const int last_split = (key_begin + my_tiles * kKeys - 1) / p.split_tokens;
   if constexpr (kSplitGroups) {
     finish_split(last_split);
-    if (p.cta_merge)  // both consumers' splits kept (consumer 1 has some only where it has tiles): fold
-      fold_staged_splits<D>(p, kBf16, reinterpret_cast<const float *>(smem + S::kQ),
-                            reinterpret_cast<const float2 *>(smem + S::kFoldMl), live_rows, first_visible, q_start + q0,
-                            kvh, w * 128 + tid, n1 > 0 ? 256 : 128);
+    if (p.cta_merge) {  // every consumer's splits kept (consumer 1 has some only where it has tiles): fold
+      // The cluster's CTAs that hold splits of the tile: those whose first key its last row sees.
+      const int cta_keys = p.group_consumers * group_tokens, key_end = first_visible + live_rows / group - 1;
+      const int folding = kPairFold ? min(2, (key_end + cta_keys - 1) / cta_keys) : 1;
+      fold_staged_splits<D, kPairFold>(p, kBf16, stage, first_visible, q_start + q0, kvh, kPairFold ? group_cta : 0,
+                                       folding, w * 128 + tid, n1 > 0 ? 256 : 128);
+    }
   } else {  // the last fold goes straight to the output
     void *row_out[2];
 #pragma unroll
@@ -685,16 +760,41 @@ CUtensorMap kv_pool_map(const void *pool, const PagedAttnLaunch &p, int box_rows
   return map;
 }
 
-template <typename T, int D, bool kSplitGroups>
-void launch_ws(const PagedAttnLaunch &p, cudaStream_t stream) {
+// Launches the kernel instantiation, its shared-memory size set once per device; kPairFold in
+// clusters of two CTAs.
+template <typename T, int D, bool kSplitGroups, bool kPairFold>
+void launch_ws_kernel(const PagedAttnLaunch &p, const KvMaps &maps, int64_t x, cudaStream_t stream) {
   using S = WsSmem<D, kSplitGroups>;
-  auto kernel = paged_attention_ws_kernel<T, D, kSplitGroups>;
+  auto kernel = paged_attention_ws_kernel<T, D, kSplitGroups, kPairFold>;
   static std::once_flag configured[64];
   int device = 0;
   DETFUZZ_CUDA_CHECK(cudaGetDevice(&device));
   std::call_once(configured[device % 64], [&] {
     DETFUZZ_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kBytes));
   });
+  const dim3 grid(static_cast<unsigned>(x), p.num_seqs), block(ws_threads<kSplitGroups>());
+  if constexpr (kPairFold) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = S::kBytes;
+    config.stream = stream;
+    cudaLaunchAttribute cluster[1];
+    cluster[0].id = cudaLaunchAttributeClusterDimension;
+    cluster[0].val.clusterDim.x = 2;
+    cluster[0].val.clusterDim.y = 1;
+    cluster[0].val.clusterDim.z = 1;
+    config.attrs = cluster;
+    config.numAttrs = 1;
+    DETFUZZ_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, maps));
+  } else {
+    kernel<<<grid, block, S::kBytes, stream>>>(p, maps);
+    DETFUZZ_LAUNCH_CHECK();
+  }
+}
+
+template <typename T, int D, bool kSplitGroups>
+void launch_ws(const PagedAttnLaunch &p, cudaStream_t stream) {
   KvMaps maps{};
   maps.box_rows = tma_box_rows<D>(p);
   if (maps.box_rows > 0) {
@@ -713,8 +813,10 @@ void launch_ws(const PagedAttnLaunch &p, cudaStream_t stream) {
   if (p.pool_blocks * p.block_size > INT32_MAX)  // the producer's 32-bit pool rows
     throw std::runtime_error("paged_attention: the warp-specialised kernel takes pools of up to 2^31 - 1 slots, not " +
                              std::to_string(p.pool_blocks * p.block_size));
-  kernel<<<dim3(static_cast<unsigned>(x), p.num_seqs), ws_threads<kSplitGroups>(), S::kBytes, stream>>>(p, maps);
-  DETFUZZ_LAUNCH_CHECK();
+  if (kSplitGroups && p.cta_merge && p.fold_ctas == 2)
+    launch_ws_kernel<T, D, kSplitGroups, kSplitGroups>(p, maps, x, stream);
+  else
+    launch_ws_kernel<T, D, kSplitGroups, false>(p, maps, x, stream);
 }
 
 template <bool kSplitGroups>

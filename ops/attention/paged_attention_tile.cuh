@@ -216,13 +216,25 @@ struct MergedRows {
   }
 };
 
-// Where split_groups keeps a split's state in shared memory for its CTA to fold
-// (PagedAttnLaunch::cta_merge): row r's acc at acc[((j - first_split) * pairs + r) * D + column], its
-// (m, l) at ml[j * pairs + r]; pairs: the tile's live rows. A null acc: no stage.
+// Where split_groups keeps its splits' states in shared memory for its CTAs to fold
+// (PagedAttnLaunch::cta_merge). A CTA holds splits first_split .. first_split + consumers *
+// splits_per_slot - 1, consumer c's in its own Q slot (slot_floats floats, consumer 0's at `acc`):
+// split j's row r at acc_at(j, r), its (m, l) at ml[ml_at(j, r)]; pairs: the tile's live rows. Every
+// CTA of a cluster that folds a row together lays its splits out alike. The consumer that writes
+// split j has its slot at `own` and its first split at own_first: there the row is at own_at(j, r)
+// (the same place; the writes take the shorter sum). A null acc: no stage.
 struct SplitStage {
   float *acc = nullptr;
   float2 *ml = nullptr;
-  int pairs = 0, first_split = 0;
+  int pairs = 0, first_split = 0, splits_per_slot = 1, slot_floats = 0, head_dim = 0;
+  float *own = nullptr;
+  int own_first = 0;
+  __device__ __forceinline__ int acc_at(int j, int r) const {
+    const int k = j - first_split;
+    return (k / splits_per_slot) * slot_floats + ((k % splits_per_slot) * pairs + r) * head_dim;
+  }
+  __device__ __forceinline__ int own_at(int j, int r) const { return ((j - own_first) * pairs + r) * head_dim; }
+  __device__ __forceinline__ int ml_at(int j, int r) const { return (j - first_split) * pairs + r; }
 };
 
 // split_per_cta and split_groups: writes the finished split j of the two rows a thread holds
@@ -252,13 +264,13 @@ __device__ __forceinline__ void write_split(const PagedAttnLaunch &p, const RowS
         out[(first_block + nb) * 4 + t] = pack2_normalised(st.acc[nb][2 * i], st.acc[nb][2 * i + 1], inv, kBf16);
       }
     } else if (stage.acc) {
-      float2 *part = reinterpret_cast<float2 *>(stage.acc + ((j - stage.first_split) * stage.pairs + r) * D);
+      float2 *part = reinterpret_cast<float2 *>(stage.own + stage.own_at(j, r));
 #pragma unroll
       for (int nb = 0; nb < D / 8; ++nb) {
         if (nb >= blocks) break;
         part[(first_block + nb) * 4 + t] = make_float2(st.acc[nb][2 * i], st.acc[nb][2 * i + 1]);
       }
-      if (t == 0 && writes_ml) stage.ml[j * stage.pairs + r] = make_float2(st.m[i], st.l[i]);
+      if (t == 0 && writes_ml) stage.ml[stage.ml_at(j, r)] = make_float2(st.m[i], st.l[i]);
     } else {
       const int64_t slot = row_head * p.max_splits + j;
       float2 *part = reinterpret_cast<float2 *>(p.part_acc + slot * D);

@@ -224,12 +224,15 @@ TEST(PagedAttentionCuda, LongRowsMergeAsWholeRowsFold) {
     }
 }
 
-// split_groups' CTAs fold their rows' splits where one CTA holds all of them (cta_merge_pays):
-// splits of 64 keys, two consumers of 4 splits, so rows of up to 512 keys, one or two query rows a
-// sequence. Rows of 5-8 splits (both consumers keep splits) and of 2-4 (consumer 1 has no tile:
-// consumer 0 folds alone), and rows of one split, get the bits of the merge kernel and of
-// whole_rows, for both dtypes, head dims 64 and 128, and GQA groups of 2 and 4.
-TEST(PagedAttentionCuda, SplitGroupsFoldTheirRowsInTheCta) {
+// split_groups' CTAs fold their rows' splits where one CTA, or a cluster of two, holds all of them
+// (attention_policy::fold_ctas): splits of 64 keys, rows of up to 512 keys (8 splits), one or two
+// query rows a sequence. In one CTA of two consumers of 4 splits: rows of 5-8 splits (both consumers
+// keep splits), of 2-4 (consumer 1 has no tile: consumer 0 folds alone) and of one split. In pairs
+// of CTAs, two consumers of 2 splits or one of 4: rows whose splits span both CTAs (the second
+// with one consumer busy or both) and rows within the first (the second CTA has nothing and exits).
+// Each gets the bits of the merge kernel and of whole_rows, for both dtypes, head dims 64 and 128,
+// and GQA groups of 2 and 4.
+TEST(PagedAttentionCuda, SplitGroupsFoldTheirRowsInTheirCtas) {
   NEED_GPU();
   using Options = attention::CudaAttentionOptions;
   at::manual_seed(20261130);
@@ -261,29 +264,34 @@ TEST(PagedAttentionCuda, SplitGroupsFoldTheirRowsInTheCta) {
         const at::Tensor q = (at::randn({rows, hq, d}, f32) * 3).to(dt);
         const at::Tensor k = at::randn({blocks, page, hkv, d}, f32).to(dt),
                          v = at::randn({blocks, page, hkv, d}, f32).to(dt);
-        auto options = [&](Options::Schedule schedule, Options::Merge merge) {
-          Options o;
-          o.split_tokens = 64;
-          o.schedule = schedule;
-          o.splits_per_cta = 4;
-          o.group_consumers = 2;
-          o.merge = merge;
-          return o;
-        };
-        const Options folds = options(Options::Schedule::split_groups, Options::Merge::automatic);
-        const attention::PagedAttentionCudaPlan plan(q, k, v, cu_d, lens_d, table_d, folds);
-        if (!plan.wgmma()) GTEST_SKIP() << "no wgmma kernel on this GPU";
-        const std::string what =
-            std::string(c10::toString(dt)) + ", D = " + std::to_string(d) + ", " + std::to_string(hkv) + " KV heads";
-        ASSERT_TRUE(plan.cta_merge()) << what;
-        const at::Tensor folded = plan.run(q, k, v, 0.0);
-        ASSERT_TRUE(folded.isfinite().all().item<bool>()) << what;
-        for (const Options &o : {options(Options::Schedule::split_groups, Options::Merge::kernel),
-                                 options(Options::Schedule::whole_rows, Options::Merge::automatic)})
-          EXPECT_TRUE(
-              folded.view(at::kShort)
-                  .equal(attention::paged_attention_cuda(q, k, v, cu_d, lens_d, table_d, 0.0, o).view(at::kShort)))
-              << what;
+        // (splits per consumer, consumers, the CTAs that fold a row).
+        for (auto [spc, consumers, ctas] : {std::tuple<int64_t, int64_t, int64_t>{4, 2, 1}, {2, 2, 2}, {4, 1, 2}}) {
+          auto options = [&](Options::Schedule schedule, Options::Merge merge) {
+            Options o;
+            o.split_tokens = 64;
+            o.schedule = schedule;
+            o.splits_per_cta = spc;
+            o.group_consumers = consumers;
+            o.merge = merge;
+            return o;
+          };
+          const Options folds = options(Options::Schedule::split_groups, Options::Merge::automatic);
+          const attention::PagedAttentionCudaPlan plan(q, k, v, cu_d, lens_d, table_d, folds);
+          if (!plan.wgmma()) GTEST_SKIP() << "no wgmma kernel on this GPU";
+          const std::string what = std::string(c10::toString(dt)) + ", D = " + std::to_string(d) + ", " +
+                                   std::to_string(hkv) + " KV heads, " + std::to_string(consumers) + " consumers of " +
+                                   std::to_string(spc) + " splits";
+          ASSERT_TRUE(plan.cta_merge()) << what;
+          ASSERT_EQ(plan.fold_ctas(), ctas) << what;
+          const at::Tensor folded = plan.run(q, k, v, 0.0);
+          ASSERT_TRUE(folded.isfinite().all().item<bool>()) << what;
+          for (const Options &o : {options(Options::Schedule::split_groups, Options::Merge::kernel),
+                                   options(Options::Schedule::whole_rows, Options::Merge::automatic)})
+            EXPECT_TRUE(
+                folded.view(at::kShort)
+                    .equal(attention::paged_attention_cuda(q, k, v, cu_d, lens_d, table_d, 0.0, o).view(at::kShort)))
+                << what;
+        }
       }
 }
 

@@ -167,27 +167,42 @@ TEST(EarlyMerge, ItsCtasSpreadOverTheSms) {
   EXPECT_EQ(merge_spread_smem(0, 132, kSmemPerSm, kPerCta, kReserved, kStatic), 0);
 }
 
-// The CTA folds its rows' splits wherever it holds all of them and each consumer's states fit its
-// Q slot: decode batches of 16 at 512-4k keys (8 KV heads, GQA group 4: 4 live pairs a tile; two
-// consumers of 1, 2, 4 and 8 splits, the splits-per-CTA rule's picks).
-TEST(CtaMerge, WhereOneCtaHoldsEverySplitOfItsRows) {
+// The CTAs fold their rows' splits wherever one CTA, or a cluster of two, holds all of them and each
+// consumer's states fit its Q slot: decode batches of 16 at 512-4k keys in one CTA (8 KV heads, GQA
+// group 4: 4 live pairs a tile; two consumers of 1, 2, 4 and 8 splits, the splits-per-CTA rule's
+// picks), batches of 8 and 12 at 4k in pairs.
+TEST(FoldCtas, WhereOneCtaOrAPairHoldsEverySplitOfItsRows) {
   const int64_t slots = 2 * kH100Sms;
   for (int64_t ctx : {512, 1024, 2048, 4096}) {
     const KvGrid g = llama_grid(Batch().add(1, static_cast<int32_t>(ctx), 16));
     EXPECT_EQ(g.longest_q, 1);
     const int64_t spc = splits_per_cta(g.tile_splits, 8, slots);
     EXPECT_EQ(spc, ctx / 512) << ctx;
-    EXPECT_TRUE(cta_merge_pays(true, g.max_splits, 2, spc, 4)) << ctx;
-    EXPECT_FALSE(cta_merge_pays(true, g.max_splits, 1, spc, 4)) << ctx;  // one consumer: half the splits
+    EXPECT_EQ(fold_ctas(true, g.max_splits, 2, spc, 4, true), 1) << ctx;
+    EXPECT_EQ(fold_ctas(true, g.max_splits, 1, spc, 4, true), 2) << ctx;   // one consumer: a pair
+    EXPECT_EQ(fold_ctas(true, g.max_splits, 1, spc, 4, false), 0) << ctx;  // no clusters: the merge kernel
   }
-  EXPECT_FALSE(cta_merge_pays(true, 16, 1, 1, 4));  // batch 1 at 4k: a consumer per split
-  EXPECT_FALSE(cta_merge_pays(true, 64, 2, 8, 4));  // batch 1 at 16k: 64 splits a row
-  EXPECT_FALSE(cta_merge_pays(true, 1, 2, 1, 4));   // one split: written as the output
-  EXPECT_FALSE(cta_merge_pays(false, 8, 2, 4, 4));  // split_per_cta: the merge kernel
-  EXPECT_TRUE(cta_merge_pays(true, 6, 2, 3, 8));    // forced groups of 3, GQA group 8
-  EXPECT_TRUE(cta_merge_pays(true, 16, 2, 8, 4));   // a consumer's Q slot full: 8 splits of 4 pairs
-  EXPECT_FALSE(cta_merge_pays(true, 16, 2, 8, 8));  // GQA group 8 at 4k: 64 states a consumer
-  EXPECT_FALSE(cta_merge_pays(true, 2, 2, 1, 64));  // prefill tiles: 64 pairs
+  // Batch 8 at 1k / 2k / 4k (4, 8 and 16 splits in two CTAs), batch 16 at 8k (32 splits).
+  for (auto [batch, ctx] : {std::pair<int, int>{8, 1024}, {8, 2048}, {8, 4096}, {16, 8192}}) {
+    const KvGrid g = llama_grid(Batch().add(1, ctx, batch));
+    const int64_t spc = splits_per_cta(g.tile_splits, 8, slots);
+    EXPECT_EQ(2 * 2 * spc, g.max_splits) << batch << " x " << ctx;
+    EXPECT_EQ(fold_ctas(true, g.max_splits, 2, spc, 4, true), 2) << batch << " x " << ctx;
+  }
+  {  // batch 12 at 4k: 16 splits in CTAs of 4
+    const KvGrid g = llama_grid(Batch().add(1, 4096, 12));
+    EXPECT_EQ(fold_ctas(true, g.max_splits, 2, splits_per_cta(g.tile_splits, 8, slots), 4, true), 0);
+  }
+  EXPECT_EQ(fold_ctas(true, 16, 1, 1, 4, true), 0);  // batch 1 at 4k: a consumer per split
+  EXPECT_EQ(fold_ctas(true, 64, 2, 8, 4, true), 0);  // batch 1 at 16k: 64 splits a row
+  EXPECT_EQ(fold_ctas(true, 17, 2, 4, 4, true), 0);  // a third CTA
+  EXPECT_EQ(fold_ctas(true, 1, 2, 1, 4, true), 0);   // one split: written as the output
+  EXPECT_EQ(fold_ctas(false, 8, 2, 4, 4, true), 0);  // split_per_cta: the merge kernel
+  EXPECT_EQ(fold_ctas(true, 6, 2, 3, 8, true), 1);   // forced groups of 3, GQA group 8
+  EXPECT_EQ(fold_ctas(true, 16, 2, 8, 4, true), 1);  // a consumer's Q slot full: 8 splits of 4 pairs
+  EXPECT_EQ(fold_ctas(true, 32, 2, 8, 4, true), 2);  // the same in a pair
+  EXPECT_EQ(fold_ctas(true, 16, 2, 8, 8, true), 0);  // GQA group 8 at 4k: 64 states a consumer
+  EXPECT_EQ(fold_ctas(true, 2, 2, 1, 64, true), 0);  // prefill tiles: 64 pairs
   EXPECT_EQ(llama_grid(Batch().add(1, 4096, 3).add(40, 100)).longest_q, 40);
 }
 
