@@ -186,8 +186,11 @@ constexpr int64_t kCtaFoldStates = 32;
 // where each consumer's splits of the tile's live (query row, head) pairs fit its Q slot
 // (splits_per_cta * tile_pairs <= kCtaFoldStates) and a row has more than one: in one CTA where it
 // holds every split of its rows (max_splits <= consumers * splits_per_cta: decode batches of 16 at
-// 512-4k keys with GQA groups of 4), and in a cluster of two CTAs where two do (batch 8 at 1k-4k,
-// batch 16 at 8k) and the device launches clusters (sm_90, where the kernel runs). The consumers keep their splits' states in shared
+// 512-4k keys with GQA groups of 4), and in a cluster of two CTAs where two do, each consumer walks
+// 2 splits or more, and the device launches clusters (sm_90, where the kernel runs): batch 8 at
+// 2k-4k, batch 16 at 8k. Where a consumer walks one split (batch 1 and 2 at 512 keys, batch 8 at
+// 1k) the pair did not pay on an H200: batch 1 at 512 keys took 13.2 against 11.3 us with the merge
+// kernel launched early (docs/perf/attention.md). The consumers keep their splits' states in shared
 // memory instead of writing them for the merge kernel, then fold each row in split order there,
 // a pair's CTAs reading each other's through distributed shared memory: the merge kernel's
 // arithmetic, so its bits. No merge kernel then waits for the grid, and no state goes through
@@ -197,7 +200,7 @@ inline int64_t fold_ctas(bool split_groups, int64_t max_splits, int64_t consumer
                          int64_t tile_pairs, bool clusters) {
   if (!split_groups || max_splits <= 1 || splits_per_cta * tile_pairs > kCtaFoldStates) return 0;
   if (max_splits <= consumers * splits_per_cta) return 1;
-  return clusters && max_splits <= 2 * consumers * splits_per_cta ? 2 : 0;
+  return clusters && splits_per_cta >= 2 && max_splits <= 2 * consumers * splits_per_cta ? 2 : 0;
 }
 
 // The dynamic shared memory an early merge's CTA asks for (where a row's splits fit in it, the merge
