@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -139,6 +140,25 @@ TEST(BenchSummary, GeomeansByClassOfM) {
       << text;
   EXPECT_NE(text.find("  log_softmax/invariant/float32: 0.800x over 2 shapes\n"), std::string::npos) << text;
   EXPECT_EQ(text.find("log_softmax/invariant/float32: 0.800x over 2 shapes;"), std::string::npos) << text;
+}
+
+// The shape files ci/ keeps for attention A/Bs read, and the decode grid (the rows of the decode
+// target against FlashAttention-2's decode: batches 1-16 at 512-4k keys) is whole.
+TEST(BenchShapes, TheShapeFilesInCiRead) {
+  const std::string ci = std::string(DETFUZZ_SOURCE_DIR) + "/ci/";
+  for (const char *file : {"attention-pages.csv", "attention-pingpong.csv", "attention-decode-grid.csv"})
+    EXPECT_FALSE(read_bench_shapes(ci + file).empty()) << file;
+  const auto grid = read_bench_shapes(ci + "attention-decode-grid.csv");
+  for (int64_t batch : {1, 2, 4, 8, 12, 16})
+    for (int64_t keys : {512, 1024, 2048, 4096})
+      EXPECT_EQ(std::count_if(grid.begin(), grid.end(),
+                              [&](const BenchShape &s) {
+                                return s.op == "paged_attention_decode" && s.m == batch && s.n == keys &&
+                                       s.variant.empty();
+                              }),
+                1)
+          << batch << " x " << keys;
+  EXPECT_EQ(std::count_if(grid.begin(), grid.end(), [](const BenchShape &s) { return s.variant == "shuffled"; }), 3);
 }
 
 TEST(BenchShapes, ReadsAttentionRows) {
