@@ -189,10 +189,10 @@ constexpr int64_t kCtaFoldStates = 32;
 // 512-4k keys with GQA groups of 4), and in a cluster of two CTAs where two do, each consumer walks
 // 2 splits or more, and the device launches clusters (sm_90, where the kernel runs): batch 8 at
 // 2k-4k, batch 16 at 8k. Where a consumer walks one split (batch 1 and 2 at 512 keys, batch 8 at
-// 1k) the pair did not pay on an H200: batch 1 at 512 keys took 12.9-13.3 against 11.3-11.7 us
-// with the merge kernel launched early (docs/perf/attention.md). The consumers keep their splits' states in shared
-// memory instead of writing them for the merge kernel, then fold each row in split order there,
-// a pair's CTAs reading each other's through distributed shared memory: the merge kernel's
+// 1k) the pair did not pay on an H200: batch 1 at 512 keys took 12.9-13.3 against 11.3-11.7 us with
+// the merge kernel launched early (docs/perf/attention.md). The consumers keep their splits' states
+// in shared memory instead of writing them for the merge kernel, then fold each row in split order
+// there, a pair's CTAs reading each other's through distributed shared memory: the merge kernel's
 // arithmetic, so its bits. No merge kernel then waits for the grid, and no state goes through
 // memory. Returns the CTAs that fold a row together (1 or 2), or 0 where the merge kernel folds.
 // tile_pairs: the live pairs of the fullest query tile (min(64, longest q_len * GQA group)).

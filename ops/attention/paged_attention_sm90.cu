@@ -17,12 +17,12 @@
 // for the merge kernel exactly as split_per_cta writes it (decode streams KV faster this way than
 // with split_per_cta's one warpgroup per CTA, which loads and computes in turn:
 // docs/perf/attention.md). Where one CTA, or a cluster of two, holds every split of its rows and a
-// consumer's split states fit its Q slot (decode at batch 8 and 16 and 512-4k keys:
-// attention_policy::fold_ctas), the consumers keep the states there instead, and the CTAs fold their
-// rows at their end as the merge kernel would, a pair reading each other's states through
-// distributed shared memory (PagedAttnLaunch::cta_merge): no merge kernel, no state through memory. The
-// producers stream 64-key K and V tiles through the stages (5 for whole_rows, 6 for split_groups),
-// into the 128-byte-swizzled layout the wgmma descriptors read.
+// consumer's split states fit its Q slot (decode at batch 16 and 512-4k keys in one CTA, batch 8
+// at 2k-4k in pairs: attention_policy::fold_ctas), the consumers keep the states there instead,
+// and the CTAs fold their rows at their end as the merge kernel would, a pair reading each other's
+// states through distributed shared memory (PagedAttnLaunch::cta_merge): no merge kernel, no state
+// through memory. The producers stream 64-key K and V tiles through the stages (5 for whole_rows, 6
+// for split_groups), into the 128-byte-swizzled layout the wgmma descriptors read.
 // A tile whose keys all lie below kv_len is loaded by TMA for pages of 64 slots or a multiple, and
 // for smaller pages dividing 64 where the tile's pages follow each other in the pool (a run: one
 // 64-row box per column block, attention_policy::tma_run_boxes; the producer warps check their page
@@ -260,8 +260,8 @@ __global__ void __launch_bounds__(ws_threads<kSplitGroups>(), 1)
   // + group_ctas * reversed tile), consumer c < group_consumers on split group group_consumers *
   // group_cta + c of one query tile, a stream of keys each (one consumer: consumer 1 has no work).
   // The longest query tiles start first.
-  // Where a cluster of fold_ctas CTAs folds a row's splits (cta_merge), those CTAs are adjacent:
-  // blockIdx.x = group_cta + group_ctas * (kvh + h_kv * reversed tile).
+  // kPairFold: a row's two CTAs are adjacent, a cluster: blockIdx.x = group_cta + 2 * (kvh + h_kv *
+  // reversed tile).
   const int kvh = kPairFold ? blockIdx.x / 2 % p.h_kv : blockIdx.x % p.h_kv, seq = blockIdx.y;
   const int group = p.h_q / p.h_kv, rows_per_tile = attention_rows_per_tile(group);
   const int q_start = p.cu_seqlens_q[seq], q_len = p.cu_seqlens_q[seq + 1] - q_start;
@@ -813,7 +813,7 @@ void launch_ws(const PagedAttnLaunch &p, cudaStream_t stream) {
   if (p.pool_blocks * p.block_size > INT32_MAX)  // the producer's 32-bit pool rows
     throw std::runtime_error("paged_attention: the warp-specialised kernel takes pools of up to 2^31 - 1 slots, not " +
                              std::to_string(p.pool_blocks * p.block_size));
-  if (kSplitGroups && p.cta_merge && p.fold_ctas == 2)
+  if (kSplitGroups && p.cta_merge && p.fold_ctas == 2)  // (whole_rows has no pair instantiation)
     launch_ws_kernel<T, D, kSplitGroups, kSplitGroups>(p, maps, x, stream);
   else
     launch_ws_kernel<T, D, kSplitGroups, false>(p, maps, x, stream);
