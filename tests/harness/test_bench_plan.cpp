@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <initializer_list>
 #include <fstream>
 #include <stdexcept>
 #include <string>
@@ -187,16 +188,23 @@ TEST(BenchShapes, ReadsAttentionRows) {
   ASSERT_EQ(heads.size(), 2u);
   EXPECT_EQ(heads[0].kv_heads, 32);  // MHA
   EXPECT_EQ(heads[1].kv_heads, 1);   // MQA
-  for (const char *bad : {"paged_attention_prefill,1,8192,128,16,3\n", "paged_attention_prefill,1,8192,128,16,64\n",
-                          "paged_attention_decode,16,4096,128,16,-8\n"}) {
-    std::ofstream(path) << "op,M,N,K,page,kv_heads\n" << bad;
-    try {
-      read_bench_shapes(path);
-      ADD_FAILURE() << "accepted " << bad;
-    } catch (const std::invalid_argument &e) {
-      EXPECT_NE(std::string(e.what()).find("kv_heads must divide the 32 query heads"), std::string::npos) << e.what();
+  // Each row of `bad`, under `header`, is refused with one line that holds `why`.
+  auto expect_refused = [&](const char *header, std::initializer_list<const char *> bad, const std::string &why) {
+    for (const char *row : bad) {
+      std::ofstream(path) << header << row;
+      try {
+        read_bench_shapes(path);
+        ADD_FAILURE() << "accepted " << row;
+      } catch (const std::invalid_argument &e) {
+        EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+        EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+      }
     }
-  }
+  };
+  expect_refused("op,M,N,K,page,kv_heads\n",
+                 {"paged_attention_prefill,1,8192,128,16,3\n", "paged_attention_prefill,1,8192,128,16,64\n",
+                  "paged_attention_decode,16,4096,128,16,-8\n"},
+                 "kv_heads must divide the 32 query heads");
   std::ofstream(path) << "op,M,N,K,page,kv_heads,variant\npaged_attention_decode,16,4096,128,16,8,shuffled\n"
                       << "scaled_mm,16,4096,4096,,,block\nmm,16,4096,4096,,,\n";
   const auto variants = read_bench_shapes(path);
@@ -204,29 +212,14 @@ TEST(BenchShapes, ReadsAttentionRows) {
   EXPECT_EQ(variants[0].label(), "paged_attention_decode[shuffled]");
   EXPECT_EQ(variants[1].label(), "scaled_mm[block]");
   EXPECT_EQ(variants[2].label(), "mm");
-  for (const char *bad : {"paged_attention_decode,16,4096,128,16,8,block\n", "mm,16,4096,4096,,,block\n",
-                          "paged_attention_prefill,1,1024,128,16,8,Shuffled\n"}) {
-    std::ofstream(path) << "op,M,N,K,page,kv_heads,variant\n" << bad;
-    try {
-      read_bench_shapes(path);
-      ADD_FAILURE() << "accepted " << bad;
-    } catch (const std::invalid_argument &e) {
-      EXPECT_NE(std::string(e.what()).find("no variant '"), std::string::npos) << e.what();
-      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
-    }
-  }
-  for (const char *bad : {"paged_attention_decode,16,4096,96\n", "paged_attention_prefill,2,1024,128\n",
-                          "paged_attention,1,1024,128\n", "paged_attention_decode,0,4096,128\n"}) {
-    write(bad);
-    try {
-      read_bench_shapes(path);
-      ADD_FAILURE() << "accepted " << bad;
-    } catch (const std::invalid_argument &e) {
-      const std::string what = e.what();
-      EXPECT_NE(what.find(path + ":2: "), std::string::npos) << what;
-      EXPECT_EQ(what.find('\n'), std::string::npos) << what;
-    }
-  }
+  expect_refused("op,M,N,K,page,kv_heads,variant\n",
+                 {"paged_attention_decode,16,4096,128,16,8,block\n", "mm,16,4096,4096,,,block\n",
+                  "paged_attention_prefill,1,1024,128,16,8,Shuffled\n"},
+                 "no variant '");
+  expect_refused("op,M,N,K\n",
+                 {"paged_attention_decode,16,4096,96\n", "paged_attention_prefill,2,1024,128\n",
+                  "paged_attention,1,1024,128\n", "paged_attention_decode,0,4096,128\n"},
+                 path + ":2: ");
   std::filesystem::remove(path);
 }
 
