@@ -94,14 +94,15 @@ std::vector<BenchShape> read_bench_shapes(const std::string &path) {
         for (const auto &kind : kinds) all += (all.empty() ? "" : ", ") + kind;
         throw std::invalid_argument(where + "op '" + op + "' cannot be benchmarked (" + all + ")");
       }
+      const std::vector<std::string> &variants = row ? row->variants : family->bench_variants;
+      if (!variant.empty() && std::find(variants.begin(), variants.end(), variant) == variants.end()) {
+        std::string all;
+        for (const auto &v : variants) all += (all.empty() ? "" : ", ") + v;
+        throw std::invalid_argument(where + "no variant '" + variant + "' of " + op + " (" +
+                                    (all.empty() ? std::string("it has none") : all) + ")");
+      }
       if (row) {
         if (m <= 0 || n <= 0 || (row->uses_k && k <= 0)) throw std::invalid_argument(where + "sizes must be positive");
-        if (!variant.empty() && std::find(row->variants.begin(), row->variants.end(), variant) == row->variants.end()) {
-          std::string all;
-          for (const auto &v : row->variants) all += (all.empty() ? "" : ", ") + v;
-          throw std::invalid_argument(where + "no variant '" + variant + "' of " + op + " (" +
-                                      (all.empty() ? std::string("it has none") : all) + ")");
-        }
         out.push_back({op, m, n, row->uses_k ? k : 0, 16, 0, variant});
       } else {
         const BenchShape shape{op, m, n, k, page, kv_heads, variant};

@@ -42,8 +42,10 @@ struct PropertyFamily {
   // attention's decode and prefill rows); all empty when the family has none. Shape kinds are
   // the `op` column of a bench shape file; check_bench_shape throws std::invalid_argument (one
   // line, without the file position) for a row that does not fit; bench_impl says whether the
-  // family times an impl name; bench writes bench.csv rows to `csv` and progress to `log`.
+  // family times an impl name; bench writes bench.csv rows to `csv` and progress to `log`;
+  // bench_variants are the variants a row may name (BenchShape::variant).
   std::vector<std::string> bench_shape_kinds;
+  std::vector<std::string> bench_variants;
   std::function<void(const BenchShape &)> check_bench_shape;
   std::function<bool(const std::string &impl)> bench_impl;
   std::function<void(const FamilyBenchConfig &, std::ostream &csv, std::ostream &log)> bench;
