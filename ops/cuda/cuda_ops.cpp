@@ -193,7 +193,8 @@ namespace {
 constexpr ck::GemmPath kHopperPaths[] = {ck::GemmPath::sm90_persistent,        ck::GemmPath::sm90_split,
                                          ck::GemmPath::sm90_persistent_64,     ck::GemmPath::sm90_split_64,
                                          ck::GemmPath::sm90_persistent_64x64,  ck::GemmPath::sm90_persistent_128x192,
-                                         ck::GemmPath::sm90_persistent_64x256, ck::GemmPath::sm90_paired_128x192};
+                                         ck::GemmPath::sm90_persistent_64x256, ck::GemmPath::sm90_paired_128x192,
+                                         ck::GemmPath::sm90_persistent_128x256};
 constexpr ck::F32Path kF32Paths[] = {
     ck::F32Path::persistent_tall, ck::F32Path::persistent_large, ck::F32Path::persistent_small,
     ck::F32Path::cluster_large,   ck::F32Path::cluster_small,    ck::F32Path::column_stream,

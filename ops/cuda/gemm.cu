@@ -46,6 +46,7 @@ const char *gemm_path_name(GemmPath p) {
     case GemmPath::sm90_persistent_128x192: return "sm90_persistent_128x192";
     case GemmPath::sm90_persistent_64x256: return "sm90_persistent_64x256";
     case GemmPath::sm90_paired_128x192: return "sm90_paired_128x192";
+    case GemmPath::sm90_persistent_128x256: return "sm90_persistent_128x256";
   }
   return "?";
 }

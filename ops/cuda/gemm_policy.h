@@ -37,6 +37,9 @@ namespace detfuzz::cuda_kernels {
 // rows: decode over a very wide N (a vocabulary), A loaded once per 256 columns.
 // sm90_paired_128x192 runs the 128 x 192 tiles in clusters of two CTAs on vertically adjacent
 // tiles that share their B tile by TMA multicast: the same arithmetic, fewer bytes through L2.
+// sm90_persistent_128x256 runs tiles 256 columns wide (m64n256k16, the same arithmetic again): a
+// third less shared-memory reading per MMA than 128 x 128 tiles, a quarter of the chunk totals in
+// registers.
 enum class GemmPath {
   automatic,
   mma_sync,
@@ -47,7 +50,8 @@ enum class GemmPath {
   sm90_persistent_64x64,
   sm90_persistent_128x192,
   sm90_persistent_64x256,
-  sm90_paired_128x192
+  sm90_paired_128x192,
+  sm90_persistent_128x256
 };
 
 // The float32 kernel's schedules and tile shapes (gemm_f32.cu). `automatic` picks one by shape;
@@ -131,6 +135,7 @@ enum class Sm90Kernel {
   persistent_128x128_staged,  // the staged (TMA-stored) epilogue
   persistent_128x192_staged,
   paired_128x192_staged,  // clusters of two on adjacent tiles, B multicast
+  persistent_128x256_staged,
   persistent_64x128,
   persistent_64x64,
   persistent_64x256,  // the two consumer warpgroups side by side, 128 columns each
@@ -146,15 +151,20 @@ inline bool sm90_narrow_pays(const GemmShape &s) { return s.M <= 64 || 2 * tile_
 // 8k: twice the CTAs stream B, and each SM's stream, not the HBM, bounds decode there).
 inline bool sm90_half_width_pays(const GemmShape &s) { return 2 * tile_count(s, 64, 128) <= s.sms; }
 
-// Whether 128 x 192 persistent tiles beat 128 x 128 ones: where they need fewer waves, a 192-wide
-// tile costing 1.5 128-wide ones (its work), or 1.44 where B is far wider than L2 (N >= 32768: the
-// wide tiles load each B tile fewer times). Measured against the 128 x 128 tiles with their consumers
-// taking turns (docs/perf/matmul.md): at M = 8192 those match or beat the wide tiles by up to 4%
-// at N <= 14336, and lose by 12% at N = 128256.
-inline bool wide_tiles_pay(const GemmShape &s) {
-  const double cost = s.N >= 32768 ? 1.44 : 1.5;
-  return cost * static_cast<double>(waves(tile_count(s, 128, 192), s.sms)) <
-         static_cast<double>(waves(tile_count(s, 128, 128), s.sms));
+// The width of the 128-row persistent tiles (128, 192 or 256 columns): the one whose waves cost
+// least, a tile's cost being its work in 128 x 128 tiles over how much faster its kernel does that
+// work. A 192-wide tile costs 1.5, or 1.44 where B is far wider than L2 (N >= 32768: the wide tiles
+// load each B tile fewer times); a 256-wide one 1.88 (m64n256k16 reads a third less shared memory
+// per MMA than m64n128k16). Ties go to the narrower tiles. Measured on an H200 (docs/perf/matmul.md):
+// the 256-wide tiles 2-4% faster than the others wherever they fill the SMs in whole waves (M >=
+// 2048 with N >= 4096; M = 512 and 128 with N >= 14336 and 128256), and up to 3x slower where they
+// leave SMs idle (M = 512, N = 4096: 64 tiles).
+inline int wide_tile_n(const GemmShape &s) {
+  const double c128 = static_cast<double>(waves(tile_count(s, 128, 128), s.sms));
+  const double c192 = (s.N >= 32768 ? 1.44 : 1.5) * static_cast<double>(waves(tile_count(s, 128, 192), s.sms));
+  const double c256 = 1.88 * static_cast<double>(waves(tile_count(s, 128, 256), s.sms));
+  if (c256 < c128 && c256 < c192) return 256;
+  return c192 < c128 ? 192 : 128;
 }
 
 // Whether the 128 x 192 tiles, where they are taken, run in clusters of two sharing B: where a
@@ -214,7 +224,8 @@ Sm90Kernel sm90_kernel(const GemmShape &s, GemmPath path, bool c_storable_by_tma
   const bool forced_cluster = path == GemmPath::sm90_split || path == GemmPath::sm90_split_64;
   const bool forced_persistent = path == GemmPath::sm90_persistent || path == GemmPath::sm90_persistent_64 ||
                                  path == GemmPath::sm90_persistent_128x192 ||
-                                 path == GemmPath::sm90_persistent_64x256 || path == GemmPath::sm90_paired_128x192;
+                                 path == GemmPath::sm90_persistent_64x256 || path == GemmPath::sm90_paired_128x192 ||
+                                 path == GemmPath::sm90_persistent_128x256;
   bool cluster = forced_cluster;
   if (!forced_cluster && !forced_persistent && chunks > 1)
     cluster = split_pays(s, consumers, half_width, clusters(consumers, chunks));
@@ -233,7 +244,10 @@ Sm90Kernel sm90_kernel(const GemmShape &s, GemmPath path, bool c_storable_by_tma
   if (!c_storable_by_tma) return Sm90Kernel::persistent_128x128;
   if (path == GemmPath::sm90_paired_128x192) return Sm90Kernel::paired_128x192_staged;
   if (path == GemmPath::sm90_persistent_128x192) return Sm90Kernel::persistent_128x192_staged;
-  if (automatic && wide_tiles_pay(s))
+  if (path == GemmPath::sm90_persistent_128x256) return Sm90Kernel::persistent_128x256_staged;
+  const int wide = automatic ? wide_tile_n(s) : 128;
+  if (wide == 256) return Sm90Kernel::persistent_128x256_staged;
+  if (wide == 192)
     return paired_tiles_pay(s) ? Sm90Kernel::paired_128x192_staged : Sm90Kernel::persistent_128x192_staged;
   return Sm90Kernel::persistent_128x128_staged;
 }

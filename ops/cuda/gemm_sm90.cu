@@ -40,9 +40,12 @@
 // vocabulary-wide N: A loaded once per 256 columns).
 // An eighth runs the 128 x 192 tiles in clusters of two CTAs on vertically adjacent tiles that
 // share their B tile by TMA multicast (PAIR, in the kernel): only where the bytes land changes.
-// All eight run that arithmetic on the same shared-memory layouts over the same K ranges, with the
+// A ninth, persistent 128 x 256 tiles (m64n256k16), reads a third less shared memory per MMA than
+// the 128 x 128 tiles; it keeps a quarter of its chunk totals in registers and the rest in the
+// staging area, which leaves room for 3 stages.
+// All nine run that arithmetic on the same shared-memory layouts over the same K ranges, with the
 // same adds in the same order, so they give the same bits: the launcher may pick any of them for
-// any M. Nothing depends on M, the batch, the grid or the B layout. variant_agree runs all eight on
+// any M. Nothing depends on M, the batch, the grid or the B layout. variant_agree runs all nine on
 // the same inputs (tests force each one), and `scan` checks it across M.
 //
 // Epilogue. The 128-row persistent tiles write their results (rounded exactly as a register store
@@ -106,20 +109,22 @@ constexpr int kThreads = 128 * (CONSUMERS + 1);
 // next tile's first chunk ends.
 // BN 256: 64 x 256 tiles of sm90_persistent_64x256, the two consumers side by side (128 columns
 // each, the same A rows): decode over a wide N loads A once per 256 columns and B in 512-byte rows.
+// BN 256 and STAGED: the 128 x 256 tiles of sm90_persistent_128x256 (m64n256k16, a quarter of the
+// totals in registers, 3 stages beside the staging area).
 template <int CONSUMERS, int BN, bool STAGED = false>
 struct Geometry {
-  static constexpr bool n_split = BN == 256;
+  static constexpr bool n_split = BN == 256 && !STAGED;
   static constexpr int tile_m = n_split ? 64 : 64 * CONSUMERS;
   static constexpr int consumer_n = n_split ? BN / 2 : BN;  // columns of one consumer's accumulators
   static constexpr int a_bytes = tile_m * BK * 2;
   static constexpr int b_bytes = BK * BN * 2;  // 32 KiB (BN 256), 24 (192), 16 (128) or 8
   static constexpr int part_ld = BN + 4;       // floats per row of a split partial in shared memory
   static constexpr int stage_bytes = a_bytes + b_bytes;
-  static constexpr int reg_total = BN == 192 ? BN / 4 : consumer_n / 2;
+  static constexpr int reg_total = STAGED && BN >= 192 ? BN / 4 : consumer_n / 2;
   static constexpr int staging_bytes = STAGED ? tile_m * BN * 2 : 0;
   // About 210 KiB in flight for 64-row tiles (one consumer) and 64 x 256 ones; what the staging
-  // area leaves for 192-column ones.
-  static constexpr int stages = BN == 256 ? 5 : BN == 192 ? 4 : CONSUMERS == 2 ? 6 : BN == 128 ? 9 : 13;
+  // area leaves for 128-row tiles of 192 and 256 columns.
+  static constexpr int stages = BN == 256 ? (STAGED ? 3 : 5) : BN == 192 ? 4 : CONSUMERS == 2 ? 6 : BN == 128 ? 9 : 13;
   static constexpr int smem_bytes = 1024 + stages * stage_bytes + staging_bytes + 2 * stages * 8;
   static_assert(reg_total == consumer_n / 2 || (STAGED && (BN / 2 - reg_total) * 4 * 128 <= 64 * BN * 2),
                 "the totals not kept in registers fit in the warpgroup's staging area");
@@ -325,8 +330,9 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
   // meanwhile (without them both drained at once). The MMAs and their operands are unchanged: the
   // same bits. Measured (forced, same run): 128 x 128 tiles 6-18% faster at M = 8192 with N >= 6144
   // or K = 14336 and at N = 128256, within 2.5% either way elsewhere; the 192-column tiles within
-  // noise, so they issue freely.
-  constexpr bool TURNS = CONSUMERS == 2 && !SPLIT && BN == 128;
+  // noise, so they issue freely; the 256-column ones within noise too (H200: 0.4-1.5% either way in
+  // geomean over the shapes they run), and they keep the turns.
+  constexpr bool TURNS = CONSUMERS == 2 && !SPLIT && (BN == 128 || (BN == 256 && STAGED));
   constexpr int kTurnOf0 = 4, kTurnOf1 = 5;  // 1: this CTA's split barrier; 2, 3: the staged epilogue
   constexpr int TILE_M = G::tile_m, STAGES = G::stages, STAGE_BYTES = G::stage_bytes, A_BYTES = G::a_bytes;
   extern __shared__ uint8_t smem_raw[];
@@ -449,7 +455,9 @@ __global__ void __launch_bounds__(kThreads<CONSUMERS>, 1)
             const uint64_t da = desc_advance(da0, kk * 32);
             const uint64_t db = desc_advance(db0, B_KN ? kk * 2048 : kk * 32);
             const int accumulate = (kb > cb || kk > 0) ? 1 : 0;
-            if constexpr (CN == 192)
+            if constexpr (CN == 256)
+              wgmma_m64n256k16<T, B_KN ? 1 : 0>(acc, da, db, accumulate);
+            else if constexpr (CN == 192)
               wgmma_m64n192k16<T, B_KN ? 1 : 0>(acc, da, db, accumulate);
             else if constexpr (CN == 128)
               wgmma_m64n128k16<T, B_KN ? 1 : 0>(acc, da, db, accumulate);
@@ -714,6 +722,8 @@ void dispatch(const GemmParams &p, GemmPath path, int dev, cudaStream_t stream) 
       return launch_one<T, B_KN, kPersistent, 2, 192, true>(p, dev, stream, pdl);
     case Sm90Kernel::paired_128x192_staged:
       return launch_one<T, B_KN, kPersistent, 2, 192, true, true>(p, dev, stream, pdl);
+    case Sm90Kernel::persistent_128x256_staged:
+      return launch_one<T, B_KN, kPersistent, 2, 256, true>(p, dev, stream, pdl);
   }
 }
 

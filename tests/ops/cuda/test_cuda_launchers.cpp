@@ -103,7 +103,8 @@ TEST(CudaLaunchers, HopperPersistentPathsGiveTheSameBitsWithFewerCtas) {
   using ck::GemmPath;
   const GemmPath paths[] = {GemmPath::sm90_persistent_64x64,   GemmPath::sm90_persistent_64,
                             GemmPath::sm90_persistent,         GemmPath::sm90_persistent_64x256,
-                            GemmPath::sm90_persistent_128x192, GemmPath::sm90_paired_128x192};
+                            GemmPath::sm90_persistent_128x192, GemmPath::sm90_paired_128x192,
+                            GemmPath::sm90_persistent_128x256};
   if (!ck::gemm_path_available(GemmPath::sm90_paired_128x192, 0)) GTEST_SKIP() << "needs an sm_90 GPU";
   uint64_t seed = 70;
   for (auto dt : {at::kBFloat16, at::kHalf}) {

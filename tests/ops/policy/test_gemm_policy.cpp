@@ -102,7 +102,7 @@ TEST(Sm90Launch, The64RowKernelsLaunchAsProgrammaticDependents) {
     EXPECT_TRUE(programmatic_launch_pays(k));
   for (Sm90Kernel k : {Sm90Kernel::persistent_64x256, Sm90Kernel::persistent_128x128, Sm90Kernel::split_128x128,
                        Sm90Kernel::persistent_128x128_staged, Sm90Kernel::persistent_128x192_staged,
-                       Sm90Kernel::paired_128x192_staged})
+                       Sm90Kernel::paired_128x192_staged, Sm90Kernel::persistent_128x256_staged})
     EXPECT_FALSE(programmatic_launch_pays(k));
   // A forward's products at 16 tokens run 64-row kernels, at 512 tokens 128-row ones.
   EXPECT_TRUE(programmatic_launch_pays(automatic(shape(16, 4096, 4096))));
@@ -145,47 +145,56 @@ TEST(Sm90Kernel, MidMTakes64RowTilesWhere128RowOnesLeaveHalfTheSmsIdle) {
   EXPECT_EQ(automatic(shape(128, 14336, 4096)), Sm90Kernel::persistent_128x128_staged);
 }
 
-// Large M: 128 x 192 tiles where they take fewer waves: a 192-wide tile costs 1.5 128-wide ones,
-// 1.44 where N >= 32768.
-TEST(Sm90Kernel, LargeMTakesWideTilesWhereTheyNeedFewerWaves) {
-  // M = 2048, N = 128256: 10688 wide tiles in 81 waves (x 1.44 = 116.6) against 16032 in 122.
-  EXPECT_TRUE(wide_tiles_pay(shape(2048, 128256, 4096)));
-  EXPECT_EQ(automatic(shape(2048, 128256, 4096)), Sm90Kernel::paired_128x192_staged);
-  // M = 8192, N = 128256: 42752 in 324 waves (466.6) against 64128 in 486.
-  EXPECT_TRUE(wide_tiles_pay(shape(8192, 128256, 4096)));
-  // M = 512, N = 6144: 128 wide tiles in one wave (1.5) against 192 in 2.
-  EXPECT_TRUE(wide_tiles_pay(shape(512, 6144, 4096)));
+// Large M: the tile width whose waves cost least, a tile costing its work in 128 x 128 tiles over its
+// kernel's speed: 192 columns 1.5 (1.44 where N >= 32768), 256 columns 1.88; ties to the narrower.
+TEST(Sm90Kernel, LargeMTakesTheWidthWhoseWavesCostLeast) {
+  // M = 2048, N = 128256: 8016 tiles of 256 in 61 waves (114.7), 10688 of 192 in 81 (116.6), 16032 of 128
+  // in 122.
+  EXPECT_EQ(wide_tile_n(shape(2048, 128256, 4096)), 256);
+  EXPECT_EQ(automatic(shape(2048, 128256, 4096)), Sm90Kernel::persistent_128x256_staged);
+  // M = 8192, N = 128256: 243 waves (456.8), 324 (466.6), 486.
+  EXPECT_EQ(wide_tile_n(shape(8192, 128256, 4096)), 256);
+  // M = 512, N = 6144: 128 tiles of 192 in one wave (1.5), 96 of 256 in one (1.88), 192 of 128 in 2.
+  EXPECT_EQ(wide_tile_n(shape(512, 6144, 4096)), 192);
   EXPECT_EQ(automatic(shape(512, 6144, 4096)), Sm90Kernel::persistent_128x192_staged);
-  // M = 8192, N = 4096: 1408 wide tiles in 11 waves (16.5) against 2048 in 16.
-  EXPECT_FALSE(wide_tiles_pay(shape(8192, 4096, 14336)));
-  EXPECT_EQ(automatic(shape(8192, 4096, 14336)), Sm90Kernel::persistent_128x128_staged);
-  // M = 8192, N = 14336: 4800 in 37 waves (55.5) against 7168 in 55.
-  EXPECT_FALSE(wide_tiles_pay(shape(8192, 14336, 4096)));
-  // M = N = 4096: 704 wide tiles in 6 waves (9) against 1024 in 8.
-  EXPECT_FALSE(wide_tiles_pay(shape(4096, 4096, 4096)));
-  EXPECT_EQ(automatic(shape(4096, 4096, 4096)), Sm90Kernel::persistent_128x128_staged);
+  // M = 8192, N = 4096: 1024 tiles of 256 in 8 waves (15.0), 1408 of 192 in 11 (16.5), 2048 of 128 in 16.
+  EXPECT_EQ(wide_tile_n(shape(8192, 4096, 14336)), 256);
+  // M = 8192, N = 14336: 28 waves (52.6), 37 (55.5), 55.
+  EXPECT_EQ(wide_tile_n(shape(8192, 14336, 4096)), 256);
+  EXPECT_EQ(automatic(shape(8192, 14336, 4096)), Sm90Kernel::persistent_128x256_staged);
+  // M = 512, N = 4096: 64 tiles of 256 leave half the SMs idle; 128 of 128 in one wave.
+  EXPECT_EQ(wide_tile_n(shape(512, 4096, 4096)), 128);
+  EXPECT_EQ(automatic(shape(512, 4096, 4096)), Sm90Kernel::persistent_128x128_staged);
+  // M = 2048, N = 1024: 128 tiles of 128 in one wave against 64 of 256.
+  EXPECT_EQ(wide_tile_n(shape(2048, 1024, 8192)), 128);
   // Where TMA cannot store C: the register-store 128 x 128 tiles, whatever else would pay.
   EXPECT_EQ(automatic(shape(2048, 128256, 4096), false), Sm90Kernel::persistent_128x128);
   EXPECT_EQ(automatic(shape(4096, 4096, 4096), false), Sm90Kernel::persistent_128x128);
 }
 
-// The wide tiles run in clusters of two sharing B where a tile has many K steps or B is far wider
-// than L2, at M >= 2048 (at M = 512 the pairs were slower).
+// The 192-wide tiles run in clusters of two sharing B where a tile has many K steps or B is far
+// wider than L2, at M >= 2048 (at M = 512 the pairs were slower); the 256-wide ones never (their
+// pairs were 1-3% slower wherever measured).
 TEST(Sm90Kernel, WideTilesPairUpForLongKOrWideNAtLargeM) {
-  EXPECT_TRUE(paired_tiles_pay(shape(8192, 4096, 14336)));
-  EXPECT_TRUE(paired_tiles_pay(shape(8192, 128256, 4096)));
-  EXPECT_EQ(automatic(shape(8192, 128256, 4096)), Sm90Kernel::paired_128x192_staged);
+  EXPECT_TRUE(paired_tiles_pay(shape(2048, 4096, 14336)));
+  // M = 2048, N = 4352, K = 14336: 17 columns of 256 (272 tiles, 3 waves: 5.64) against 23 of 192
+  // (368, 3 waves: 4.5) and 34 of 128 (544, 5 waves).
+  EXPECT_EQ(wide_tile_n(shape(2048, 4352, 14336)), 192);
+  EXPECT_EQ(automatic(shape(2048, 4352, 14336)), Sm90Kernel::paired_128x192_staged);
+  EXPECT_EQ(automatic(shape(8192, 4096, 14336)), Sm90Kernel::persistent_128x256_staged);
+  EXPECT_EQ(automatic(shape(8192, 128256, 4096)), Sm90Kernel::persistent_128x256_staged);
   EXPECT_FALSE(paired_tiles_pay(shape(8192, 14336, 4096)));
   EXPECT_FALSE(paired_tiles_pay(shape(512, 128256, 4096)));
-  EXPECT_EQ(automatic(shape(512, 128256, 4096)), Sm90Kernel::persistent_128x192_staged);
+  // M = 512, N = 128256: 16 waves of 256 (30.1) against 21 of 192 (30.2) and 31 of 128.
+  EXPECT_EQ(automatic(shape(512, 128256, 4096)), Sm90Kernel::persistent_128x256_staged);
 }
 
 TEST(Sm90Kernel, TileHeightFollowsMAt64Rows) {
   EXPECT_TRUE(sm90_narrow_pays(shape(64, 128256, 4096)));
   EXPECT_FALSE(sm90_narrow_pays(shape(65, 128256, 4096)));
   EXPECT_EQ(automatic(shape(64, 128256, 4096)), Sm90Kernel::persistent_64x256);
-  // 1002 tiles of 128 x 128 in 8 waves; 668 of 128 x 192 in 6 (8.64): the narrower tiles.
-  EXPECT_EQ(automatic(shape(65, 128256, 4096)), Sm90Kernel::persistent_128x128_staged);
+  // 1002 tiles of 128 x 128 in 8 waves; 668 of 128 x 192 in 6 (8.64); 501 of 128 x 256 in 4 (7.52).
+  EXPECT_EQ(automatic(shape(65, 128256, 4096)), Sm90Kernel::persistent_128x256_staged);
 }
 
 // A forced path runs as forced, whatever the shape, without asking the device.
@@ -203,6 +212,8 @@ TEST(Sm90Kernel, ForcedPathsMapToTheirKernels) {
   EXPECT_EQ(forced(GemmPath::sm90_persistent_64x256), Sm90Kernel::persistent_64x256);
   EXPECT_EQ(forced(GemmPath::sm90_paired_128x192), Sm90Kernel::paired_128x192_staged);
   EXPECT_EQ(forced(GemmPath::sm90_paired_128x192, false), Sm90Kernel::persistent_128x128);
+  EXPECT_EQ(forced(GemmPath::sm90_persistent_128x256), Sm90Kernel::persistent_128x256_staged);
+  EXPECT_EQ(forced(GemmPath::sm90_persistent_128x256, false), Sm90Kernel::persistent_128x128);
   // Forced on a shape the automatic choice sends elsewhere (M = 4096): the same kernels.
   EXPECT_EQ(sm90_kernel(shape(4096, 4096, 4096), GemmPath::sm90_split_64, true, never_asked), Sm90Kernel::split_64x128);
   EXPECT_EQ(sm90_kernel(shape(4096, 4096, 4096), GemmPath::sm90_persistent_64x256, true, never_asked),
