@@ -45,6 +45,13 @@ const PropertyFamily *family_with_shape_kind(const std::string &kind) {
   return nullptr;
 }
 
+// "a, b, c".
+std::string comma_joined(const std::vector<std::string> &names) {
+  std::string out;
+  for (const auto &name : names) out += (out.empty() ? "" : ", ") + name;
+  return out;
+}
+
 // "a, b, c or d".
 std::string listed(const std::vector<std::string> &names) {
   std::string out;
@@ -89,18 +96,12 @@ std::vector<BenchShape> read_bench_shapes(const std::string &path) {
       const std::string where = path + ":" + std::to_string(in.get_file_line()) + ": ";
       const BenchDef *row = row_bench(op);
       const PropertyFamily *family = row ? nullptr : family_with_shape_kind(op);
-      if (!row && !family) {
-        std::string all;
-        for (const auto &kind : kinds) all += (all.empty() ? "" : ", ") + kind;
-        throw std::invalid_argument(where + "op '" + op + "' cannot be benchmarked (" + all + ")");
-      }
+      if (!row && !family)
+        throw std::invalid_argument(where + "op '" + op + "' cannot be benchmarked (" + comma_joined(kinds) + ")");
       const std::vector<std::string> &variants = row ? row->variants : family->bench_variants;
-      if (!variant.empty() && std::find(variants.begin(), variants.end(), variant) == variants.end()) {
-        std::string all;
-        for (const auto &v : variants) all += (all.empty() ? "" : ", ") + v;
+      if (!variant.empty() && std::find(variants.begin(), variants.end(), variant) == variants.end())
         throw std::invalid_argument(where + "no variant '" + variant + "' of " + op + " (" +
-                                    (all.empty() ? std::string("it has none") : all) + ")");
-      }
+                                    (variants.empty() ? std::string("it has none") : comma_joined(variants)) + ")");
       if (row) {
         if (m <= 0 || n <= 0 || (row->uses_k && k <= 0)) throw std::invalid_argument(where + "sizes must be positive");
         out.push_back({op, m, n, row->uses_k ? k : 0, 16, 0, variant});
